@@ -1,0 +1,193 @@
+/* SPDX-License-Identifier: MIT */
+/* Owns the org.gpunodeagent.Agent1.Manager interface on /org/gpunodeagent/Agent1: the node-wide
+ * properties (stage engine, readiness, labels, config), Reload/Reconcile/GetLabels and the
+ * StageChanged signal. Documented in docs/dbus/org.gpunodeagent.Agent1.Manager.md. */
+#include <systemd/sd-bus.h>
+
+#include "build-config.h"
+#include "bus.h"
+#include "log.h"
+#include "strv.h"
+
+static int property_get_version(sd_bus *bus, const char *path, const char *interface, const char *property,
+                                sd_bus_message *reply, void *userdata, sd_bus_error *error) {
+        return sd_bus_message_append(reply, "s", GPU_NODE_AGENT_VERSION);
+}
+
+static int property_get_stage(sd_bus *bus, const char *path, const char *interface, const char *property,
+                              sd_bus_message *reply, void *userdata, sd_bus_error *error) {
+        return sd_bus_message_append(reply, "s", manager_stage_name(userdata));
+}
+
+static int property_get_ready(sd_bus *bus, const char *path, const char *interface, const char *property,
+                              sd_bus_message *reply, void *userdata, sd_bus_error *error) {
+        return sd_bus_message_append(reply, "b", (int) manager_is_ready(userdata));
+}
+
+static int property_get_state(sd_bus *bus, const char *path, const char *interface, const char *property,
+                              sd_bus_message *reply, void *userdata, sd_bus_error *error) {
+        Manager *m = userdata;
+        return sd_bus_message_append(reply, "s", agent_state_to_string(m->state) ?: "");
+}
+
+static int property_get_stages(sd_bus *bus, const char *path, const char *interface, const char *property,
+                               sd_bus_message *reply, void *userdata, sd_bus_error *error) {
+        Manager *m = userdata;
+        int r;
+
+        r = sd_bus_message_open_container(reply, 'a', "(sstts)");
+        if (r < 0)
+                return r;
+        for (StageId id = 0; id < _STAGE_MAX; id++) {
+                const StageResult *s = &m->stages[id];
+                r = sd_bus_message_append(reply, "(sstts)", stage_to_string(id),
+                                          stage_state_to_string(s->state) ?: "", s->started_usec,
+                                          s->finished_usec, s->message ?: "");
+                if (r < 0)
+                        return r;
+        }
+        return sd_bus_message_close_container(reply);
+}
+
+static int property_get_gpu_count(sd_bus *bus, const char *path, const char *interface, const char *property,
+                                  sd_bus_message *reply, void *userdata, sd_bus_error *error) {
+        Manager *m = userdata;
+        return sd_bus_message_append(reply, "u", m->inventory ? (uint32_t) m->inventory->n_gpus : 0);
+}
+
+static int append_labels(sd_bus_message *reply, const LabelSet *labels) {
+        int r;
+
+        r = sd_bus_message_open_container(reply, 'a', "{ss}");
+        if (r < 0)
+                return r;
+        for (size_t i = 0; labels && i < labels->n; i++) {
+                r = sd_bus_message_append(reply, "{ss}", labels->labels[i].key, labels->labels[i].value);
+                if (r < 0)
+                        return r;
+        }
+        return sd_bus_message_close_container(reply);
+}
+
+static int property_get_labels(sd_bus *bus, const char *path, const char *interface, const char *property,
+                               sd_bus_message *reply, void *userdata, sd_bus_error *error) {
+        Manager *m = userdata;
+        return append_labels(reply, m->labels);
+}
+
+static int property_get_kernel_release(sd_bus *bus, const char *path, const char *interface,
+                                       const char *property, sd_bus_message *reply, void *userdata,
+                                       sd_bus_error *error) {
+        Manager *m = userdata;
+        return sd_bus_message_append(reply, "s", m->kernel_release ?: "");
+}
+
+static int property_get_config_error(sd_bus *bus, const char *path, const char *interface,
+                                     const char *property, sd_bus_message *reply, void *userdata,
+                                     sd_bus_error *error) {
+        Manager *m = userdata;
+        return sd_bus_message_append(reply, "s", m->config_error ?: "");
+}
+
+static int property_get_config_sources(sd_bus *bus, const char *path, const char *interface,
+                                       const char *property, sd_bus_message *reply, void *userdata,
+                                       sd_bus_error *error) {
+        Manager *m = userdata;
+        return sd_bus_message_append_strv(reply, m->config ? m->config->sources : NULL);
+}
+
+static int method_reload(sd_bus_message *msg, void *userdata, sd_bus_error *error) {
+        _cleanup_free_ char *err = NULL;
+        Manager *m = userdata;
+        int r;
+
+        r = bus_check_privileged(msg, error);
+        if (r < 0)
+                return r;
+
+        log_info("Reloading the configuration (requested over D-Bus by %s).",
+                 strna(sd_bus_message_get_sender(msg)));
+        r = manager_reload(m, &err);
+        /* Either way ConfigError tells the outcome; the sources change only on success, but marking
+         * both is cheap and keeps this independent of what manager_reload announces itself. */
+        manager_bus_mark_dirty(m, NULL, NULL, "ConfigError");
+        manager_bus_mark_dirty(m, NULL, NULL, "ConfigSources");
+        if (r < 0)
+                return sd_bus_error_setf(error, AGENT_ERROR_INVALID_CONFIG,
+                                         "The new configuration was rejected and the old one is kept: %s",
+                                         err ?: strerror(-r));
+
+        return sd_bus_reply_method_return(msg, NULL);
+}
+
+static int method_reconcile(sd_bus_message *msg, void *userdata, sd_bus_error *error) {
+        Manager *m = userdata;
+        int r;
+
+        r = bus_check_privileged(msg, error);
+        if (r < 0)
+                return r;
+
+        manager_request_pass(m, "Reconcile() over D-Bus");
+        return sd_bus_reply_method_return(msg, NULL);
+}
+
+static int method_get_labels(sd_bus_message *msg, void *userdata, sd_bus_error *error) {
+        _cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
+        Manager *m = userdata;
+        int r;
+
+        r = sd_bus_message_new_method_return(msg, &reply);
+        if (r < 0)
+                return r;
+        r = append_labels(reply, m->labels);
+        if (r < 0)
+                return r;
+        return sd_bus_send(NULL, reply, NULL);
+}
+
+void manager_bus_emit_stage_changed(Manager *m, StageId id) {
+        const StageResult *s;
+        int r;
+
+        if (!m->bus || id < 0 || id >= _STAGE_MAX)
+                return;
+
+        s = &m->stages[id];
+        r = sd_bus_emit_signal(m->bus, AGENT_OBJECT_PATH, AGENT_MANAGER_INTERFACE, "StageChanged", "sss",
+                               stage_to_string(id), stage_state_to_string(s->state) ?: "", s->message ?: "");
+        if (r < 0)
+                log_warning("Could not emit StageChanged for stage %s: %s", stage_to_string(id), strerror(-r));
+}
+
+static const sd_bus_vtable manager_vtable[] = {
+        SD_BUS_VTABLE_START(0),
+
+        SD_BUS_PROPERTY("Version", "s", property_get_version, 0, SD_BUS_VTABLE_PROPERTY_CONST),
+        SD_BUS_PROPERTY("Stage", "s", property_get_stage, 0, SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
+        SD_BUS_PROPERTY("Ready", "b", property_get_ready, 0, SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
+        SD_BUS_PROPERTY("State", "s", property_get_state, 0, SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
+        SD_BUS_PROPERTY("Stages", "a(sstts)", property_get_stages, 0, SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
+        SD_BUS_PROPERTY("GpuCount", "u", property_get_gpu_count, 0, SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
+        SD_BUS_PROPERTY("Labels", "a{ss}", property_get_labels, 0, SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
+        SD_BUS_PROPERTY("KernelRelease", "s", property_get_kernel_release, 0,
+                        SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
+        SD_BUS_PROPERTY("ConfigError", "s", property_get_config_error, 0, SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
+        SD_BUS_PROPERTY("ConfigSources", "as", property_get_config_sources, 0,
+                        SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
+
+        SD_BUS_METHOD_WITH_ARGS("Reload", SD_BUS_NO_ARGS, SD_BUS_NO_RESULT, method_reload,
+                                SD_BUS_VTABLE_UNPRIVILEGED),
+        SD_BUS_METHOD_WITH_ARGS("Reconcile", SD_BUS_NO_ARGS, SD_BUS_NO_RESULT, method_reconcile,
+                                SD_BUS_VTABLE_UNPRIVILEGED),
+        SD_BUS_METHOD_WITH_ARGS("GetLabels", SD_BUS_NO_ARGS, SD_BUS_RESULT("a{ss}", labels), method_get_labels,
+                                SD_BUS_VTABLE_UNPRIVILEGED),
+
+        SD_BUS_SIGNAL_WITH_ARGS("StageChanged", SD_BUS_ARGS("s", stage, "s", state, "s", message), 0),
+
+        SD_BUS_VTABLE_END,
+};
+
+int bus_manager_register(Manager *m, sd_bus *bus) {
+        return sd_bus_add_object_vtable(bus, NULL, AGENT_OBJECT_PATH, AGENT_MANAGER_INTERFACE, manager_vtable, m);
+}

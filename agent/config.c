@@ -1,0 +1,1022 @@
+/* SPDX-License-Identifier: MIT */
+/* Owns loading the agent configuration: agent.yaml and the conf.d drop-ins are read with libyaml into
+ * small node trees that remember file:line:column, each file is checked against the key table below,
+ * the trees are merged (mappings key by key, everything else replaces), and the merged tree becomes
+ * the immutable Config. Also prints a Config back as YAML that loads to the same Config. */
+#include <assert.h>
+#include <ctype.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/stat.h>
+#include <syslog.h>
+#include <yaml.h>
+
+#include "config.h"
+#include "fileio.h"
+#include "macro.h"
+#include "strv.h"
+
+/* A configuration file larger than this is a mistake (a binary, a log), not a configuration. */
+#define CONFIG_FILE_MAX (1024U * 1024U)
+/* Deeper nesting than any key needs; the limit keeps a hostile file from exhausting the stack. */
+#define CONFIG_DEPTH_MAX 64U
+
+typedef enum NodeType {
+        NODE_SCALAR,
+        NODE_MAPPING,
+        NODE_SEQUENCE,
+} NodeType;
+
+typedef struct Node Node;
+struct Node {
+        NodeType type;
+        char *key;         /* set when this node is the value of a mapping entry */
+        char *value;       /* NODE_SCALAR */
+        bool null;         /* plain ~, null or nothing: the key goes back to its default */
+        Node **items;      /* NODE_MAPPING, NODE_SEQUENCE */
+        size_t n_items;
+        const char *file;  /* borrowed from the loader's list of files */
+        unsigned line, column, key_line, key_column;
+};
+
+typedef enum ConfigType {
+        CONFIG_STRING,
+        CONFIG_PATH,      /* absolute */
+        CONFIG_FILE_NAME, /* no '/', no leading '.' */
+        CONFIG_LIBRARY,   /* a name for the loader's search, or an absolute path */
+        CONFIG_BOOL,
+        CONFIG_DURATION,
+        CONFIG_UINT,
+        CONFIG_ENUM,      /* stored as the index into .values */
+} ConfigType;
+
+typedef enum PathBase {
+        BASE_NONE,
+        BASE_ROOT,        /* unset: <paths.root>/<default> */
+        BASE_ETC,         /* unset: <paths.etc>/<default> */
+} PathBase;
+
+typedef struct ConfigKey {
+        const char *path;            /* dotted key */
+        ConfigType type;
+        size_t offset;               /* into Config */
+        const char *def;             /* default, written as in a file; relative to base if any */
+        PathBase base;
+        const char *const *values;   /* CONFIG_ENUM, NULL-terminated */
+} ConfigKey;
+
+/* Index = LOG_* value from syslog.h. */
+static const char *const log_level_names[] = {
+        "emerg", "alert", "crit", "err", "warning", "notice", "info", "debug", NULL,
+};
+
+#define CONFIG_OFF(field) offsetof(Config, field)
+
+/* One line per key. Sections must stay together (config_dump prints them in this order), and a key
+ * derived from another path must come after it (paths.etc before labels.directory). */
+static const ConfigKey config_keys[] = {
+        { "paths.root",       CONFIG_PATH,      CONFIG_OFF(paths.root),     "/" },
+        { "paths.sys",        CONFIG_PATH,      CONFIG_OFF(paths.sys),      "sys",              BASE_ROOT },
+        { "paths.proc",       CONFIG_PATH,      CONFIG_OFF(paths.proc),     "proc",             BASE_ROOT },
+        { "paths.dev",        CONFIG_PATH,      CONFIG_OFF(paths.dev),      "dev",              BASE_ROOT },
+        { "paths.modules",    CONFIG_PATH,      CONFIG_OFF(paths.modules),  "lib/modules",      BASE_ROOT },
+        { "paths.etc",        CONFIG_PATH,      CONFIG_OFF(paths.etc),      "etc",              BASE_ROOT },
+        { "paths.run",        CONFIG_PATH,      CONFIG_OFF(paths.run),      "run",              BASE_ROOT },
+        { "paths.state",      CONFIG_PATH,      CONFIG_OFF(paths.state),    "var/lib/gpu-node-agent", BASE_ROOT },
+        { "paths.pci-ids",    CONFIG_PATH,      CONFIG_OFF(paths.pci_ids),  "/usr/share/misc/pci.ids" },
+        { "nvml.library",     CONFIG_LIBRARY,   CONFIG_OFF(nvml.library),   "libnvidia-ml.so.1" },
+        { "labels.enabled",   CONFIG_BOOL,      CONFIG_OFF(labels.enabled), "true" },
+        { "labels.directory", CONFIG_PATH,      CONFIG_OFF(labels.directory),
+          "kubernetes/node-feature-discovery/features.d", BASE_ETC },
+        { "labels.file",      CONFIG_FILE_NAME, CONFIG_OFF(labels.file),    "gpu-node-agent" },
+        { "labels.expiry",    CONFIG_DURATION,  CONFIG_OFF(labels.expiry_usec), "0" },
+        { "engine.retry-min", CONFIG_DURATION,  CONFIG_OFF(engine.retry_min_usec), "1s" },
+        { "engine.retry-max", CONFIG_DURATION,  CONFIG_OFF(engine.retry_max_usec), "5min" },
+        { "log.level",        CONFIG_ENUM,      CONFIG_OFF(log_level),      "info", .values = log_level_names },
+};
+
+static bool config_type_is_string(ConfigType t) {
+        return t == CONFIG_STRING || t == CONFIG_PATH || t == CONFIG_FILE_NAME || t == CONFIG_LIBRARY;
+}
+
+static void *config_field(const Config *c, const ConfigKey *k) {
+        return (uint8_t *) c + k->offset;
+}
+
+static const ConfigKey *config_key_find(const char *path) {
+        for (size_t i = 0; i < ELEMENTSOF(config_keys); i++)
+                if (streq(config_keys[i].path, path))
+                        return config_keys + i;
+        return NULL;
+}
+
+/* Whether path names a section, i.e. a mapping that holds keys ("labels" for "labels.file"). */
+static bool config_section_exists(const char *path) {
+        size_t n = strlen(path);
+        for (size_t i = 0; i < ELEMENTSOF(config_keys); i++)
+                if (strncmp(config_keys[i].path, path, n) == 0 && config_keys[i].path[n] == '.')
+                        return true;
+        return false;
+}
+
+/* "paths, nvml, labels, engine, log": the keys directly below section (NULL: the top level). */
+static char *config_section_keys(const char *section) {
+        _cleanup_strv_free_ char **l = NULL;
+        size_t n = section ? strlen(section) + 1 : 0;
+
+        for (size_t i = 0; i < ELEMENTSOF(config_keys); i++) {
+                const char *p = config_keys[i].path;
+                if (section && !(strncmp(p, section, n - 1) == 0 && p[n - 1] == '.'))
+                        continue;
+                p += n;
+                _cleanup_free_ char *name = strndup(p, strcspn(p, "."));
+                if (!name)
+                        return NULL;
+                if (!strv_contains(l, name) && strv_consume(&l, TAKE_PTR(name)) < 0)
+                        return NULL;
+        }
+        return strv_join(l, ", ");
+}
+
+static Node *node_free(Node *n) {
+        if (!n)
+                return NULL;
+        for (size_t i = 0; i < n->n_items; i++)
+                node_free(n->items[i]);
+        free(n->items);
+        free(n->key);
+        free(n->value);
+        free(n);
+        return NULL;
+}
+DEFINE_CLEANUP_FUNC(Node *, node_free);
+
+static int node_append(Node *parent, Node *child) {
+        Node **t = realloc(parent->items, (parent->n_items + 1) * sizeof(Node *));
+        if (!t)
+                return -ENOMEM;
+        parent->items = t;
+        parent->items[parent->n_items++] = child;
+        return 0;
+}
+
+static Node *node_get(const Node *n, const char *key) {
+        if (!n || n->type != NODE_MAPPING)
+                return NULL;
+        for (size_t i = 0; i < n->n_items; i++)
+                if (streq(n->items[i]->key, key))
+                        return n->items[i];
+        return NULL;
+}
+
+/* Finds the node of a dotted key in a merged tree, to point an error at the file that set it. */
+static const Node *node_find(const Node *tree, const char *path) {
+        const Node *n = tree;
+        for (const char *p = path; n && *p;) {
+                size_t len = strcspn(p, ".");
+                _cleanup_free_ char *key = strndup(p, len);
+                if (!key)
+                        return NULL;
+                n = node_get(n, key);
+                p += len + (p[len] == '.');
+        }
+        return n;
+}
+
+static const char *node_kind(const Node *n) {
+        switch (n->type) {
+        case NODE_SCALAR:
+                return "a plain value";
+        case NODE_MAPPING:
+                return "a mapping of keys";
+        case NODE_SEQUENCE:
+                return "a list";
+        }
+        return "something else";
+}
+
+/* Takes src. Mappings merge key by key; anything else (scalars, lists, null) replaces what was there. */
+static int node_merge(Node **dst, Node *src) {
+        _cleanup_(node_freep) Node *s = src;
+        int r;
+
+        if (!*dst || (*dst)->type != NODE_MAPPING || s->type != NODE_MAPPING) {
+                node_free(*dst);
+                *dst = TAKE_PTR(s);
+                return 0;
+        }
+        for (size_t i = 0; i < s->n_items; i++) {
+                Node *item = TAKE_PTR(s->items[i]);
+                size_t j;
+
+                for (j = 0; j < (*dst)->n_items; j++)
+                        if (streq((*dst)->items[j]->key, item->key))
+                                break;
+                if (j < (*dst)->n_items)
+                        r = node_merge(&(*dst)->items[j], item);
+                else {
+                        r = node_append(*dst, item);
+                        if (r < 0)
+                                node_free(item);
+                }
+                if (r < 0)
+                        return r;
+        }
+        return 0;
+}
+
+_printf_(3, 4) static int set_error(char **error, int r, const char *fmt, ...) {
+        va_list ap;
+
+        if (error) {
+                free(*error);
+                va_start(ap, fmt);
+                if (vasprintf(error, fmt, ap) < 0)
+                        *error = NULL;
+                va_end(ap);
+        }
+        return r;
+}
+
+_printf_(2, 3) static int value_error(char **msg, const char *fmt, ...) {
+        va_list ap;
+
+        va_start(ap, fmt);
+        if (vasprintf(msg, fmt, ap) < 0) {
+                *msg = NULL;
+                va_end(ap);
+                return -ENOMEM;
+        }
+        va_end(ap);
+        return -EINVAL;
+}
+
+static int parse_boolean(const char *s) {
+        /* YAML 1.1 spellings, so "enabled: yes" means what its author meant. */
+        static const char *const yes[] = { "true", "yes", "on" }, *const no[] = { "false", "no", "off" };
+        for (size_t i = 0; i < ELEMENTSOF(yes); i++) {
+                if (strcasecmp(s, yes[i]) == 0)
+                        return 1;
+                if (strcasecmp(s, no[i]) == 0)
+                        return 0;
+        }
+        return -EINVAL;
+}
+
+int config_parse_duration(const char *s, uint64_t *ret_usec) {
+        static const struct {
+                const char *name;
+                uint64_t usec;
+        } units[] = {
+                { "ms", USEC_PER_MSEC },
+                { "s", USEC_PER_SEC },
+                { "min", 60 * USEC_PER_SEC },
+                { "h", 3600 * USEC_PER_SEC },
+                { "d", 86400 * USEC_PER_SEC },
+        };
+        uint64_t whole = 0, frac = 0, frac_div = 1, unit = USEC_PER_SEC;
+        const char *p = s;
+
+        if (!s || !isdigit((unsigned char) *p))
+                return -EINVAL;
+        for (; isdigit((unsigned char) *p); p++) {
+                if (whole > (UINT64_MAX - 9) / 10)
+                        return -ERANGE;
+                whole = whole * 10 + (uint64_t) (*p - '0');
+        }
+        if (*p == '.') {
+                p++;
+                if (!isdigit((unsigned char) *p))
+                        return -EINVAL;
+                /* Digits below a microsecond of the largest unit cannot matter; they are dropped. */
+                for (; isdigit((unsigned char) *p); p++)
+                        if (frac_div < 1000000) {
+                                frac = frac * 10 + (uint64_t) (*p - '0');
+                                frac_div *= 10;
+                        }
+        }
+        const char *u = p + strspn(p, " ");
+        if (*u) {
+                size_t i;
+                for (i = 0; i < ELEMENTSOF(units); i++)
+                        if (streq(u, units[i].name))
+                                break;
+                if (i >= ELEMENTSOF(units))
+                        return -EINVAL;
+                unit = units[i].usec;
+        } else if (u != p)
+                return -EINVAL;
+
+        if (whole > UINT64_MAX / unit)
+                return -ERANGE;
+        uint64_t f = frac * unit / frac_div;
+        if (whole * unit > UINT64_MAX - f)
+                return -ERANGE;
+        *ret_usec = whole * unit + f;
+        return 0;
+}
+
+/* The largest unit that represents usec exactly, so that the text parses back to the same value. */
+static void format_duration(uint64_t usec, char *buf, size_t size) {
+        static const struct {
+                const char *name;
+                uint64_t usec;
+        } units[] = {
+                { "d", 86400 * USEC_PER_SEC },
+                { "h", 3600 * USEC_PER_SEC },
+                { "min", 60 * USEC_PER_SEC },
+                { "s", USEC_PER_SEC },
+                { "ms", USEC_PER_MSEC },
+        };
+
+        if (usec == 0) {
+                snprintf(buf, size, "0");
+                return;
+        }
+        for (size_t i = 0; i < ELEMENTSOF(units); i++)
+                if (usec % units[i].usec == 0) {
+                        snprintf(buf, size, "%" PRIu64 "%s", usec / units[i].usec, units[i].name);
+                        return;
+                }
+        snprintf(buf, size, "%" PRIu64 ".%03" PRIu64, usec / USEC_PER_MSEC, usec % USEC_PER_MSEC);
+        size_t n = strlen(buf);
+        while (buf[n - 1] == '0')
+                buf[--n] = 0;
+        snprintf(buf + n, size - n, "ms");
+}
+
+/* Checks s for key k and, when c is set, stores it there. On a bad value returns -EINVAL and
+ * *ret_msg says what was expected, without the location. */
+static int value_parse(const ConfigKey *k, const char *s, Config *c, char **ret_msg) {
+        void *dst = c ? config_field(c, k) : NULL;
+        uint64_t u;
+        int r;
+
+        switch (k->type) {
+        case CONFIG_STRING:
+                break;
+        case CONFIG_PATH:
+                if (s[0] != '/')
+                        return value_error(ret_msg, "'%s' is not an absolute path; write it starting with '/'", s);
+                break;
+        case CONFIG_FILE_NAME:
+                if (isempty(s) || strchr(s, '/') || s[0] == '.')
+                        return value_error(ret_msg,
+                                           "'%s' is not a plain file name; use a name without '/' that does "
+                                           "not start with '.' (such as gpu-node-agent)", s);
+                break;
+        case CONFIG_LIBRARY:
+                if (isempty(s) || (strchr(s, '/') && s[0] != '/'))
+                        return value_error(ret_msg,
+                                           "'%s' is neither a library name (such as libnvidia-ml.so.1) "
+                                           "nor an absolute path", s);
+                break;
+        case CONFIG_BOOL:
+                r = parse_boolean(s);
+                if (r < 0)
+                        return value_error(ret_msg, "expected a boolean (true/false), got '%s'", s);
+                if (dst)
+                        *(bool *) dst = r;
+                return 0;
+        case CONFIG_DURATION:
+                r = config_parse_duration(s, &u);
+                if (r == -ERANGE)
+                        return value_error(ret_msg, "the duration '%s' is too large", s);
+                if (r < 0)
+                        return value_error(ret_msg,
+                                           "expected a duration such as 90s, 5min or 1h (a number of seconds "
+                                           "or a number with one of the units ms, s, min, h, d), got '%s'", s);
+                if (dst)
+                        *(uint64_t *) dst = u;
+                return 0;
+        case CONFIG_UINT: {
+                char *end;
+                errno = 0;
+                unsigned long long v = isdigit((unsigned char) s[0]) ? strtoull(s, &end, 10) : 0;
+                if (!isdigit((unsigned char) s[0]) || *end || errno != 0 || v > UINT_MAX)
+                        return value_error(ret_msg, "expected a whole number from 0 to %u, got '%s'",
+                                           UINT_MAX, s);
+                if (dst)
+                        *(unsigned *) dst = (unsigned) v;
+                return 0;
+        }
+        case CONFIG_ENUM:
+                for (size_t i = 0; k->values[i]; i++)
+                        if (strcasecmp(s, k->values[i]) == 0) {
+                                if (dst)
+                                        *(int *) dst = (int) i;
+                                return 0;
+                        }
+                _cleanup_strv_free_ char **copy = strv_copy((char **) k->values);
+                _cleanup_free_ char *list = copy ? strv_join(copy, ", ") : NULL;
+                if (!list)
+                        return -ENOMEM;
+                return value_error(ret_msg, "expected one of %s, got '%s'", list, s);
+        }
+
+        if (dst) {
+                char *t = strdup(s);
+                if (!t)
+                        return -ENOMEM;
+                free(*(char **) dst);
+                *(char **) dst = t;
+        }
+        return 0;
+}
+
+/* Walks a mapping against the key table: unknown keys and values of the wrong type are errors that
+ * name the file, line and column. With c NULL it only checks (each file on its own, before merging,
+ * so a mistake is reported even when a later file overrides it); otherwise it also stores. */
+static int tree_apply(const Node *n, const char *section, Config *c, char **error) {
+        int r;
+
+        for (size_t i = 0; n && i < n->n_items; i++) {
+                const Node *item = n->items[i];
+                _cleanup_free_ char *path = NULL, *msg = NULL;
+
+                if (asprintf(&path, "%s%s%s", section ?: "", section ? "." : "", item->key) < 0)
+                        return -ENOMEM;
+
+                const ConfigKey *k = config_key_find(path);
+                if (k) {
+                        if (item->null)
+                                continue; /* back to the default */
+                        if (item->type != NODE_SCALAR)
+                                return set_error(error, -EINVAL, "%s:%u:%u: %s: expected a single value, got %s",
+                                                 item->file, item->line, item->column, path, node_kind(item));
+                        r = value_parse(k, item->value, c, &msg);
+                        if (r == -EINVAL)
+                                return set_error(error, r, "%s:%u:%u: %s: %s", item->file, item->line,
+                                                 item->column, path, msg);
+                        if (r < 0)
+                                return r;
+                        continue;
+                }
+                if (config_section_exists(path)) {
+                        if (item->null)
+                                continue;
+                        if (item->type != NODE_MAPPING)
+                                return set_error(error, -EINVAL,
+                                                 "%s:%u:%u: %s: expected a mapping of keys (indented "
+                                                 "'key: value' lines below '%s:'), got %s",
+                                                 item->file, item->line, item->column, path, item->key,
+                                                 node_kind(item));
+                        r = tree_apply(item, path, c, error);
+                        if (r < 0)
+                                return r;
+                        continue;
+                }
+
+                _cleanup_free_ char *valid = config_section_keys(section);
+                if (!valid)
+                        return -ENOMEM;
+                return set_error(error, -EINVAL, "%s:%u:%u: unknown key '%s' (valid %s%s%s: %s)", item->file,
+                                 item->key_line, item->key_column, path, section ? "keys under '" : "top-level keys",
+                                 section ?: "", section ? "'" : "", valid);
+        }
+        return 0;
+}
+
+typedef struct Parser {
+        yaml_parser_t yaml;
+        const char *file;
+        char **error;
+} Parser;
+
+static int parser_next(Parser *p, yaml_event_t *e) {
+        if (yaml_parser_parse(&p->yaml, e))
+                return 0;
+
+        const yaml_parser_t *y = &p->yaml;
+        if (y->error == YAML_MEMORY_ERROR)
+                return -ENOMEM;
+        if (y->error == YAML_READER_ERROR) /* no line/column known, only the byte offset */
+                return set_error(p->error, -EBADMSG, "%s: invalid YAML: %s at byte %zu", p->file,
+                                 strna(y->problem), y->problem_offset);
+        return set_error(p->error, -EBADMSG, "%s:%zu:%zu: invalid YAML: %s%s%s%s", p->file,
+                         y->problem_mark.line + 1, y->problem_mark.column + 1, strna(y->problem),
+                         y->context ? " (" : "", y->context ?: "", y->context ? ")" : "");
+}
+
+static int node_new(const Parser *p, NodeType type, const yaml_event_t *e, Node **ret) {
+        Node *n = calloc(1, sizeof(Node));
+        if (!n)
+                return -ENOMEM;
+        n->type = type;
+        n->file = p->file;
+        n->line = (unsigned) e->start_mark.line + 1;
+        n->column = (unsigned) e->start_mark.column + 1;
+        *ret = n;
+        return 0;
+}
+
+static bool scalar_is_null(const yaml_event_t *e) {
+        const char *v = (const char *) e->data.scalar.value;
+
+        if (e->data.scalar.style != YAML_PLAIN_SCALAR_STYLE)
+                return false;
+        return isempty(v) || streq(v, "~") || streq(v, "null") || streq(v, "Null") || streq(v, "NULL");
+}
+
+/* Builds the node that starts with event e (which the caller keeps and deletes). */
+static int parse_node(Parser *p, const yaml_event_t *e, unsigned depth, Node **ret) {
+        _cleanup_(node_freep) Node *n = NULL;
+        int r;
+
+        if (depth > CONFIG_DEPTH_MAX)
+                return set_error(p->error, -EINVAL, "%s:%zu:%zu: nested more than %u levels deep", p->file,
+                                 e->start_mark.line + 1, e->start_mark.column + 1, CONFIG_DEPTH_MAX);
+
+        if (e->type == YAML_SCALAR_EVENT) {
+                r = node_new(p, NODE_SCALAR, e, &n);
+                if (r < 0)
+                        return r;
+                n->value = strndup((const char *) e->data.scalar.value, e->data.scalar.length);
+                if (!n->value)
+                        return -ENOMEM;
+                n->null = scalar_is_null(e);
+        } else if (e->type == YAML_SEQUENCE_START_EVENT || e->type == YAML_MAPPING_START_EVENT) {
+                bool mapping = e->type == YAML_MAPPING_START_EVENT;
+
+                r = node_new(p, mapping ? NODE_MAPPING : NODE_SEQUENCE, e, &n);
+                if (r < 0)
+                        return r;
+                for (;;) {
+                        _cleanup_(yaml_event_delete) yaml_event_t k = {}, v = {};
+                        _cleanup_(node_freep) Node *child = NULL;
+
+                        r = parser_next(p, &k);
+                        if (r < 0)
+                                return r;
+                        if (k.type == YAML_SEQUENCE_END_EVENT || k.type == YAML_MAPPING_END_EVENT)
+                                break;
+                        if (!mapping) {
+                                r = parse_node(p, &k, depth + 1, &child);
+                                if (r < 0)
+                                        return r;
+                                r = node_append(n, child);
+                                if (r < 0)
+                                        return r;
+                                TAKE_PTR(child);
+                                continue;
+                        }
+
+                        if (k.type != YAML_SCALAR_EVENT)
+                                return set_error(p->error, -EINVAL,
+                                                 "%s:%zu:%zu: a key must be a plain word such as 'labels'",
+                                                 p->file, k.start_mark.line + 1, k.start_mark.column + 1);
+                        const char *key = (const char *) k.data.scalar.value;
+                        const Node *dup = node_get(n, key);
+                        if (dup)
+                                return set_error(p->error, -EINVAL,
+                                                 "%s:%zu:%zu: duplicate key '%s' (already set on line %u); "
+                                                 "remove one of them",
+                                                 p->file, k.start_mark.line + 1, k.start_mark.column + 1, key,
+                                                 dup->key_line);
+                        r = parser_next(p, &v);
+                        if (r < 0)
+                                return r;
+                        r = parse_node(p, &v, depth + 1, &child);
+                        if (r < 0)
+                                return r;
+                        child->key = strdup(key);
+                        if (!child->key)
+                                return -ENOMEM;
+                        child->key_line = (unsigned) k.start_mark.line + 1;
+                        child->key_column = (unsigned) k.start_mark.column + 1;
+                        r = node_append(n, child);
+                        if (r < 0)
+                                return r;
+                        TAKE_PTR(child);
+                }
+        } else if (e->type == YAML_ALIAS_EVENT)
+                return set_error(p->error, -EINVAL,
+                                 "%s:%zu:%zu: aliases (*%s) are not supported; write the value out", p->file,
+                                 e->start_mark.line + 1, e->start_mark.column + 1, e->data.alias.anchor);
+        else
+                return set_error(p->error, -EBADMSG, "%s:%zu:%zu: invalid YAML: unexpected event %d", p->file,
+                                 e->start_mark.line + 1, e->start_mark.column + 1, (int) e->type);
+
+        *ret = TAKE_PTR(n);
+        return 0;
+}
+
+static void parser_done(Parser *p) {
+        yaml_parser_delete(&p->yaml);
+}
+
+/* Parses one file into a tree whose top is a mapping; *ret is NULL when there is nothing to merge
+ * (empty file, only comments, or a lone "---"). */
+static int parse_file(const char *file, const char *data, size_t size, char **error, Node **ret) {
+        _cleanup_(yaml_event_delete) yaml_event_t start = {}, doc = {}, top = {}, end = {}, next = {};
+        _cleanup_(parser_done) Parser p = { .file = file, .error = error };
+        _cleanup_(node_freep) Node *tree = NULL;
+        int r;
+
+        if (!yaml_parser_initialize(&p.yaml))
+                return -ENOMEM;
+        yaml_parser_set_input_string(&p.yaml, (const unsigned char *) data, size);
+
+        r = parser_next(&p, &start);
+        if (r < 0)
+                return r;
+        r = parser_next(&p, &doc);
+        if (r < 0)
+                return r;
+        if (doc.type == YAML_STREAM_END_EVENT) {
+                *ret = NULL;
+                return 0;
+        }
+        r = parser_next(&p, &top);
+        if (r < 0)
+                return r;
+        r = parse_node(&p, &top, 0, &tree);
+        if (r < 0)
+                return r;
+        r = parser_next(&p, &end);
+        if (r < 0)
+                return r;
+        r = parser_next(&p, &next);
+        if (r < 0)
+                return r;
+        if (next.type != YAML_STREAM_END_EVENT)
+                return set_error(error, -EINVAL,
+                                 "%s:%zu:%zu: a second YAML document ('---') is not supported; "
+                                 "use one document per file", file, next.start_mark.line + 1,
+                                 next.start_mark.column + 1);
+        if (tree->null)
+                tree = node_free(tree);
+        else if (tree->type != NODE_MAPPING)
+                return set_error(error, -EINVAL,
+                                 "%s:%u:%u: the top level must be a mapping of keys such as 'labels:', not %s",
+                                 file, tree->line, tree->column, node_kind(tree));
+        *ret = TAKE_PTR(tree);
+        return 0;
+}
+
+typedef struct Dropin {
+        char *name;
+        char *path;
+        size_t dir; /* index of the directory that provides the file after masking */
+} Dropin;
+
+typedef struct DropinList {
+        Dropin *items;
+        size_t n;
+} DropinList;
+
+static void dropins_done(DropinList *l) {
+        for (size_t i = 0; i < l->n; i++) {
+                free(l->items[i].name);
+                free(l->items[i].path);
+        }
+        free(l->items);
+}
+
+static int dropin_cmp(const void *a, const void *b) {
+        return strcmp(((const Dropin *) a)->name, ((const Dropin *) b)->name);
+}
+
+/* Collects the *.yaml files of all directories, a later directory's file replacing an earlier one
+ * of the same name, sorted by file name. Missing directories are fine. */
+static int dropins_collect(char *const *dirs, DropinList *l, char **error) {
+        for (size_t i = 0; dirs && dirs[i]; i++) {
+                _cleanup_closedir_ DIR *d = opendir(dirs[i]);
+                struct dirent *de;
+
+                if (!d) {
+                        if (errno == ENOENT)
+                                continue;
+                        int r = negative_errno();
+                        return set_error(error, r, "%s: cannot read the drop-in directory: %s", dirs[i],
+                                         strerror(-r));
+                }
+                for (errno = 0; (de = readdir(d)); errno = 0) {
+                        size_t len = strlen(de->d_name), j;
+
+                        /* Hidden files are editors' and package managers' temporaries. */
+                        if (de->d_name[0] == '.' || len <= 5 || !streq(de->d_name + len - 5, ".yaml"))
+                                continue;
+                        _cleanup_free_ char *path = path_join(dirs[i], de->d_name);
+                        if (!path)
+                                return -ENOMEM;
+                        for (j = 0; j < l->n; j++)
+                                if (streq(l->items[j].name, de->d_name))
+                                        break;
+                        if (j < l->n) {
+                                free(l->items[j].path);
+                                l->items[j].path = TAKE_PTR(path);
+                                l->items[j].dir = i;
+                                continue;
+                        }
+                        Dropin *t = realloc(l->items, (l->n + 1) * sizeof(Dropin));
+                        if (!t)
+                                return -ENOMEM;
+                        l->items = t;
+                        char *name = strdup(de->d_name);
+                        if (!name)
+                                return -ENOMEM;
+                        l->items[l->n++] = (Dropin) { .name = name, .path = TAKE_PTR(path), .dir = i };
+                }
+                if (errno != 0) {
+                        int r = negative_errno();
+                        return set_error(error, r, "%s: cannot read the drop-in directory: %s", dirs[i],
+                                         strerror(-r));
+                }
+        }
+        if (l->n > 0)
+                qsort(l->items, l->n, sizeof(Dropin), dropin_cmp);
+        return 0;
+}
+
+/* Reads, parses and checks one file and merges it into *tree. */
+static int load_file(const char *path, bool missing_ok, char ***files, Node **tree, char **error) {
+        _cleanup_free_ char *data = NULL;
+        Node *t = NULL;
+        size_t size;
+        int r;
+
+        r = read_full_file(path, CONFIG_FILE_MAX, &data, &size);
+        if (r == -ENOENT && missing_ok)
+                return 0;
+        if (r == -EFBIG)
+                return set_error(error, r, "%s: the file is larger than %u KiB; this is not a configuration file",
+                                 path, CONFIG_FILE_MAX / 1024);
+        if (r < 0)
+                return set_error(error, r, "%s: cannot read the file: %s", path, strerror(-r));
+
+        r = strv_extend(files, path);
+        if (r < 0)
+                return r;
+        /* Nodes point at this copy, which lives as long as the Config (as an entry of its sources). */
+        const char *name = (*files)[strv_length(*files) - 1];
+
+        r = parse_file(name, data, size, error, &t);
+        if (r < 0)
+                return r;
+        if (!t)
+                return 0;
+        r = tree_apply(t, NULL, NULL, error);
+        if (r < 0) {
+                node_free(t);
+                return r;
+        }
+        return node_merge(tree, t);
+}
+
+static int dropins_load(const DropinList *l, size_t dir_min, size_t dir_max, char ***files, Node **tree,
+                        char **error) {
+        for (size_t i = 0; i < l->n; i++) {
+                struct stat st;
+
+                if (l->items[i].dir < dir_min || l->items[i].dir > dir_max)
+                        continue;
+                /* A link to /dev/null masks the file of the same name in an earlier directory. */
+                if (stat(l->items[i].path, &st) >= 0 && S_ISCHR(st.st_mode))
+                        continue;
+                int r = load_file(l->items[i].path, false, files, tree, error);
+                if (r < 0)
+                        return r;
+        }
+        return 0;
+}
+
+static int config_defaults(Config **ret) {
+        Config *c = calloc(1, sizeof(Config));
+        if (!c)
+                return -ENOMEM;
+        for (size_t i = 0; i < ELEMENTSOF(config_keys); i++) {
+                const ConfigKey *k = config_keys + i;
+                _cleanup_free_ char *msg = NULL;
+
+                if (k->base != BASE_NONE)
+                        continue; /* derived after merging, from the final root or etc */
+                int r = value_parse(k, k->def, c, &msg);
+                assert(r != -EINVAL);
+                if (r < 0) {
+                        config_free(c);
+                        return r;
+                }
+        }
+        *ret = c;
+        return 0;
+}
+
+static int config_resolve(Config *c, const char *root, const Node *tree, char **error) {
+        if (root) {
+                char *t = root[0] == '/' ? strdup(root) : NULL;
+                if (root[0] != '/') {
+                        _cleanup_free_ char *cwd = get_current_dir_name();
+                        if (!cwd)
+                                return negative_errno();
+                        t = path_join(cwd, root);
+                }
+                if (!t)
+                        return -ENOMEM;
+                free(c->paths.root);
+                c->paths.root = t;
+        }
+        for (size_t i = 0; i < ELEMENTSOF(config_keys); i++) {
+                const ConfigKey *k = config_keys + i;
+                char **p = config_field(c, k);
+
+                if (k->base == BASE_NONE || *p)
+                        continue;
+                *p = path_join(k->base == BASE_ROOT ? c->paths.root : c->paths.etc, k->def);
+                if (!*p)
+                        return -ENOMEM;
+        }
+
+        const Node *n = node_find(tree, "engine.retry-min");
+        if (c->engine.retry_min_usec == 0)
+                return set_error(error, -EINVAL,
+                                 "%s:%u:%u: engine.retry-min: must be greater than 0, or a failed stage would "
+                                 "be retried in a busy loop", n->file, n->line, n->column);
+        if (c->engine.retry_min_usec > c->engine.retry_max_usec) {
+                char min[32], max[32];
+                if (!n || n->null)
+                        n = node_find(tree, "engine.retry-max");
+                format_duration(c->engine.retry_min_usec, min, sizeof(min));
+                format_duration(c->engine.retry_max_usec, max, sizeof(max));
+                return set_error(error, -EINVAL,
+                                 "%s:%u:%u: engine.retry-min (%s) must not be larger than engine.retry-max (%s)",
+                                 n->file, n->line, n->column, min, max);
+        }
+        return 0;
+}
+
+DEFINE_CLEANUP_FUNC(Config *, config_free);
+
+static int config_load_internal(const ConfigLoadOptions *o, Config **ret, char **error) {
+        static const ConfigLoadOptions no_options = {};
+        _cleanup_free_ char *main_file = NULL;
+        _cleanup_strv_free_ char **dirs = NULL, **files = NULL;
+        _cleanup_(dropins_done) DropinList dropins = {};
+        _cleanup_(node_freep) Node *tree = NULL;
+        _cleanup_(config_freep) Config *c = NULL;
+        const char *root;
+        int r;
+
+        o = o ?: &no_options;
+        root = o->root ?: "/";
+        main_file = o->main_file ? strdup(o->main_file) : path_join(root, "etc/gpu-node-agent/agent.yaml");
+        if (!main_file)
+                return -ENOMEM;
+        if (o->dropin_dirs)
+                dirs = strv_copy(o->dropin_dirs);
+        else {
+                r = strv_consume(&dirs, path_join(root, "usr/lib/gpu-node-agent/conf.d"));
+                if (r >= 0)
+                        r = strv_consume(&dirs, path_join(root, "etc/gpu-node-agent/conf.d"));
+                if (r < 0)
+                        return r;
+        }
+        if (!dirs)
+                return -ENOMEM;
+
+        r = dropins_collect(dirs, &dropins, error);
+        if (r < 0)
+                return r;
+        /* Every directory but the last holds vendor defaults that agent.yaml overrides; the last one is
+         * the administrator's and overrides agent.yaml. */
+        size_t last = strv_length(dirs) > 0 ? strv_length(dirs) - 1 : 0;
+        if (last > 0) {
+                r = dropins_load(&dropins, 0, last - 1, &files, &tree, error);
+                if (r < 0)
+                        return r;
+        }
+        r = load_file(main_file, true, &files, &tree, error);
+        if (r < 0)
+                return r;
+        r = dropins_load(&dropins, last, last, &files, &tree, error);
+        if (r < 0)
+                return r;
+
+        r = config_defaults(&c);
+        if (r < 0)
+                return r;
+        r = tree_apply(tree, NULL, c, error);
+        if (r < 0)
+                return r;
+        r = config_resolve(c, o->root, tree, error);
+        if (r < 0)
+                return r;
+        if (!files && !(files = calloc(1, sizeof(char *))))
+                return -ENOMEM;
+        c->sources = TAKE_PTR(files);
+        *ret = TAKE_PTR(c);
+        return 0;
+}
+
+int config_load(const ConfigLoadOptions *o, Config **ret, char **ret_error) {
+        _cleanup_free_ char *error = NULL;
+        int r;
+
+        assert(ret);
+        r = config_load_internal(o, ret, &error);
+        if (r < 0 && !error && asprintf(&error, "Failed to load the configuration: %s", strerror(-r)) < 0)
+                error = NULL;
+        if (ret_error)
+                *ret_error = r < 0 ? TAKE_PTR(error) : NULL;
+        return r;
+}
+
+Config *config_free(Config *c) {
+        if (!c)
+                return NULL;
+        for (size_t i = 0; i < ELEMENTSOF(config_keys); i++)
+                if (config_type_is_string(config_keys[i].type))
+                        free(*(char **) config_field(c, config_keys + i));
+        strv_free(c->sources);
+        free(c);
+        return NULL;
+}
+
+/* Prints s so that YAML reads back exactly s: plain when that is unambiguous, else double-quoted. */
+static void dump_string(const char *s, FILE *f) {
+        static const char *const special[] = { "~", "null", "true", "false", "yes", "no", "on", "off", "y", "n" };
+        bool plain = !isempty(s) && (isalnum((unsigned char) s[0]) || s[0] == '/');
+
+        for (const char *p = s; plain && *p; p++)
+                plain = isalnum((unsigned char) *p) || strchr("/._+-@", *p);
+        for (size_t i = 0; plain && i < ELEMENTSOF(special); i++)
+                plain = strcasecmp(s, special[i]) != 0;
+        if (plain) {
+                fputs(s, f);
+                return;
+        }
+        fputc('"', f);
+        for (const unsigned char *p = (const unsigned char *) s; *p; p++)
+                if (*p == '"' || *p == '\\')
+                        fprintf(f, "\\%c", *p);
+                else if (*p < 0x20 || *p == 0x7f)
+                        fprintf(f, "\\x%02x", *p);
+                else
+                        fputc(*p, f);
+        fputc('"', f);
+}
+
+int config_dump(const Config *c, FILE *f) {
+        const char *prev = NULL;
+
+        fputs("# gpu-node-agent configuration, merged and resolved (see gpu-node-agent.yaml(5))\n", f);
+        if (strv_length(c->sources) == 0)
+                fputs("# sources: none, built-in defaults only\n", f);
+        else
+                fputs("# sources:\n", f);
+        STRV_FOREACH(s, c->sources) {
+                fputs("#   ", f);
+                for (const char *p = *s; *p; p++)
+                        fputc((unsigned char) *p < 0x20 ? '?' : *p, f);
+                fputc('\n', f);
+        }
+
+        for (size_t i = 0; i < ELEMENTSOF(config_keys); i++) {
+                const ConfigKey *k = config_keys + i;
+                const void *v = config_field(c, k);
+                const char *p = k->path, *q = prev;
+                unsigned depth = 0;
+                char buf[64];
+
+                /* Skip the sections this key shares with the previous one, open the others. */
+                for (const char *dot; q && (dot = strchr(p, '.')) && strncmp(p, q, (size_t) (dot - p) + 1) == 0;
+                     depth++) {
+                        q += dot + 1 - p;
+                        p = dot + 1;
+                }
+                for (const char *dot; (dot = strchr(p, '.')); p = dot + 1, depth++) {
+                        if (depth == 0)
+                                fputc('\n', f);
+                        fprintf(f, "%*s%.*s:\n", (int) depth * 2, "", (int) (dot - p), p);
+                }
+                fprintf(f, "%*s%s: ", (int) depth * 2, "", p);
+                prev = k->path;
+
+                switch (k->type) {
+                case CONFIG_STRING:
+                case CONFIG_PATH:
+                case CONFIG_FILE_NAME:
+                case CONFIG_LIBRARY:
+                        dump_string(*(char *const *) v, f);
+                        break;
+                case CONFIG_BOOL:
+                        fputs(*(const bool *) v ? "true" : "false", f);
+                        break;
+                case CONFIG_DURATION:
+                        format_duration(*(const uint64_t *) v, buf, sizeof(buf));
+                        fputs(buf, f);
+                        break;
+                case CONFIG_UINT:
+                        fprintf(f, "%u", *(const unsigned *) v);
+                        break;
+                case CONFIG_ENUM:
+                        fputs(k->values[*(const int *) v], f);
+                        break;
+                }
+                fputc('\n', f);
+        }
+        return fflush(f) == 0 && !ferror(f) ? 0 : -EIO;
+}

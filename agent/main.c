@@ -1,0 +1,156 @@
+/* SPDX-License-Identifier: MIT */
+/* Owns the command line of gpu-node-agent: argv → Manager → exit code. */
+#include <getopt.h>
+#include <syslog.h>
+
+#include "build-config.h"
+#include "config.h"
+#include "log.h"
+#include "manager.h"
+#include "strv.h"
+
+static char *arg_config = NULL;
+static char **arg_config_dirs = NULL;
+static char *arg_root = NULL;
+static bool arg_check_config = false;
+static bool arg_oneshot = false;
+static int arg_log_level = -1;
+
+static void help(void) {
+        printf("gpu-node-agent [OPTIONS...]\n\n"
+               "Brings an NVIDIA GPU node to \"ready for GPU work\" and keeps it there.\n\n"
+               "  -h --help              Show this help\n"
+               "     --version           Show the version\n"
+               "  -c --config=FILE       Main configuration file\n"
+               "                         (default: <root>/etc/gpu-node-agent/agent.yaml)\n"
+               "     --config-dir=DIR    Drop-in directory, repeatable; replaces the defaults\n"
+               "                         <root>/usr/lib/gpu-node-agent/conf.d and <root>/etc/gpu-node-agent/conf.d\n"
+               "     --root=DIR          Host root: every host path resolves under DIR (overrides paths.root)\n"
+               "     --check-config      Validate the configuration, print the merged result, exit\n"
+               "     --oneshot           Run the stages once without D-Bus; exit 0 when all succeeded\n"
+               "     --log-level=LEVEL   emerg, alert, crit, err, warning, notice, info or debug\n\n"
+               "See gpu-node-agent(8) and gpu-node-agent.yaml(5).\n");
+}
+
+static int parse_log_level(const char *s) {
+        static const char *const names[] = { "emerg", "alert", "crit", "err", "warning", "notice", "info", "debug" };
+        for (size_t i = 0; i < ELEMENTSOF(names); i++)
+                if (streq(s, names[i]))
+                        return (int) i;
+        return -EINVAL;
+}
+
+static int parse_argv(int argc, char *argv[]) {
+        enum { ARG_VERSION = 0x100, ARG_CONFIG_DIR, ARG_ROOT, ARG_CHECK_CONFIG, ARG_ONESHOT, ARG_LOG_LEVEL };
+        static const struct option options[] = {
+                { "help", no_argument, NULL, 'h' },
+                { "version", no_argument, NULL, ARG_VERSION },
+                { "config", required_argument, NULL, 'c' },
+                { "config-dir", required_argument, NULL, ARG_CONFIG_DIR },
+                { "root", required_argument, NULL, ARG_ROOT },
+                { "check-config", no_argument, NULL, ARG_CHECK_CONFIG },
+                { "oneshot", no_argument, NULL, ARG_ONESHOT },
+                { "log-level", required_argument, NULL, ARG_LOG_LEVEL },
+                {}
+        };
+        int c;
+
+        while ((c = getopt_long(argc, argv, "hc:", options, NULL)) >= 0)
+                switch (c) {
+                case 'h':
+                        help();
+                        return 0;
+                case ARG_VERSION:
+                        printf("gpu-node-agent %s\n", GPU_NODE_AGENT_VERSION);
+                        return 0;
+                case 'c':
+                        arg_config = optarg;
+                        break;
+                case ARG_CONFIG_DIR:
+                        if (strv_extend(&arg_config_dirs, optarg) < 0)
+                                return log_oom();
+                        break;
+                case ARG_ROOT:
+                        if (optarg[0] != '/')
+                                return log_error_errno(EINVAL, "--root needs an absolute path, got '%s'.", optarg);
+                        arg_root = optarg;
+                        break;
+                case ARG_CHECK_CONFIG:
+                        arg_check_config = true;
+                        break;
+                case ARG_ONESHOT:
+                        arg_oneshot = true;
+                        break;
+                case ARG_LOG_LEVEL:
+                        arg_log_level = parse_log_level(optarg);
+                        if (arg_log_level < 0)
+                                return log_error_errno(EINVAL, "Unknown log level '%s': use emerg, alert, crit, "
+                                                       "err, warning, notice, info or debug.", optarg);
+                        break;
+                case '?':
+                        return -EINVAL;
+                default:
+                        assert(false);
+                }
+
+        if (optind < argc)
+                return log_error_errno(EINVAL, "This program takes no arguments (got '%s'); see --help.", argv[optind]);
+        return 1;
+}
+
+static int check_config(const ConfigLoadOptions *o) {
+        _cleanup_free_ char *error = NULL;
+        Config *c = NULL;
+        int r;
+
+        r = config_load(o, &c, &error);
+        if (r < 0) {
+                log_error("%s", error ?: strerror(-r));
+                return r;
+        }
+        r = config_dump(c, stdout);
+        config_free(c);
+        return r;
+}
+
+static int run(int argc, char *argv[]) {
+        _cleanup_(manager_freep) Manager *m = NULL;
+        int r;
+
+        log_setup(LOG_TARGET_AUTO);
+        r = parse_argv(argc, argv);
+        if (r <= 0)
+                return r;
+        if (arg_log_level >= 0)
+                log_set_max_level(arg_log_level);
+
+        ManagerOptions o = {
+                .config = {
+                        .root = arg_root,
+                        .main_file = arg_config,
+                        .dropin_dirs = arg_config_dirs,
+                },
+                .oneshot = arg_oneshot,
+                .log_level = arg_log_level,
+        };
+
+        if (arg_check_config)
+                return check_config(&o.config);
+
+        r = manager_new(&o, &m);
+        if (r < 0)
+                return log_error_errno(r, "Failed to allocate the manager: %m");
+        r = manager_startup(m);
+        if (r < 0)
+                return r;
+        r = manager_run(m);
+        return r;
+}
+
+int main(int argc, char *argv[]) {
+        int r = run(argc, argv);
+        strv_free(arg_config_dirs);
+        if (r < 0)
+                return EXIT_FAILURE;
+        return r;
+}

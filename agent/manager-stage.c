@@ -1,0 +1,334 @@
+/* SPDX-License-Identifier: MIT */
+/* Owns the stage engine: passes over the stage table, the one transition function
+ * (manager_set_stage), readiness (sd_notify, /run/gpu-node-agent files, D-Bus), and retry with
+ * backoff. Each stage runs from its own event-loop iteration so D-Bus stays responsive between them. */
+#include <systemd/sd-daemon.h>
+#include <time.h>
+
+#include "bus.h"
+#include "fileio.h"
+#include "log.h"
+#include "manager.h"
+#include "strv.h"
+
+static uint64_t now_realtime(void) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        return (uint64_t) ts.tv_sec * USEC_PER_SEC + (uint64_t) ts.tv_nsec / 1000;
+}
+
+static bool stage_state_is_success(StageState s) {
+        return s == STAGE_DONE || s == STAGE_SKIPPED;
+}
+
+static bool stage_state_is_final(StageState s) {
+        return s == STAGE_DONE || s == STAGE_SKIPPED || s == STAGE_FAILED;
+}
+
+bool manager_is_ready(const Manager *m) {
+        if (!m->first_pass_done)
+                return false;
+        for (int i = 0; i < _STAGE_MAX; i++)
+                if (!stage_state_is_success(m->stages[i].state))
+                        return false;
+        return true;
+}
+
+const char *manager_stage_name(const Manager *m) {
+        if (m->current_stage >= 0)
+                return stage_to_string(m->current_stage);
+        return m->first_pass_done ? "ready" : "starting";
+}
+
+static AgentState manager_compute_state(const Manager *m) {
+        if (!m->first_pass_done)
+                return AGENT_STARTING;
+        if (m->stages[STAGE_PROBE].state == STAGE_FAILED)
+                return AGENT_FAILED;
+        return manager_is_ready(m) ? AGENT_READY : AGENT_DEGRADED;
+}
+
+static char *manager_runtime_path(const Manager *m, const char *name) {
+        _cleanup_free_ char *dir = path_join(m->config->paths.run, "gpu-node-agent");
+        return dir ? path_join(dir, name) : NULL;
+}
+
+/* Readiness files for other units (ConditionPathExists=, shell scripts): "<stage>-ready" per stage
+ * that succeeded and "ready" when all did. Best effort: a read-only /run must not fail a stage. */
+static void manager_update_ready_file(const Manager *m, const char *name, bool ready) {
+        _cleanup_free_ char *p = manager_runtime_path(m, name);
+        int r;
+
+        if (!p)
+                return;
+        if (!ready) {
+                if (unlink(p) < 0 && errno != ENOENT)
+                        log_warning_errno(errno, "Failed to remove %s: %m", p);
+                return;
+        }
+        if (access(p, F_OK) == 0)
+                return;
+        _cleanup_free_ char *dir = path_join(m->config->paths.run, "gpu-node-agent");
+        r = dir ? mkdir_p(dir, 0755) : -ENOMEM;
+        if (r >= 0)
+                r = write_file_atomic(p, NULL, "", 0, 0644);
+        if (r < 0)
+                log_warning_errno(r, "Failed to write readiness file %s: %s", p, strerror(-r));
+}
+
+/* /run/gpu-node-agent/state: one KEY=value per line, for scripts that cannot speak D-Bus. */
+static void manager_write_state_file(const Manager *m) {
+        _cleanup_free_ char *p = manager_runtime_path(m, "state"), *text = NULL;
+        _cleanup_strv_free_ char **l = NULL;
+        int r = 0;
+
+        if (!p)
+                return;
+        r = strv_extendf(&l, "STATE=%s", agent_state_to_string(m->state));
+        if (r >= 0)
+                r = strv_extendf(&l, "READY=%s", manager_is_ready(m) ? "yes" : "no");
+        if (r >= 0)
+                r = strv_extendf(&l, "GPU_COUNT=%zu", m->inventory ? m->inventory->n_gpus : 0);
+        for (int i = 0; r >= 0 && i < _STAGE_MAX; i++)
+                r = strv_extendf(&l, "STAGE_%s=%s", stage_to_string(i), stage_state_to_string(m->stages[i].state));
+        if (r >= 0)
+                r = strv_extend(&l, "");
+        if (r < 0 || !(text = strv_join(l, "\n")))
+                return (void) log_oom();
+
+        _cleanup_free_ char *old = NULL;
+        if (read_full_file(p, 1 << 16, &old, NULL) >= 0 && streq(old, text))
+                return;
+        _cleanup_free_ char *dir = path_join(m->config->paths.run, "gpu-node-agent");
+        r = dir ? mkdir_p(dir, 0755) : -ENOMEM;
+        if (r >= 0)
+                r = write_file_atomic(p, NULL, text, strlen(text), 0644);
+        if (r < 0)
+                log_warning_errno(r, "Failed to write %s: %s", p, strerror(-r));
+}
+
+static void manager_update_status(const Manager *m) {
+        const StageResult *failed = NULL;
+        StageId failed_id = _STAGE_INVALID;
+
+        if (m->current_stage >= 0) {
+                (void) sd_notifyf(false, "STATUS=Running stage %s (%d/%d).", stage_to_string(m->current_stage),
+                                  (int) m->current_stage + 1, (int) _STAGE_MAX);
+                return;
+        }
+        for (int i = 0; i < _STAGE_MAX && !failed; i++)
+                if (m->stages[i].state == STAGE_FAILED) {
+                        failed = &m->stages[i];
+                        failed_id = (StageId) i;
+                }
+        size_t n = m->inventory ? m->inventory->n_gpus : 0;
+        if (failed)
+                (void) sd_notifyf(false, "STATUS=%s: stage %s failed: %s", m->state == AGENT_FAILED ? "Failed" : "Degraded",
+                                  stage_to_string(failed_id), strna(failed->message));
+        else if (manager_is_ready(m))
+                (void) sd_notifyf(false, "STATUS=Ready: %zu GPU%s.", n, n == 1 ? "" : "s");
+        else
+                (void) sd_notify(false, "STATUS=Starting.");
+}
+
+void manager_set_stage(Manager *m, StageId id, StageState state, int error, const char *message) {
+        StageResult *r = &m->stages[id];
+        StageState old = r->state;
+        bool changed = old != state || !streq_ptr(r->message, message);
+        uint64_t now = now_realtime();
+
+        assert(id >= 0 && id < _STAGE_MAX);
+
+        if (state == STAGE_RUNNING) {
+                r->started_usec = now;
+                r->finished_usec = 0;
+                m->current_stage = id;
+        } else {
+                if (stage_state_is_final(state))
+                        r->finished_usec = now;
+                if (m->current_stage == id)
+                        m->current_stage = _STAGE_INVALID;
+        }
+        if (state == STAGE_FAILED)
+                r->failures++;
+        else if (stage_state_is_success(state))
+                r->failures = 0;
+        r->state = state;
+        r->error = error < 0 ? -error : error;
+        if (!streq_ptr(r->message, message)) {
+                free(r->message);
+                r->message = message ? strdup(message) : NULL;
+        }
+
+        /* Routine re-runs (running, then the same result again) stay at debug level; only a
+         * change of outcome is worth a line at info or above. */
+        int level = state == STAGE_FAILED ? LOG_ERR : LOG_INFO;
+        if (state == STAGE_RUNNING || !changed)
+                level = LOG_DEBUG;
+        if (log_get_max_level() >= level) {
+                _cleanup_free_ char *f1 = strprintf("GPU_NODE_AGENT_STAGE=%s", stage_to_string(id)),
+                                    *f2 = strprintf("GPU_NODE_AGENT_STAGE_STATE=%s", stage_state_to_string(state)),
+                                    *f3 = strprintf("ERRNO=%d", r->error);
+                if (f1 && f2 && f3) {
+                        const char *fields[] = { f1, f2, f3, NULL };
+                        log_struct(level, fields, "Stage %s: %s → %s%s%s", stage_to_string(id),
+                                   stage_state_to_string(old), stage_state_to_string(state),
+                                   message ? ": " : "", message ?: "");
+                }
+        }
+
+        manager_update_status(m);
+        if (stage_state_is_final(state) || state == STAGE_PENDING) {
+                _cleanup_free_ char *name = strprintf("%s-ready", stage_to_string(id));
+                if (name)
+                        manager_update_ready_file(m, name, stage_state_is_success(state));
+        }
+        manager_bus_mark_dirty(m, NULL, AGENT_MANAGER_INTERFACE, "Stage");
+        if (changed || stage_state_is_final(state))
+                manager_bus_mark_dirty(m, NULL, AGENT_MANAGER_INTERFACE, "Stages");
+        if (old != state)
+                manager_bus_emit_stage_changed(m, id);
+
+        /* The next piece of work is scheduled from an event source, never called from here. */
+        if (m->pass_active && state != STAGE_RUNNING && m->stage_source)
+                (void) sd_event_source_set_enabled(m->stage_source, SD_EVENT_ONESHOT);
+}
+
+static int on_retry(sd_event_source *s, uint64_t usec, void *userdata) {
+        manager_request_pass(userdata, "retry of failed stages");
+        return 0;
+}
+
+static void manager_schedule_retry(Manager *m) {
+        uint64_t delay = m->config->engine.retry_min_usec;
+        bool failed = false;
+        int r;
+
+        for (int i = 0; i < _STAGE_MAX; i++)
+                failed = failed || m->stages[i].state == STAGE_FAILED;
+        if (!failed) {
+                m->retry_attempt = 0;
+                if (m->retry_timer)
+                        (void) sd_event_source_set_enabled(m->retry_timer, SD_EVENT_OFF);
+                return;
+        }
+
+        for (unsigned i = 0; i < m->retry_attempt && delay < m->config->engine.retry_max_usec; i++)
+                delay *= 2;
+        if (delay > m->config->engine.retry_max_usec)
+                delay = m->config->engine.retry_max_usec;
+        m->retry_attempt++;
+
+        if (!m->retry_timer)
+                r = sd_event_add_time_relative(m->event, &m->retry_timer, CLOCK_MONOTONIC, delay, 0, on_retry, m);
+        else {
+                r = sd_event_source_set_time_relative(m->retry_timer, delay);
+                if (r >= 0)
+                        r = sd_event_source_set_enabled(m->retry_timer, SD_EVENT_ONESHOT);
+        }
+        if (r < 0)
+                log_warning_errno(r, "Failed to arm the retry timer: %m");
+        else
+                log_info("Retrying failed stages in %.1fs (attempt %u).", (double) delay / USEC_PER_SEC,
+                         m->retry_attempt);
+}
+
+static void manager_finish_pass(Manager *m) {
+        AgentState old = m->state;
+        bool first = !m->first_pass_done;
+
+        m->pass_active = false;
+        m->first_pass_done = true;
+        m->n_passes++;
+        m->state = manager_compute_state(m);
+
+        manager_update_ready_file(m, "ready", manager_is_ready(m));
+        manager_write_state_file(m);
+        manager_update_status(m);
+        if (old != m->state) {
+                log_info("Node state: %s → %s.", agent_state_to_string(old), agent_state_to_string(m->state));
+                manager_bus_mark_dirty(m, NULL, AGENT_MANAGER_INTERFACE, "State");
+        }
+        manager_bus_mark_dirty(m, NULL, AGENT_MANAGER_INTERFACE, "Ready");
+        manager_bus_mark_dirty(m, NULL, AGENT_MANAGER_INTERFACE, "Stage");
+
+        /* READY=1 after the first full pass whatever its outcome: a broken GPU must never hang
+         * boot. Units that need working GPUs gate on `gpunodectl wait-ready`. */
+        if (first)
+                (void) sd_notify(false, "READY=1");
+
+        if (m->options.oneshot) {
+                m->exit_code = manager_is_ready(m) ? 0 : 1;
+                (void) sd_event_exit(m->event, m->exit_code);
+                return;
+        }
+
+        manager_schedule_retry(m);
+        if (m->pass_again) {
+                m->pass_again = false;
+                manager_request_pass(m, "queued request");
+        }
+}
+
+static bool manager_stage_blocked(Manager *m, const StageDescriptor *d, char **ret_message) {
+        for (int i = 0; i < _STAGE_MAX; i++) {
+                if (!(d->depends & (1u << i)) || stage_state_is_success(m->stages[i].state))
+                        continue;
+                *ret_message = strprintf("waiting for stage %s (%s)", stage_to_string(i),
+                                         stage_state_to_string(m->stages[i].state));
+                return true;
+        }
+        return false;
+}
+
+static int on_stage(sd_event_source *s, void *userdata) {
+        Manager *m = userdata;
+        StageId id = m->next_stage;
+        _cleanup_free_ char *message = NULL;
+        const StageDescriptor *d;
+        int r;
+
+        if (id < 0 || id >= _STAGE_MAX) {
+                manager_finish_pass(m);
+                return 0;
+        }
+        d = stage_descriptor(id);
+        m->next_stage = id + 1;
+
+        if (manager_stage_blocked(m, d, &message)) {
+                manager_set_stage(m, id, STAGE_PENDING, 0, message);
+                return 0;
+        }
+
+        manager_set_stage(m, id, STAGE_RUNNING, 0, NULL);
+        r = d->run(m, &message);
+        if (r < 0)
+                manager_set_stage(m, id, STAGE_FAILED, r, message ?: strerror(-r));
+        else
+                manager_set_stage(m, id, r == STAGE_SKIPPED ? STAGE_SKIPPED : STAGE_DONE, 0, message);
+        return 0;
+}
+
+void manager_request_pass(Manager *m, const char *reason) {
+        int r;
+
+        if (m->pass_active) {
+                log_debug("Pass requested (%s) while one runs: queued.", reason);
+                m->pass_again = true;
+                return;
+        }
+        log_debug("Starting a pass over all stages (%s).", reason);
+
+        if (!m->stage_source) {
+                r = sd_event_add_defer(m->event, &m->stage_source, on_stage, m);
+                if (r < 0) {
+                        log_error_errno(r, "Failed to schedule the stages: %m");
+                        return;
+                }
+        }
+        if (m->retry_timer)
+                (void) sd_event_source_set_enabled(m->retry_timer, SD_EVENT_OFF);
+        m->pass_active = true;
+        m->next_stage = 0;
+        (void) sd_event_source_set_enabled(m->stage_source, SD_EVENT_ONESHOT);
+}

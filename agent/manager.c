@@ -1,0 +1,273 @@
+/* SPDX-License-Identifier: MIT */
+/* Owns the Manager's lifetime: creation, start-up (config, bus, signals, watchdog, device monitor),
+ * the event loop, configuration reload, and teardown. The stage engine lives in manager-stage.c. */
+#include <signal.h>
+#include <sys/utsname.h>
+#include <systemd/sd-daemon.h>
+
+#include "build-config.h"
+#include "bus.h"
+#include "fileio.h"
+#include "log.h"
+#include "manager.h"
+#include "strv.h"
+
+/* Device events arrive in bursts (a bind is remove+add+bind); one pass after they settle. */
+#define SETTLE_USEC (300 * USEC_PER_MSEC)
+
+static const char *const agent_state_names[_AGENT_STATE_MAX] = {
+        [AGENT_STARTING] = "starting",
+        [AGENT_READY] = "ready",
+        [AGENT_DEGRADED] = "degraded",
+        [AGENT_FAILED] = "failed",
+};
+
+const char *agent_state_to_string(AgentState s) {
+        if (s < 0 || s >= _AGENT_STATE_MAX)
+                return NULL;
+        return agent_state_names[s];
+}
+
+AgentState agent_state_from_string(const char *s) {
+        for (int i = 0; s && i < _AGENT_STATE_MAX; i++)
+                if (streq(agent_state_names[i], s))
+                        return (AgentState) i;
+        return _AGENT_STATE_INVALID;
+}
+
+int manager_new(const ManagerOptions *o, Manager **ret) {
+        _cleanup_(manager_freep) Manager *m = calloc(1, sizeof(Manager));
+        int r;
+
+        if (!m)
+                return -ENOMEM;
+        m->options = *o;
+        m->current_stage = _STAGE_INVALID;
+        m->next_stage = _STAGE_INVALID;
+        m->state = AGENT_STARTING;
+
+        r = sd_event_new(&m->event);
+        if (r < 0)
+                return r;
+
+        *ret = TAKE_PTR(m);
+        return 0;
+}
+
+Manager *manager_free(Manager *m) {
+        if (!m)
+                return NULL;
+
+        manager_bus_disconnect(m);
+        bus_dirty_free(m->bus_dirty);
+        sd_device_monitor_unref(m->monitor);
+        sd_event_source_unref(m->sig_term);
+        sd_event_source_unref(m->sig_int);
+        sd_event_source_unref(m->sig_hup);
+        sd_event_source_unref(m->stage_source);
+        sd_event_source_unref(m->retry_timer);
+        sd_event_source_unref(m->refresh_timer);
+        sd_event_source_unref(m->settle_timer);
+        sd_event_unref(m->event);
+
+        for (int i = 0; i < _STAGE_MAX; i++)
+                free(m->stages[i].message);
+        config_free(m->config);
+        free(m->config_error);
+        inventory_free(m->inventory);
+        label_set_free(m->labels);
+        free(m->kernel_release);
+        free(m);
+        return NULL;
+}
+
+static void manager_apply_log_level(Manager *m) {
+        log_set_max_level(m->options.log_level >= 0 ? m->options.log_level : m->config->log_level);
+}
+
+static int on_exit_signal(sd_event_source *s, const struct signalfd_siginfo *si, void *userdata) {
+        Manager *m = userdata;
+
+        log_info("Received SIG%s, exiting.", sigabbrev_np((int) si->ssi_signo));
+        (void) sd_notify(false, "STOPPING=1\nSTATUS=Shutting down.");
+        return sd_event_exit(m->event, 0);
+}
+
+static int on_sighup(sd_event_source *s, const struct signalfd_siginfo *si, void *userdata) {
+        (void) manager_reload(userdata, NULL);
+        return 0;
+}
+
+static int on_settled(sd_event_source *s, uint64_t usec, void *userdata) {
+        manager_request_pass(userdata, "device change");
+        return 0;
+}
+
+static int on_device_event(sd_device_monitor *mon, sd_device *d, void *userdata) {
+        Manager *m = userdata;
+        const char *syspath = NULL, *subsystem = NULL;
+        sd_device_action_t action = _SD_DEVICE_ACTION_INVALID;
+
+        (void) sd_device_get_syspath(d, &syspath);
+        (void) sd_device_get_subsystem(d, &subsystem);
+        (void) sd_device_get_action(d, &action);
+        log_debug("Device event %d on %s (%s).", (int) action, strna(syspath), strna(subsystem));
+
+        /* Only NVIDIA and Mellanox PCI functions matter; everything under "module" is ours to
+         * watch for later stages (driver load/unload). */
+        if (subsystem && streq(subsystem, "pci")) {
+                const char *vendor = NULL;
+                if (sd_device_get_sysattr_value(d, "vendor", &vendor) >= 0 && vendor &&
+                    !startswith(vendor, "0x10de") && !startswith(vendor, "0x15b3"))
+                        return 0;
+        }
+
+        if (!m->settle_timer) {
+                int r = sd_event_add_time_relative(m->event, &m->settle_timer, CLOCK_MONOTONIC, SETTLE_USEC,
+                                                   0, on_settled, m);
+                if (r < 0)
+                        return log_warning_errno(r, "Failed to arm the device settle timer: %m");
+        } else {
+                (void) sd_event_source_set_time_relative(m->settle_timer, SETTLE_USEC);
+                (void) sd_event_source_set_enabled(m->settle_timer, SD_EVENT_ONESHOT);
+        }
+        return 0;
+}
+
+/* Hotplug only makes sense on the host's own sysfs: sd-device always reads /sys, so with a
+ * simulated or chroot sysfs the events would describe another machine. */
+static int manager_setup_device_monitor(Manager *m) {
+        int r;
+
+        if (!streq(m->config->paths.sys, "/sys")) {
+                log_debug("paths.sys is %s, not /sys: not watching device events.", m->config->paths.sys);
+                return 0;
+        }
+
+        r = sd_device_monitor_new(&m->monitor);
+        if (r >= 0)
+                r = sd_device_monitor_filter_add_match_subsystem_devtype(m->monitor, "pci", NULL);
+        if (r >= 0)
+                r = sd_device_monitor_filter_add_match_subsystem_devtype(m->monitor, "module", NULL);
+        if (r >= 0)
+                r = sd_device_monitor_attach_event(m->monitor, m->event);
+        if (r >= 0)
+                r = sd_device_monitor_start(m->monitor, on_device_event, m);
+        if (r < 0) {
+                m->monitor = sd_device_monitor_unref(m->monitor);
+                return log_warning_errno(r, "Cannot watch device events (%s); GPU hotplug is noticed only on "
+                                         "Reconcile() or SIGHUP.", strerror(-r));
+        }
+        return 0;
+}
+
+static int manager_read_kernel_release(Manager *m) {
+        _cleanup_free_ char *p = path_join(m->config->paths.proc, "sys/kernel/osrelease");
+        char *s = NULL;
+        struct utsname u;
+
+        if (!p)
+                return -ENOMEM;
+        if (read_one_line_file(p, &s) >= 0 && !isempty(s)) {
+                free(m->kernel_release);
+                m->kernel_release = s;
+                return 0;
+        }
+        free(s);
+        if (uname(&u) < 0)
+                return negative_errno();
+        free(m->kernel_release);
+        m->kernel_release = strdup(u.release);
+        return m->kernel_release ? 0 : -ENOMEM;
+}
+
+int manager_startup(Manager *m) {
+        _cleanup_free_ char *error = NULL;
+        sigset_t ss;
+        int r;
+
+        r = config_load(&m->options.config, &m->config, &error);
+        if (r < 0)
+                return log_error_errno(r, "Invalid configuration, not starting: %s", error);
+        manager_apply_log_level(m);
+        STRV_FOREACH(s, m->config->sources)
+                log_debug("Configuration file: %s", *s);
+
+        sigemptyset(&ss);
+        sigaddset(&ss, SIGTERM);
+        sigaddset(&ss, SIGINT);
+        sigaddset(&ss, SIGHUP);
+        if (sigprocmask(SIG_BLOCK, &ss, NULL) < 0)
+                return log_error_errno(errno, "Failed to block signals: %m");
+        r = sd_event_add_signal(m->event, &m->sig_term, SIGTERM, on_exit_signal, m);
+        if (r >= 0)
+                r = sd_event_add_signal(m->event, &m->sig_int, SIGINT, on_exit_signal, m);
+        if (r >= 0 && !m->options.oneshot)
+                r = sd_event_add_signal(m->event, &m->sig_hup, SIGHUP, on_sighup, m);
+        if (r < 0)
+                return log_error_errno(r, "Failed to install signal handlers: %m");
+
+        /* Sends WATCHDOG=1 at half of $WATCHDOG_USEC; a no-op without it. */
+        r = sd_event_set_watchdog(m->event, true);
+        if (r < 0)
+                log_warning_errno(r, "Failed to enable the watchdog: %m");
+
+        r = manager_read_kernel_release(m);
+        if (r < 0)
+                return log_error_errno(r, "Failed to determine the kernel release: %m");
+
+        if (!m->options.oneshot) {
+                r = manager_bus_connect(m);
+                if (r < 0)
+                        return r;
+                (void) manager_setup_device_monitor(m);
+        }
+
+        log_info("gpu-node-agent " GPU_NODE_AGENT_VERSION " starting (root %s, kernel %s).",
+                 m->config->paths.root, m->kernel_release);
+        manager_request_pass(m, "start-up");
+        return 0;
+}
+
+int manager_run(Manager *m) {
+        int r = sd_event_loop(m->event);
+        if (r < 0)
+                return log_error_errno(r, "Event loop failed: %m");
+        return m->exit_code ? m->exit_code : r;
+}
+
+int manager_reload(Manager *m, char **ret_error) {
+        _cleanup_free_ char *error = NULL;
+        Config *c = NULL;
+        int r;
+
+        (void) sd_notify(false, "RELOADING=1\nSTATUS=Reloading configuration.");
+        log_info("Reloading configuration.");
+
+        r = config_load(&m->options.config, &c, &error);
+        if (r < 0) {
+                log_error("Reload failed, keeping the previous configuration: %s", error);
+                free(m->config_error);
+                m->config_error = TAKE_PTR(error);
+                manager_bus_mark_dirty(m, NULL, AGENT_MANAGER_INTERFACE, "ConfigError");
+                (void) sd_notifyf(false, "READY=1\nSTATUS=Reload failed, previous configuration kept: %s",
+                                  m->config_error);
+                if (ret_error)
+                        *ret_error = strdup(m->config_error);
+                return r;
+        }
+
+        config_free(m->config);
+        m->config = c;
+        manager_apply_log_level(m);
+        if (m->config_error) {
+                m->config_error = mfree(m->config_error);
+                manager_bus_mark_dirty(m, NULL, AGENT_MANAGER_INTERFACE, "ConfigError");
+        }
+        manager_bus_mark_dirty(m, NULL, AGENT_MANAGER_INTERFACE, "ConfigSources");
+        (void) manager_read_kernel_release(m);
+        log_info("Configuration reloaded (%zu file(s)).", strv_length(m->config->sources));
+        (void) sd_notify(false, "READY=1");
+        manager_request_pass(m, "reload");
+        return 0;
+}

@@ -1,0 +1,97 @@
+/* SPDX-License-Identifier: MIT */
+/* Owns the Manager: the one object that holds every long-lived handle (event loop, bus, device
+ * monitor, config, inventory, labels, stage results) and the stage engine's state. */
+#pragma once
+
+#include <stdbool.h>
+#include <systemd/sd-bus.h>
+#include <systemd/sd-device.h>
+#include <systemd/sd-event.h>
+
+#include "config.h"
+#include "label.h"
+#include "probe.h"
+#include "stage.h"
+
+#define AGENT_BUS_NAME "org.gpunodeagent.Agent1"
+#define AGENT_OBJECT_PATH "/org/gpunodeagent/Agent1"
+#define AGENT_GPU_PATH_PREFIX "/org/gpunodeagent/Agent1/gpu"
+#define AGENT_MANAGER_INTERFACE "org.gpunodeagent.Agent1.Manager"
+#define AGENT_GPU_INTERFACE "org.gpunodeagent.Agent1.Gpu"
+
+/* Overall state, also the gpu-node-agent.state label. */
+typedef enum AgentState {
+        AGENT_STARTING,  /* first pass not finished */
+        AGENT_READY,     /* every stage done or skipped */
+        AGENT_DEGRADED,  /* a stage failed, the node is partly usable */
+        AGENT_FAILED,    /* probe failed: nothing is known about the node */
+        _AGENT_STATE_MAX,
+        _AGENT_STATE_INVALID = -EINVAL,
+} AgentState;
+
+typedef struct BusDirty BusDirty;
+
+typedef struct ManagerOptions {
+        ConfigLoadOptions config;  /* strings owned by the caller, must outlive the Manager */
+        bool oneshot;              /* run the stages once without D-Bus, then exit */
+        int log_level;             /* --log-level, or -1 to take log.level from the config */
+} ManagerOptions;
+
+typedef struct Manager {
+        sd_event *event;
+        sd_bus *bus;                     /* NULL with --oneshot */
+        sd_device_monitor *monitor;
+        sd_event_source *sig_term, *sig_int, *sig_hup;
+        sd_event_source *stage_source;   /* defer: runs the next stage of the pass */
+        sd_event_source *retry_timer;    /* re-runs the pass after a failure, with backoff */
+        sd_event_source *refresh_timer;  /* re-writes the feature file before its expiry */
+        sd_event_source *settle_timer;   /* coalesces device events into one pass */
+        BusDirty *bus_dirty;             /* owned by bus-util.c */
+
+        ManagerOptions options;
+        Config *config;
+        char *config_error;              /* why the last load/reload failed, NULL if it did not */
+
+        Inventory *inventory;            /* last successful probe, NULL before */
+        LabelSet *labels;                /* last written label set, NULL when none */
+        uint64_t labels_expiry_usec;     /* expiry written with them (CLOCK_REALTIME), 0 none */
+        char *kernel_release;
+
+        StageResult stages[_STAGE_MAX];
+        StageId current_stage;           /* running, or _STAGE_INVALID between passes */
+        StageId next_stage;              /* the one the stage source runs next */
+        bool pass_active;
+        bool pass_again;                 /* a pass was requested while one ran */
+        bool first_pass_done;
+        AgentState state;
+        unsigned retry_attempt;
+        uint64_t n_passes;
+        int exit_code;
+} Manager;
+
+int manager_new(const ManagerOptions *o, Manager **ret);
+Manager *manager_free(Manager *m);
+DEFINE_CLEANUP_FUNC(Manager *, manager_free);
+
+/* Loads the config, connects the bus (unless oneshot), installs signal handlers and the device
+ * monitor, and schedules the first pass. */
+int manager_startup(Manager *m);
+/* Runs the event loop until SIGTERM/SIGINT (or, oneshot, the first pass); returns the exit code. */
+int manager_run(Manager *m);
+
+/* Asks for a full pass of the stages (coalesced; runs from the event loop). */
+void manager_request_pass(Manager *m, const char *reason);
+
+/* Reloads the configuration transactionally: on success swaps it in and requests a pass; on failure
+ * keeps the old one, stores the error in config_error (visible on D-Bus) and returns it. */
+int manager_reload(Manager *m, char **ret_error);
+
+/* The one stage transition function (STYLE.md rule 11). */
+void manager_set_stage(Manager *m, StageId id, StageState state, int error, const char *message);
+
+/* Name of the Stage property: "starting", the running stage's name, or "ready" between passes. */
+const char *manager_stage_name(const Manager *m);
+bool manager_is_ready(const Manager *m);
+
+const char *agent_state_to_string(AgentState s);
+AgentState agent_state_from_string(const char *s);

@@ -1,0 +1,586 @@
+/* SPDX-License-Identifier: MIT */
+/* Owns the PCI inventory: scans a sysfs tree with libpci (sysfs method, our own error handlers, an
+ * explicit pci.ids without udev's hwdb) and sorts the NVIDIA GPUs, NVSwitches and Mellanox NICs it
+ * finds into an Inventory in PCI address order. Attributes libpci does not cover (link speed and
+ * width, SR-IOV physfn) are read straight from the device directory. */
+#include <assert.h>
+#include <limits.h>
+#include <pci/pci.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <sys/stat.h>
+
+#include "fileio.h"
+#include "log.h"
+#include "probe.h"
+#include "strv.h"
+
+#define PCI_VENDOR_NVIDIA 0x10de
+#define PCI_VENDOR_MELLANOX 0x15b3
+
+/* The state of one probe_pci() call as libpci's callbacks see it. */
+typedef struct ProbeContext {
+        sigjmp_buf jump;      /* where a fatal libpci error returns to */
+        bool armed;           /* a libpci call is running inside a jump target */
+        char *error;          /* message of the last fatal libpci error */
+        char **warnings;
+        int oom;              /* -ENOMEM when a warning could not be recorded */
+} ProbeContext;
+
+/* libpci's callbacks get no user pointer and struct pci_access has no spare field, so the
+ * probe in progress on this thread is found here. Set only for the duration of probe_pci(). */
+static _Thread_local ProbeContext *probe_context;
+
+static void probe_add_warning(ProbeContext *c, const char *fmt, ...) _printf_(2, 3);
+static void probe_add_warning(ProbeContext *c, const char *fmt, ...) {
+        va_list ap;
+        char *s = NULL;
+
+        va_start(ap, fmt);
+        if (vasprintf(&s, fmt, ap) < 0)
+                s = NULL;
+        va_end(ap);
+        if (!s || strv_consume(&c->warnings, s) < 0)
+                c->oom = -ENOMEM;
+}
+
+/* libpci declares its error callback noreturn and its default calls exit(1). A daemon must not
+ * die because one sysfs file is odd, so the message is kept and control goes back to the
+ * wrapper that started the libpci call, which turns it into an error. */
+_noreturn_ _printf_(1, 2) static void probe_libpci_error(char *msg, ...) {
+        ProbeContext *c = probe_context;
+        va_list ap;
+
+        if (!c || !c->armed) {
+                /* A libpci call outside our wrappers: a programming error here, not bad input. */
+                va_start(ap, msg);
+                (void) log_internalv(LOG_ERR, 0, msg, ap);
+                va_end(ap);
+                abort();
+        }
+
+        free(c->error);
+        va_start(ap, msg);
+        if (vasprintf(&c->error, msg, ap) < 0)
+                c->error = NULL;
+        va_end(ap);
+        c->armed = false;
+        siglongjmp(c->jump, 1);
+}
+
+_printf_(1, 2) static void probe_libpci_warning(char *msg, ...) {
+        ProbeContext *c = probe_context;
+        _cleanup_free_ char *s = NULL;
+        va_list ap;
+
+        va_start(ap, msg);
+        if (vasprintf(&s, msg, ap) < 0)
+                s = NULL;
+        va_end(ap);
+        if (!s) {
+                if (c)
+                        c->oom = -ENOMEM;
+                return;
+        }
+        if (c)
+                probe_add_warning(c, "PCI: %s", strstrip_trailing(s));
+        else
+                log_warning("libpci: %s", s);
+}
+
+_printf_(1, 2) static void probe_libpci_debug(char *msg, ...) {
+        va_list ap;
+
+        /* libpci writes debug output in fragments; each fragment becomes one debug line. */
+        va_start(ap, msg);
+        if (log_get_max_level() >= LOG_DEBUG)
+                (void) log_internalv(LOG_DEBUG, 0, msg, ap);
+        va_end(ap);
+}
+
+/* Each libpci call that may hit the error callback runs in one of these small wrappers: nothing
+ * here is modified between sigsetjmp() and the jump, so no local needs to be volatile. */
+static int libpci_scan(ProbeContext *c, struct pci_access *a) {
+        if (sigsetjmp(c->jump, 0))
+                return -EIO;
+        c->armed = true;
+        pci_init(a);
+        pci_scan_bus(a);
+        c->armed = false;
+        return 0;
+}
+
+static int libpci_fill(ProbeContext *c, struct pci_dev *d, int flags) {
+        if (sigsetjmp(c->jump, 0))
+                return -EIO;
+        c->armed = true;
+        pci_fill_info(d, flags);
+        c->armed = false;
+        return 0;
+}
+
+static int libpci_lookup_device(ProbeContext *c, struct pci_access *a, char *buf, int size, uint16_t vendor,
+                                uint16_t device, const char **ret) {
+        if (sigsetjmp(c->jump, 0))
+                return -EIO;
+        c->armed = true;
+        *ret = pci_lookup_name(a, buf, size, PCI_LOOKUP_DEVICE | PCI_LOOKUP_NO_NUMBERS | PCI_LOOKUP_NO_HWDB,
+                               (int) vendor, (int) device);
+        c->armed = false;
+        return 0;
+}
+
+static void format_address(const struct pci_dev *d, char *buf, size_t size) {
+        snprintf(buf, size, "%04x:%02x:%02x.%u", (unsigned) d->domain, d->bus, d->dev, d->func);
+}
+
+static int compare_devices(const void *x, const void *y) {
+        const struct pci_dev *a = *(struct pci_dev *const *) x, *b = *(struct pci_dev *const *) y;
+
+        if (a->domain != b->domain)
+                return a->domain < b->domain ? -1 : 1;
+        if (a->bus != b->bus)
+                return a->bus < b->bus ? -1 : 1;
+        if (a->dev != b->dev)
+                return a->dev < b->dev ? -1 : 1;
+        if (a->func != b->func)
+                return a->func < b->func ? -1 : 1;
+        return 0;
+}
+
+static PciKind classify(const struct pci_dev *d) {
+        unsigned cls = d->device_class;
+
+        if (d->vendor_id == PCI_VENDOR_NVIDIA) {
+                if (cls == 0x0300 || cls == 0x0302)
+                        return PCI_KIND_GPU;
+                if (cls == 0x0680)
+                        return PCI_KIND_NVSWITCH;
+        }
+        /* Mellanox network controllers only; their PCIe switch ports (BlueField) are bridges. */
+        if (d->vendor_id == PCI_VENDOR_MELLANOX && (cls >> 8) == 0x02)
+                return PCI_KIND_NIC;
+        return _PCI_KIND_INVALID;
+}
+
+/* Reads one attribute of the device: 0 with *ret set, 0 with *ret NULL when the kernel does not
+ * provide it (absent file), or a warning and NULL when it exists but cannot be read. */
+static int read_attribute(ProbeContext *c, const char *dev_dir, const char *address, const char *attr,
+                          const char *what, char **ret) {
+        _cleanup_free_ char *p = path_join(dev_dir, attr);
+        int r;
+
+        *ret = NULL;
+        if (!p)
+                return -ENOMEM;
+        r = read_one_line_file(p, ret);
+        if (r == -ENOMEM)
+                return r;
+        if (r == -ENOENT)
+                return 0;
+        if (r < 0)
+                probe_add_warning(c, "Cannot read %s: %s; %s of %s unknown.", p, strerror(-r), what, address);
+        return 0;
+}
+
+/* libpci silently drops a driver or iommu_group link it cannot resolve; say so when the link is
+ * there but leads nowhere, because that means a broken tree, not an unbound device. */
+static void check_dangling_link(ProbeContext *c, const char *dev_dir, const char *address, const char *link,
+                                const char *what) {
+        _cleanup_free_ char *p = path_join(dev_dir, link);
+        struct stat st;
+
+        if (!p) {
+                c->oom = -ENOMEM;
+                return;
+        }
+        if (lstat(p, &st) < 0) {
+                if (errno != ENOENT)
+                        probe_add_warning(c, "Cannot read %s: %m; %s of %s unknown.", p, what, address);
+                return;
+        }
+        probe_add_warning(c, "Cannot resolve %s: the link points nowhere; %s of %s unknown.", p, what, address);
+}
+
+static int parse_uint(const char *s, unsigned *ret) {
+        char *end;
+        unsigned long v;
+
+        if (isempty(s) || *s == '-' || *s == '+')
+                return -EINVAL;
+        errno = 0;
+        v = strtoul(s, &end, 10);
+        if (errno != 0 || *end != 0 || v > UINT_MAX)
+                return -EINVAL;
+        *ret = (unsigned) v;
+        return 0;
+}
+
+typedef struct ProbeState {
+        ProbeContext *context;
+        struct pci_access *access;
+        const char *devices_dir;
+        bool names;               /* pci.ids usable */
+        const char *pci_ids;
+} ProbeState;
+
+static int probe_device(ProbeState *s, struct pci_dev *d, PciDevice *ret, bool *ret_found) {
+        ProbeContext *c = s->context;
+        char address[32], namebuf[256];
+        _cleanup_free_ char *dev_dir = NULL, *physfn = NULL, *speed = NULL, *width = NULL;
+        const char *name = NULL;
+        struct stat st;
+        PciKind kind;
+        int r;
+
+        *ret_found = false;
+        format_address(d, address, sizeof(address));
+
+        r = libpci_fill(c, d, PCI_FILL_IDENT | PCI_FILL_CLASS | PCI_FILL_CLASS_EXT);
+        if (r < 0) {
+                probe_add_warning(c, "Cannot identify PCI device %s: %s; device skipped.", address,
+                                  strna(c->error));
+                return 0;
+        }
+
+        kind = classify(d);
+        if (kind < 0)
+                return 0;
+
+        dev_dir = path_join(s->devices_dir, address);
+        physfn = dev_dir ? path_join(dev_dir, "physfn") : NULL;
+        if (!physfn)
+                return -ENOMEM;
+        /* SR-IOV virtual functions share the physical device; the PF alone is counted. */
+        if (lstat(physfn, &st) >= 0)
+                return 0;
+        if (errno != ENOENT)
+                probe_add_warning(c, "Cannot read %s: %m; treating %s as a physical function.", physfn, address);
+
+        r = libpci_fill(c, d, PCI_FILL_SUBSYS | PCI_FILL_NUMA_NODE | PCI_FILL_IOMMU_GROUP | PCI_FILL_DRIVER);
+        if (r < 0) {
+                probe_add_warning(c, "Cannot read the attributes of PCI device %s: %s; device skipped.", address,
+                                  strna(c->error));
+                return 0;
+        }
+
+        *ret = (PciDevice) {
+                .kind = kind,
+                .vendor_id = d->vendor_id,
+                .device_id = d->device_id,
+                .subsystem_vendor_id = d->subsys_vendor_id,
+                .subsystem_device_id = d->subsys_id,
+                .class_code = ((uint32_t) d->device_class << 8) | d->prog_if,
+                .numa_node = d->numa_node >= 0 ? d->numa_node : -1,
+                .iommu_group = -1,
+        };
+        snprintf(ret->address, sizeof(ret->address), "%s", address);
+
+        const char *group = pci_get_string_property(d, PCI_FILL_IOMMU_GROUP);
+        unsigned g;
+        if (group && parse_uint(group, &g) >= 0 && g <= INT_MAX)
+                ret->iommu_group = (int) g;
+        else if (group)
+                probe_add_warning(c, "Unexpected IOMMU group \"%s\" for %s; IOMMU group unknown.", group, address);
+        else
+                check_dangling_link(c, dev_dir, address, "iommu_group", "IOMMU group");
+
+        const char *driver = pci_get_string_property(d, PCI_FILL_DRIVER);
+        if (driver) {
+                ret->driver = strdup(driver);
+                if (!ret->driver)
+                        goto oom;
+        } else
+                check_dangling_link(c, dev_dir, address, "driver", "bound driver");
+
+        r = read_attribute(c, dev_dir, address, "current_link_speed", "link speed", &speed);
+        if (r < 0)
+                goto fail;
+        /* The kernel writes "Unknown" when the link is down or the speed is not one it knows. */
+        if (speed && !isempty(speed) && !streq(speed, "Unknown"))
+                ret->link_speed = TAKE_PTR(speed);
+
+        r = read_attribute(c, dev_dir, address, "current_link_width", "link width", &width);
+        if (r < 0)
+                goto fail;
+        if (width && parse_uint(width, &ret->link_width) < 0) {
+                probe_add_warning(c, "Unexpected link width \"%s\" in %s/current_link_width; link width of %s unknown.",
+                                  width, dev_dir, address);
+                ret->link_width = 0;
+        }
+
+        if (s->names) {
+                r = libpci_lookup_device(c, s->access, namebuf, sizeof(namebuf), d->vendor_id, d->device_id, &name);
+                if (r < 0) {
+                        probe_add_warning(c, "Cannot use pci.ids at %s: %s: GPU names unknown; reinstall pciutils or "
+                                          "set paths.pci-ids.", s->pci_ids, strna(c->error));
+                        s->names = false;
+                        name = NULL;
+                }
+                if (name) {
+                        ret->name = strdup(name);
+                        if (!ret->name)
+                                goto oom;
+                }
+        }
+
+        *ret_found = true;
+        return 0;
+
+oom:
+        r = -ENOMEM;
+fail:
+        free(ret->driver);
+        free(ret->link_speed);
+        free(ret->name);
+        *ret = (PciDevice) {};
+        return r;
+}
+
+static int inventory_append(Inventory *inv, PciDevice *dev) {
+        PciDevice **list = NULL;
+        size_t *n = NULL;
+
+        switch (dev->kind) {
+        case PCI_KIND_GPU:
+                list = &inv->gpus, n = &inv->n_gpus;
+                break;
+        case PCI_KIND_NVSWITCH:
+                list = &inv->nvswitches, n = &inv->n_nvswitches;
+                break;
+        case PCI_KIND_NIC:
+                list = &inv->nics, n = &inv->n_nics;
+                break;
+        case _PCI_KIND_MAX:
+        case _PCI_KIND_INVALID:
+                break;
+        }
+        if (!list || !n)
+                return -EINVAL;
+
+        PciDevice *l = reallocarray(*list, *n + 1, sizeof(PciDevice));
+        if (!l)
+                return -ENOMEM;
+        *list = l;
+        dev->index = (unsigned) *n;
+        l[(*n)++] = *dev;
+        return 0;
+}
+
+/* Checks the tree before libpci sees it: libpci treats a missing directory or a stray entry as
+ * fatal, and the jump out of its scan would leak the directory handle. */
+static int check_devices_dir(const char *devices_dir, char **ret_error) {
+        _cleanup_closedir_ DIR *dir = opendir(devices_dir);
+        struct dirent *de;
+
+        if (!dir) {
+                int r = negative_errno();
+                *ret_error = strprintf("cannot read %s: %s; point paths.sys (or --root) at a mounted sysfs",
+                                       devices_dir, strerror(-r));
+                return r;
+        }
+        errno = 0;
+        while ((de = readdir(dir))) {
+                unsigned dom, bus, dev, fn;
+                char extra;
+
+                if (de->d_name[0] == '.')
+                        continue;
+                if (sscanf(de->d_name, "%x:%x:%x.%u%c", &dom, &bus, &dev, &fn, &extra) != 4 || dom > 0x7fffffff) {
+                        *ret_error = strprintf("cannot read %s: unexpected entry \"%s\" (not a PCI address); "
+                                               "point paths.sys (or --root) at a real sysfs",
+                                               devices_dir, de->d_name);
+                        return -EINVAL;
+                }
+        }
+        if (errno != 0) {
+                int r = negative_errno();
+                *ret_error = strprintf("cannot read %s: %s", devices_dir, strerror(-r));
+                return r;
+        }
+        return 0;
+}
+
+static void pci_cleanupp(struct pci_access **a) {
+        if (*a)
+                pci_cleanup(*a);
+}
+
+static void probe_context_done(ProbeContext *c) {
+        probe_context = NULL;
+        free(c->error);
+        strv_free(c->warnings);
+}
+
+int probe_pci(const char *sys_dir, const char *pci_ids, Inventory **ret, char **ret_error) {
+        _cleanup_(probe_context_done) ProbeContext c = {};
+        _cleanup_(pci_cleanupp) struct pci_access *a = NULL;
+        _cleanup_(inventory_freep) Inventory *inv = NULL;
+        _cleanup_free_ char *bus_pci = NULL, *devices_dir = NULL;
+        _cleanup_free_ struct pci_dev **devs = NULL;
+        size_t n_devs = 0;
+        struct stat st;
+        int r;
+
+        assert(sys_dir);
+        assert(ret);
+        assert(ret_error);
+
+        *ret_error = NULL;
+        bus_pci = path_join(sys_dir, "bus/pci");
+        devices_dir = bus_pci ? path_join(bus_pci, "devices") : NULL;
+        inv = calloc(1, sizeof(Inventory));
+        if (!devices_dir || !inv)
+                return -ENOMEM;
+
+        r = check_devices_dir(devices_dir, ret_error);
+        if (r < 0)
+                return r;
+
+        probe_context = &c;
+
+        bool names = false;
+        if (isempty(pci_ids))
+                probe_add_warning(&c, "No pci.ids configured: GPU names unknown; set paths.pci-ids.");
+        else if (stat(pci_ids, &st) < 0 && errno == ENOENT)
+                probe_add_warning(&c, "pci.ids not found at %s: GPU names unknown; install pciutils or set "
+                                  "paths.pci-ids", pci_ids);
+        else if (access(pci_ids, R_OK) < 0)
+                probe_add_warning(&c, "Cannot read pci.ids at %s: %m: GPU names unknown; install pciutils or set "
+                                  "paths.pci-ids", pci_ids);
+        else if (!S_ISREG(st.st_mode))
+                probe_add_warning(&c, "pci.ids at %s is not a regular file: GPU names unknown; install pciutils or "
+                                  "set paths.pci-ids", pci_ids);
+        else
+                names = true;
+
+        a = pci_alloc();
+        if (!a)
+                return -ENOMEM;
+        a->error = probe_libpci_error;
+        a->warning = probe_libpci_warning;
+        a->debug = probe_libpci_debug;
+        a->debugging = log_get_max_level() >= LOG_DEBUG;
+        a->method = PCI_ACCESS_SYS_BUS_PCI;
+        /* Local pci.ids only: no DNS lookups, no ~/.pciids-cache, no udev hwdb (whose content
+         * depends on the host and would make names differ from what pci.ids says). */
+        a->id_lookup_mode = 0;
+        (void) pci_set_param(a, "hwdb.disable", (char *) "1");
+        if (pci_set_param(a, "sysfs.path", bus_pci) < 0)
+                return -EINVAL;
+        if (names) {
+                char *p = strdup(pci_ids);
+                if (!p)
+                        return -ENOMEM;
+                pci_set_name_list_path(a, p, 1);
+        }
+
+        r = libpci_scan(&c, a);
+        if (r < 0) {
+                *ret_error = strprintf("cannot scan PCI devices in %s: %s", bus_pci, strna(c.error));
+                return r;
+        }
+
+        for (struct pci_dev *d = a->devices; d; d = d->next)
+                n_devs++;
+        devs = calloc(n_devs ?: 1, sizeof(struct pci_dev *));
+        if (!devs)
+                return -ENOMEM;
+        n_devs = 0;
+        for (struct pci_dev *d = a->devices; d; d = d->next)
+                devs[n_devs++] = d;
+        /* libpci links each new device at the head of its list: restore address order. */
+        qsort(devs, n_devs, sizeof(struct pci_dev *), compare_devices);
+
+        ProbeState s = {
+                .context = &c,
+                .access = a,
+                .devices_dir = devices_dir,
+                .names = names,
+                .pci_ids = pci_ids,
+        };
+        for (size_t i = 0; i < n_devs; i++) {
+                PciDevice dev;
+                bool found;
+
+                r = probe_device(&s, devs[i], &dev, &found);
+                if (r < 0)
+                        return r;
+                if (!found)
+                        continue;
+                r = inventory_append(inv, &dev);
+                if (r < 0) {
+                        free(dev.name);
+                        free(dev.driver);
+                        free(dev.link_speed);
+                        return r;
+                }
+        }
+        if (c.oom < 0)
+                return c.oom;
+
+        inv->warnings = TAKE_PTR(c.warnings);
+        *ret = TAKE_PTR(inv);
+        return 0;
+}
+
+static void pci_device_list_free(PciDevice *l, size_t n) {
+        for (size_t i = 0; i < n; i++) {
+                free(l[i].name);
+                free(l[i].driver);
+                free(l[i].link_speed);
+        }
+        free(l);
+}
+
+Inventory *inventory_free(Inventory *inv) {
+        if (!inv)
+                return NULL;
+        pci_device_list_free(inv->gpus, inv->n_gpus);
+        pci_device_list_free(inv->nvswitches, inv->n_nvswitches);
+        pci_device_list_free(inv->nics, inv->n_nics);
+        strv_free(inv->warnings);
+        free(inv);
+        return NULL;
+}
+
+static bool pci_device_equal(const PciDevice *a, const PciDevice *b) {
+        return a->kind == b->kind && a->index == b->index && streq(a->address, b->address) &&
+               a->vendor_id == b->vendor_id && a->device_id == b->device_id &&
+               a->subsystem_vendor_id == b->subsystem_vendor_id &&
+               a->subsystem_device_id == b->subsystem_device_id && a->class_code == b->class_code &&
+               streq_ptr(a->name, b->name) && a->numa_node == b->numa_node && a->iommu_group == b->iommu_group &&
+               streq_ptr(a->driver, b->driver) && streq_ptr(a->link_speed, b->link_speed) &&
+               a->link_width == b->link_width;
+}
+
+static bool pci_device_list_equal(const PciDevice *a, size_t n_a, const PciDevice *b, size_t n_b) {
+        if (n_a != n_b)
+                return false;
+        for (size_t i = 0; i < n_a; i++)
+                if (!pci_device_equal(&a[i], &b[i]))
+                        return false;
+        return true;
+}
+
+bool inventory_equal(const Inventory *a, const Inventory *b) {
+        if (a == b)
+                return true;
+        if (!a || !b)
+                return false;
+        return pci_device_list_equal(a->gpus, a->n_gpus, b->gpus, b->n_gpus) &&
+               pci_device_list_equal(a->nvswitches, a->n_nvswitches, b->nvswitches, b->n_nvswitches) &&
+               pci_device_list_equal(a->nics, a->n_nics, b->nics, b->n_nics);
+}
+
+static const char *const pci_kind_table[_PCI_KIND_MAX] = {
+        [PCI_KIND_GPU] = "gpu",
+        [PCI_KIND_NVSWITCH] = "nvswitch",
+        [PCI_KIND_NIC] = "nic",
+};
+
+const char *pci_kind_to_string(PciKind k) {
+        if (k < 0 || k >= _PCI_KIND_MAX)
+                return NULL;
+        return pci_kind_table[k];
+}

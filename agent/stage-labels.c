@@ -1,0 +1,149 @@
+/* SPDX-License-Identifier: MIT */
+/* Owns the labels stage: computes the node's labels and keeps the NFD feature file in step, with no
+ * churn, and refreshes its expiry directive before it lapses. */
+#include <time.h>
+
+#include "build-config.h"
+#include "bus.h"
+#include "fileio.h"
+#include "log.h"
+#include "manager.h"
+#include "nfd.h"
+#include "strv.h"
+
+static uint64_t now_realtime(void) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        return (uint64_t) ts.tv_sec * USEC_PER_SEC + (uint64_t) ts.tv_nsec / 1000;
+}
+
+/* The state label reflects the other stages; this one is running while it is computed. */
+static const char *labels_agent_state(const Manager *m) {
+        for (int i = 0; i < _STAGE_MAX; i++)
+                if (i != STAGE_LABELS && m->stages[i].state == STAGE_FAILED)
+                        return i == STAGE_PROBE ? "failed" : "degraded";
+        return "ready";
+}
+
+static int on_refresh(sd_event_source *s, uint64_t usec, void *userdata) {
+        manager_request_pass(userdata, "feature file expiry refresh");
+        return 0;
+}
+
+/* With labels.expiry set, the file carries an absolute expiry time; keep the one already written
+ * while it has more than half its lifetime left, so an unchanged label set is not rewritten. */
+static uint64_t labels_pick_expiry(Manager *m, bool same_labels) {
+        uint64_t lifetime = m->config->labels.expiry_usec, now = now_realtime();
+
+        if (lifetime == 0)
+                return 0;
+        if (same_labels && m->labels_expiry_usec > now + lifetime / 2)
+                return m->labels_expiry_usec;
+        return now + lifetime;
+}
+
+static void labels_arm_refresh(Manager *m) {
+        uint64_t lifetime = m->config->labels.expiry_usec;
+        int r;
+
+        if (lifetime == 0 || m->labels_expiry_usec == 0) {
+                if (m->refresh_timer)
+                        (void) sd_event_source_set_enabled(m->refresh_timer, SD_EVENT_OFF);
+                return;
+        }
+        uint64_t at = m->labels_expiry_usec - lifetime / 2, now = now_realtime();
+        uint64_t delay = at > now ? at - now : 0;
+        if (!m->refresh_timer)
+                r = sd_event_add_time_relative(m->event, &m->refresh_timer, CLOCK_MONOTONIC, delay,
+                                               USEC_PER_SEC, on_refresh, m);
+        else {
+                r = sd_event_source_set_time_relative(m->refresh_timer, delay);
+                if (r >= 0)
+                        r = sd_event_source_set_enabled(m->refresh_timer, SD_EVENT_ONESHOT);
+        }
+        if (r < 0)
+                log_warning_errno(r, "Failed to arm the feature file refresh timer: %m");
+}
+
+static void labels_publish(Manager *m, LabelSet *labels, uint64_t expiry) {
+        bool changed = !(m->labels && labels && label_set_equal(m->labels, labels)) && (m->labels || labels);
+
+        m->labels_expiry_usec = expiry;
+        if (!changed) {
+                label_set_free(labels);
+                return;
+        }
+        label_set_free(m->labels);
+        m->labels = labels;
+        manager_bus_mark_dirty(m, NULL, AGENT_MANAGER_INTERFACE, "Labels");
+}
+
+int stage_labels_run(Manager *m, char **ret_message) {
+        const ConfigLabels *c = &m->config->labels;
+        _cleanup_(label_set_freep) LabelSet *labels = NULL;
+        _cleanup_strv_free_ char **warnings = NULL;
+        _cleanup_free_ char *machine = NULL, *text = NULL, *error = NULL, *path = NULL;
+        bool written = false;
+        int r;
+
+        if (!c->enabled) {
+                labels_publish(m, NULL, 0);
+                labels_arm_refresh(m);
+                *ret_message = strdup("disabled in the configuration (labels.enabled: false)");
+                return STAGE_SKIPPED;
+        }
+
+        path = path_join(c->directory, c->file);
+        if (!path)
+                return -ENOMEM;
+
+        if (!m->inventory || m->inventory->n_gpus == 0) {
+                r = nfd_remove(c->directory, c->file);
+                if (r < 0) {
+                        *ret_message = strprintf("no NVIDIA GPU, but removing %s failed: %s", path, strerror(-r));
+                        return r;
+                }
+                labels_publish(m, NULL, 0);
+                labels_arm_refresh(m);
+                *ret_message = strprintf("no NVIDIA GPU: no labels, %s removed", path);
+                return STAGE_SKIPPED;
+        }
+
+        (void) label_read_machine(m->config->paths.sys, &machine);
+        LabelInput in = {
+                .inventory = m->inventory,
+                .machine = machine,
+                .agent_state = labels_agent_state(m),
+                .version = GPU_NODE_AGENT_VERSION,
+        };
+        r = labels_compute(&in, &labels, &warnings);
+        if (r < 0) {
+                *ret_message = strprintf("computing labels failed: %s", strerror(-r));
+                return r;
+        }
+
+        bool same = m->labels && label_set_equal(m->labels, labels);
+        if (!same)
+                STRV_FOREACH(w, warnings)
+                        log_warning("%s", *w);
+
+        uint64_t expiry = labels_pick_expiry(m, same);
+        r = nfd_format(labels, expiry, &text);
+        if (r < 0) {
+                *ret_message = strprintf("formatting the feature file failed: %s", strerror(-r));
+                return r;
+        }
+        r = nfd_write(c->directory, c->file, text, &written, &error);
+        if (r < 0) {
+                *ret_message = TAKE_PTR(error);
+                return r;
+        }
+        if (written)
+                log_info("Wrote %zu labels to %s.", labels->n, path);
+
+        size_t n = labels->n;
+        labels_publish(m, TAKE_PTR(labels), expiry);
+        labels_arm_refresh(m);
+        *ret_message = strprintf("%zu labels %s %s", n, written ? "written to" : "unchanged in", path);
+        return STAGE_DONE;
+}

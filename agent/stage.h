@@ -1,0 +1,57 @@
+/* SPDX-License-Identifier: MIT */
+/* Owns the stage model: stage ids and states with their string tables, per-stage results, and the
+ * table of stage handlers the engine in manager-stage.c runs in order. */
+#pragma once
+
+#include <stdint.h>
+
+#include "macro.h"
+
+typedef struct Manager Manager;
+
+typedef enum StageId {
+        STAGE_PROBE,
+        STAGE_LABELS,
+        _STAGE_MAX,
+        _STAGE_INVALID = -EINVAL,
+} StageId;
+
+typedef enum StageState {
+        STAGE_PENDING,
+        STAGE_RUNNING,
+        STAGE_DONE,
+        STAGE_SKIPPED,
+        STAGE_FAILED,
+        _STAGE_STATE_MAX,
+        _STAGE_STATE_INVALID = -EINVAL,
+} StageState;
+
+typedef struct StageResult {
+        StageState state;
+        int error;               /* positive errno when failed, else 0 */
+        char *message;           /* why skipped/failed, or what was done; may be NULL */
+        uint64_t started_usec;   /* CLOCK_REALTIME of the last start, 0 never */
+        uint64_t finished_usec;  /* CLOCK_REALTIME of the last finish, 0 while running/never */
+        unsigned failures;       /* consecutive failures, drives the retry backoff */
+} StageResult;
+
+/* A stage handler does the stage's work synchronously and returns STAGE_DONE or STAGE_SKIPPED, or a
+ * negative errno for failure; *ret_message explains (optional for DONE). */
+typedef int (*StageRunFunc)(Manager *m, char **ret_message);
+
+typedef struct StageDescriptor {
+        StageId id;
+        StageRunFunc run;
+        unsigned depends;        /* bit mask of StageIds that must be DONE/SKIPPED first */
+} StageDescriptor;
+
+const StageDescriptor *stage_descriptor(StageId id);
+
+const char *stage_to_string(StageId id);
+StageId stage_from_string(const char *s);
+const char *stage_state_to_string(StageState s);
+StageState stage_state_from_string(const char *s);
+
+/* The stage handlers (stage-probe.c, stage-labels.c). */
+int stage_probe_run(Manager *m, char **ret_message);
+int stage_labels_run(Manager *m, char **ret_message);

@@ -1,0 +1,188 @@
+# SPDX-License-Identifier: MIT
+"""Runs the real gpu-node-agent binary against a simulated node on a private, system-like dbus-daemon
+that includes our policy file, with an sd_notify listener. Shared by the integration tests and the
+benchmarks. Python stdlib only (run with /usr/bin/python3)."""
+import os
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+
+SRC = os.environ.get("GNA_SOURCE_ROOT", os.path.abspath(os.path.join(os.path.dirname(__file__), "../..")))
+BUILD = os.environ.get("GNA_BUILD_ROOT", os.path.join(SRC, "build"))
+AGENT = os.environ.get("GNA_AGENT", os.path.join(BUILD, "gpu-node-agent"))
+CTL = os.environ.get("GNA_CTL", os.path.join(BUILD, "gpunodectl"))
+NODES = os.environ.get("GNA_FIXTURE_NODES", os.path.join(BUILD, "tests/fixtures/nodes"))
+PCI_IDS = os.environ.get("GNA_FIXTURE_PCI_IDS", os.path.join(SRC, "tests/fixtures/pci.ids"))
+WRAPPER = shlex.split(os.environ.get("GNA_WRAPPER", ""))
+
+BUS_CONFIG = """<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
+ "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
+<busconfig>
+  <type>system</type>
+  <listen>unix:path={sock}</listen>
+  <auth>EXTERNAL</auth>
+  <policy context="default">
+    <allow user="*"/>
+    <deny own="*"/>
+    <deny send_type="method_call"/>
+    <allow send_destination="org.freedesktop.DBus"/>
+    <allow receive_type="signal"/>
+    <allow receive_type="method_return"/>
+    <allow receive_type="error"/>
+  </policy>
+  <include>{policy}</include>
+</busconfig>
+"""
+
+
+class Fail(Exception):
+    pass
+
+
+def check(cond, what):
+    if not cond:
+        raise Fail(what)
+
+
+class Bus:
+    """A private dbus-daemon with the system bus's default-deny policy plus ours."""
+
+    def __init__(self, tmp):
+        self.sock = os.path.join(tmp, "system_bus_socket")
+        conf = os.path.join(tmp, "bus.conf")
+        with open(conf, "w") as f:
+            f.write(BUS_CONFIG.format(sock=self.sock, policy=os.path.join(SRC, "units/org.gpunodeagent.Agent1.conf")))
+        self.proc = subprocess.Popen(["dbus-daemon", "--config-file=" + conf, "--nofork", "--print-address"],
+                                     stdout=subprocess.PIPE, text=True)
+        self.address = self.proc.stdout.readline().strip()
+        check(self.address.startswith("unix:"), "dbus-daemon did not start")
+        os.chmod(tmp, 0o755)
+
+    def stop(self):
+        self.proc.terminate()
+        self.proc.wait(10)
+
+
+class Notify:
+    """An sd_notify listener: collects every datagram the daemon sends."""
+
+    def __init__(self, tmp):
+        self.path = os.path.join(tmp, "notify")
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.sock.bind(self.path)
+        self.messages = []
+
+    def drain(self, timeout=0.0):
+        self.sock.settimeout(timeout if timeout > 0 else 0.0001)
+        try:
+            while True:
+                data = self.sock.recv(65536)
+                self.messages.extend(data.decode().split("\n"))
+                self.sock.settimeout(0.0001)
+        except (socket.timeout, BlockingIOError):
+            pass
+
+    def wait_for(self, line, timeout, start=0):
+        """Waits until `line` is among the messages received after index `start`; returns its index."""
+        deadline = time.monotonic() + timeout
+        while True:
+            for i in range(start, len(self.messages)):
+                if self.messages[i] == line:
+                    return i
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise Fail("timed out waiting for %r on NOTIFY_SOCKET; got %r" % (line, self.messages[start:]))
+            self.drain(min(left, 0.5))
+
+    def statuses(self):
+        return [m[len("STATUS="):] for m in self.messages if m.startswith("STATUS=")]
+
+
+class Node:
+    """A temporary config + output tree around a simulated node."""
+
+    def __init__(self, tmp, node, extra_yaml="", features=None):
+        self.tmp = tmp
+        self.node = os.path.join(NODES, node)
+        check(os.path.isdir(self.node), "fixture node %s missing (build the tests first)" % self.node)
+        self.features = features or os.path.join(tmp, "features.d")
+        self.run = os.path.join(tmp, "run")
+        self.state = os.path.join(tmp, "state")
+        self.confd = os.path.join(tmp, "conf.d")
+        os.makedirs(self.run, exist_ok=True)
+        os.makedirs(self.confd, exist_ok=True)
+        self.config = os.path.join(tmp, "agent.yaml")
+        with open(self.config, "w") as f:
+            f.write("paths:\n  sys: %s/sys\n  proc: %s/proc\n  run: %s\n  state: %s\n  pci-ids: %s\n"
+                    "labels:\n  directory: %s\n%s" % (self.node, self.node, self.run, self.state, PCI_IDS,
+                                                     self.features, extra_yaml))
+
+    def args(self):
+        return ["--config", self.config, "--config-dir", self.confd]
+
+    def feature_file(self):
+        return os.path.join(self.features, "gpu-node-agent")
+
+
+class Agent:
+    def __init__(self, node, bus=None, notify=None, extra_env=None, extra_args=(), wrapper=None):
+        env = dict(os.environ)
+        env.pop("NOTIFY_SOCKET", None)
+        env.pop("WATCHDOG_USEC", None)
+        if bus:
+            env["DBUS_SYSTEM_BUS_ADDRESS"] = bus.address
+        if notify:
+            env["NOTIFY_SOCKET"] = notify.path
+        env.update(extra_env or {})
+        self.log_path = os.path.join(node.tmp, "agent-%d.log" % time.monotonic_ns())
+        self.log = open(self.log_path, "w")
+        cmd = (WRAPPER if wrapper is None else wrapper) + [AGENT] + node.args() + list(extra_args)
+        self.proc = subprocess.Popen(cmd, env=env, stdout=self.log, stderr=subprocess.STDOUT)
+
+    def output(self):
+        self.log.flush()
+        with open(self.log_path) as f:
+            return f.read()
+
+    def stop(self, sig=signal.SIGTERM, timeout=60):
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise Fail("agent did not exit within %ds after signal %d" % (timeout, sig))
+
+
+def run(cmd, bus=None, user=None, check_rc=None, timeout=60):
+    env = dict(os.environ)
+    if bus:
+        env["DBUS_SYSTEM_BUS_ADDRESS"] = bus.address
+    if user:
+        cmd = ["setpriv", "--reuid=" + user, "--regid=" + user, "--clear-groups"] + cmd
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    if check_rc is not None and p.returncode != check_rc:
+        raise Fail("%s exited %d (wanted %d):\n%s%s" % (" ".join(cmd), p.returncode, check_rc, p.stdout, p.stderr))
+    return p
+
+
+def busctl(bus, *args, user=None, check_rc=0):
+    return run(["busctl", "--address=" + bus.address] + list(args), user=user, check_rc=check_rc)
+
+
+def get_property(bus, name, path="/org/gpunodeagent/Agent1", interface="org.gpunodeagent.Agent1.Manager"):
+    return busctl(bus, "get-property", "org.gpunodeagent.Agent1", path, interface, name).stdout.strip()
+
+
+class TempDir:
+    def __enter__(self):
+        self.path = tempfile.mkdtemp(prefix="gna-it-")
+        return self.path
+
+    def __exit__(self, *exc):
+        shutil.rmtree(self.path, ignore_errors=True)

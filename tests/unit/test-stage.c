@@ -1,0 +1,213 @@
+/* SPDX-License-Identifier: MIT */
+/* Tests for the stage engine (agent/stage.c, agent/manager-stage.c): string tables, and whole passes in
+ * --oneshot mode against simulated nodes — stage results, dependencies, node state, readiness files. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <sys/stat.h>
+#include <cmocka.h>
+
+#include <syslog.h>
+
+#include "fileio.h"
+#include "manager.h"
+#include "strv.h"
+
+typedef struct Env {
+        char *tmp;
+        char *config;
+        char *dropins;
+        char *features;
+        char *run;
+} Env;
+
+static const char *nodes_dir(void) {
+        const char *e = getenv("GNA_FIXTURE_NODES");
+        return e ?: "build/tests/fixtures/nodes";
+}
+
+static void env_free(Env *e) {
+        _cleanup_free_ char *cmd = strprintf("rm -rf '%s'", e->tmp);
+        assert_int_equal(system(cmd), 0);
+        free(e->tmp);
+        free(e->config);
+        free(e->dropins);
+        free(e->features);
+        free(e->run);
+}
+
+/* A config that points every path at the simulated node and the outputs into a temp dir. */
+static void env_init(Env *e, const char *node, const char *sys_override, const char *features_override) {
+        _cleanup_free_ char *text = NULL, *node_dir = NULL;
+
+        e->tmp = strdup("/tmp/gna-test-stage-XXXXXX");
+        assert_non_null(mkdtemp(e->tmp));
+        e->config = path_join(e->tmp, "agent.yaml");
+        e->dropins = path_join(e->tmp, "conf.d");
+        e->features = features_override ? strdup(features_override) : path_join(e->tmp, "features.d");
+        e->run = path_join(e->tmp, "run");
+        assert_int_equal(mkdir(e->dropins, 0755), 0);
+        assert_int_equal(mkdir(e->run, 0755), 0);
+        node_dir = path_join(nodes_dir(), node);
+
+        const char *pci_ids = getenv("GNA_FIXTURE_PCI_IDS") ?: "tests/fixtures/pci.ids";
+        text = strprintf("paths:\n"
+                         "  sys: %s%s\n"
+                         "  proc: %s/proc\n"
+                         "  run: %s\n"
+                         "  state: %s/state\n"
+                         "  pci-ids: %s\n"
+                         "labels:\n"
+                         "  directory: %s\n"
+                         "engine:\n"
+                         "  retry-min: 1s\n",
+                         sys_override ? "" : node_dir, sys_override ?: "/sys", node_dir, e->run, e->tmp, pci_ids,
+                         e->features);
+        assert_int_equal(write_file_atomic(e->config, NULL, text, strlen(text), 0644), 0);
+}
+
+static int run_oneshot(Env *e, Manager **ret) {
+        char *dirs[] = { e->dropins, NULL };
+        ManagerOptions o = {
+                .config = { .main_file = e->config, .dropin_dirs = dirs },
+                .oneshot = true,
+                .log_level = LOG_ERR,
+        };
+        Manager *m = NULL;
+
+        assert_int_equal(manager_new(&o, &m), 0);
+        assert_int_equal(manager_startup(m), 0);
+        int r = manager_run(m);
+        *ret = m;
+        return r;
+}
+
+static bool exists(const char *dir, const char *name) {
+        _cleanup_free_ char *p = path_join(dir, name);
+        return access(p, F_OK) == 0;
+}
+
+static void test_string_tables(void **state) {
+        for (int i = 0; i < _STAGE_MAX; i++)
+                assert_int_equal(stage_from_string(stage_to_string(i)), i);
+        for (int i = 0; i < _STAGE_STATE_MAX; i++)
+                assert_int_equal(stage_state_from_string(stage_state_to_string(i)), i);
+        for (int i = 0; i < _AGENT_STATE_MAX; i++)
+                assert_int_equal(agent_state_from_string(agent_state_to_string(i)), i);
+        assert_int_equal(stage_from_string("nope"), _STAGE_INVALID);
+        assert_null(stage_to_string(_STAGE_MAX));
+        assert_string_equal(stage_to_string(STAGE_PROBE), "probe");
+        assert_string_equal(stage_to_string(STAGE_LABELS), "labels");
+        /* Labels depend on probe; probe on nothing. */
+        assert_int_equal(stage_descriptor(STAGE_LABELS)->depends, 1u << STAGE_PROBE);
+        assert_int_equal(stage_descriptor(STAGE_PROBE)->depends, 0);
+}
+
+static void test_full_pass_ready(void **state) {
+        Env e = {};
+        Manager *m = NULL;
+        _cleanup_free_ char *agent_run = NULL, *state_path = NULL, *state_text = NULL;
+
+        env_init(&e, "dgx-h100", NULL, NULL);
+        assert_int_equal(run_oneshot(&e, &m), 0);
+
+        assert_int_equal(m->stages[STAGE_PROBE].state, STAGE_DONE);
+        assert_int_equal(m->stages[STAGE_LABELS].state, STAGE_DONE);
+        assert_int_equal(m->state, AGENT_READY);
+        assert_true(manager_is_ready(m));
+        assert_string_equal(manager_stage_name(m), "ready");
+        assert_int_equal(m->inventory->n_gpus, 8);
+        assert_string_equal(m->stages[STAGE_PROBE].message, "8 GPUs, 4 NVSwitches, 8 NICs");
+        assert_true(m->stages[STAGE_PROBE].finished_usec >= m->stages[STAGE_PROBE].started_usec);
+        assert_string_equal(label_set_get(m->labels, "nvidia.com/gpu.count"), "8");
+
+        agent_run = path_join(e.run, "gpu-node-agent");
+        assert_true(exists(agent_run, "ready"));
+        assert_true(exists(agent_run, "probe-ready"));
+        assert_true(exists(agent_run, "labels-ready"));
+        assert_true(exists(e.features, "gpu-node-agent"));
+        state_path = path_join(agent_run, "state");
+        assert_int_equal(read_full_file(state_path, 4096, &state_text, NULL), 0);
+        assert_string_equal(state_text, "STATE=ready\nREADY=yes\nGPU_COUNT=8\nSTAGE_probe=done\nSTAGE_labels=done\n");
+
+        manager_free(m);
+        env_free(&e);
+}
+
+static void test_probe_failure_blocks_labels(void **state) {
+        Env e = {};
+        Manager *m = NULL;
+        _cleanup_free_ char *agent_run = NULL;
+
+        env_init(&e, "dgx-h100", "/nonexistent/gna-sys", NULL);
+        assert_int_equal(run_oneshot(&e, &m), 1);
+
+        assert_int_equal(m->stages[STAGE_PROBE].state, STAGE_FAILED);
+        assert_true(m->stages[STAGE_PROBE].error > 0);
+        assert_non_null(strstr(m->stages[STAGE_PROBE].message, "/nonexistent/gna-sys"));
+        assert_int_equal(m->stages[STAGE_LABELS].state, STAGE_PENDING);
+        assert_string_equal(m->stages[STAGE_LABELS].message, "waiting for stage probe (failed)");
+        assert_int_equal(m->state, AGENT_FAILED);
+        assert_false(manager_is_ready(m));
+
+        agent_run = path_join(e.run, "gpu-node-agent");
+        assert_false(exists(agent_run, "ready"));
+        assert_false(exists(agent_run, "probe-ready"));
+        assert_false(exists(e.features, "gpu-node-agent"));
+        manager_free(m);
+        env_free(&e);
+}
+
+static void test_no_gpu_skips_labels(void **state) {
+        Env e = {};
+        Manager *m = NULL;
+        _cleanup_free_ char *agent_run = NULL;
+
+        env_init(&e, "no-gpu", NULL, NULL);
+        /* A stale file from an earlier GPU must go away. */
+        assert_int_equal(mkdir_p(e.features, 0755), 0);
+        _cleanup_free_ char *stale = path_join(e.features, "gpu-node-agent");
+        assert_int_equal(write_file_atomic(stale, NULL, "nvidia.com/gpu.present=true\n", 28, 0644), 0);
+
+        assert_int_equal(run_oneshot(&e, &m), 0);
+        assert_int_equal(m->stages[STAGE_PROBE].state, STAGE_DONE);
+        assert_int_equal(m->stages[STAGE_LABELS].state, STAGE_SKIPPED);
+        assert_non_null(strstr(m->stages[STAGE_LABELS].message, "no NVIDIA GPU"));
+        assert_int_equal(m->state, AGENT_READY);
+        assert_false(exists(e.features, "gpu-node-agent"));
+        agent_run = path_join(e.run, "gpu-node-agent");
+        assert_true(exists(agent_run, "labels-ready"));
+        manager_free(m);
+        env_free(&e);
+}
+
+static void test_labels_failure_degrades(void **state) {
+        Env e = {};
+        Manager *m = NULL;
+        _cleanup_free_ char *agent_run = NULL;
+
+        /* Neither the directory nor its parent exists: the stage fails and names the path. */
+        env_init(&e, "h200", NULL, "/nonexistent/gna-parent/features.d");
+        assert_int_equal(run_oneshot(&e, &m), 1);
+        assert_int_equal(m->stages[STAGE_PROBE].state, STAGE_DONE);
+        assert_int_equal(m->stages[STAGE_LABELS].state, STAGE_FAILED);
+        assert_non_null(strstr(m->stages[STAGE_LABELS].message, "/nonexistent/gna-parent"));
+        assert_int_equal(m->state, AGENT_DEGRADED);
+        agent_run = path_join(e.run, "gpu-node-agent");
+        assert_true(exists(agent_run, "probe-ready"));
+        assert_false(exists(agent_run, "labels-ready"));
+        assert_false(exists(agent_run, "ready"));
+        manager_free(m);
+        env_free(&e);
+}
+
+int main(void) {
+        const struct CMUnitTest tests[] = {
+                cmocka_unit_test(test_string_tables),
+                cmocka_unit_test(test_full_pass_ready),
+                cmocka_unit_test(test_probe_failure_blocks_labels),
+                cmocka_unit_test(test_no_gpu_skips_labels),
+                cmocka_unit_test(test_labels_failure_degrades),
+        };
+        return cmocka_run_group_tests(tests, NULL, NULL);
+}
