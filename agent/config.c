@@ -10,6 +10,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <syslog.h>
 #include <yaml.h>
@@ -23,6 +24,8 @@
 #define CONFIG_FILE_MAX (1024U * 1024U)
 /* Deeper nesting than any key needs; the limit keeps a hostile file from exhausting the stack. */
 #define CONFIG_DEPTH_MAX 64U
+
+#define IN_SET3(x, a, b, c) ((x) == (a) || (x) == (b) || (x) == (c))
 
 typedef enum NodeType {
         NODE_SCALAR,
@@ -241,17 +244,18 @@ _printf_(3, 4) static int set_error(char **error, int r, const char *fmt, ...) {
         return r;
 }
 
-_printf_(2, 3) static int value_error(char **msg, const char *fmt, ...) {
+/* Sets *error to "FILE:LINE:COLUMN: message", the form editors and compilers use, and returns -EINVAL. */
+_printf_(5, 6) static int located_error(char **error, const char *file, size_t line, size_t column,
+                                        const char *fmt, ...) {
+        _cleanup_free_ char *msg = NULL;
         va_list ap;
 
         va_start(ap, fmt);
-        if (vasprintf(msg, fmt, ap) < 0) {
-                *msg = NULL;
-                va_end(ap);
-                return -ENOMEM;
-        }
+        int k = vasprintf(&msg, fmt, ap);
         va_end(ap);
-        return -EINVAL;
+        if (k < 0)
+                return -ENOMEM;
+        return set_error(error, -EINVAL, "%s:%zu:%zu: %s", file, line, column, msg);
 }
 
 static int parse_boolean(const char *s) {
@@ -266,17 +270,19 @@ static int parse_boolean(const char *s) {
         return -EINVAL;
 }
 
+/* Largest first: format_duration() picks the first that divides exactly. */
+static const struct {
+        const char *name;
+        uint64_t usec;
+} duration_units[] = {
+        { "d", 86400 * USEC_PER_SEC },
+        { "h", 3600 * USEC_PER_SEC },
+        { "min", 60 * USEC_PER_SEC },
+        { "s", USEC_PER_SEC },
+        { "ms", USEC_PER_MSEC },
+};
+
 int config_parse_duration(const char *s, uint64_t *ret_usec) {
-        static const struct {
-                const char *name;
-                uint64_t usec;
-        } units[] = {
-                { "ms", USEC_PER_MSEC },
-                { "s", USEC_PER_SEC },
-                { "min", 60 * USEC_PER_SEC },
-                { "h", 3600 * USEC_PER_SEC },
-                { "d", 86400 * USEC_PER_SEC },
-        };
         uint64_t whole = 0, frac = 0, frac_div = 1, unit = USEC_PER_SEC;
         const char *p = s;
 
@@ -301,12 +307,12 @@ int config_parse_duration(const char *s, uint64_t *ret_usec) {
         const char *u = p + strspn(p, " ");
         if (*u) {
                 size_t i;
-                for (i = 0; i < ELEMENTSOF(units); i++)
-                        if (streq(u, units[i].name))
+                for (i = 0; i < ELEMENTSOF(duration_units); i++)
+                        if (streq(u, duration_units[i].name))
                                 break;
-                if (i >= ELEMENTSOF(units))
+                if (i >= ELEMENTSOF(duration_units))
                         return -EINVAL;
-                unit = units[i].usec;
+                unit = duration_units[i].usec;
         } else if (u != p)
                 return -EINVAL;
 
@@ -321,24 +327,14 @@ int config_parse_duration(const char *s, uint64_t *ret_usec) {
 
 /* The largest unit that represents usec exactly, so that the text parses back to the same value. */
 static void format_duration(uint64_t usec, char *buf, size_t size) {
-        static const struct {
-                const char *name;
-                uint64_t usec;
-        } units[] = {
-                { "d", 86400 * USEC_PER_SEC },
-                { "h", 3600 * USEC_PER_SEC },
-                { "min", 60 * USEC_PER_SEC },
-                { "s", USEC_PER_SEC },
-                { "ms", USEC_PER_MSEC },
-        };
-
         if (usec == 0) {
                 snprintf(buf, size, "0");
                 return;
         }
-        for (size_t i = 0; i < ELEMENTSOF(units); i++)
-                if (usec % units[i].usec == 0) {
-                        snprintf(buf, size, "%" PRIu64 "%s", usec / units[i].usec, units[i].name);
+        for (size_t i = 0; i < ELEMENTSOF(duration_units); i++)
+                if (usec % duration_units[i].usec == 0) {
+                        snprintf(buf, size, "%" PRIu64 "%s", usec / duration_units[i].usec,
+                                 duration_units[i].name);
                         return;
                 }
         snprintf(buf, size, "%" PRIu64 ".%03" PRIu64, usec / USEC_PER_MSEC, usec % USEC_PER_MSEC);
@@ -360,35 +356,36 @@ static int value_parse(const ConfigKey *k, const char *s, Config *c, char **ret_
                 break;
         case CONFIG_PATH:
                 if (s[0] != '/')
-                        return value_error(ret_msg, "'%s' is not an absolute path; write it starting with '/'", s);
+                        return set_error(ret_msg, -EINVAL,
+                                         "'%s' is not an absolute path; write it starting with '/'", s);
                 break;
         case CONFIG_FILE_NAME:
                 if (isempty(s) || strchr(s, '/') || s[0] == '.')
-                        return value_error(ret_msg,
-                                           "'%s' is not a plain file name; use a name without '/' that does "
-                                           "not start with '.' (such as gpu-node-agent)", s);
+                        return set_error(ret_msg, -EINVAL,
+                                         "'%s' is not a plain file name; use a name without '/' that does "
+                                         "not start with '.' (such as gpu-node-agent)", s);
                 break;
         case CONFIG_LIBRARY:
                 if (isempty(s) || (strchr(s, '/') && s[0] != '/'))
-                        return value_error(ret_msg,
-                                           "'%s' is neither a library name (such as libnvidia-ml.so.1) "
-                                           "nor an absolute path", s);
+                        return set_error(ret_msg, -EINVAL,
+                                         "'%s' is neither a library name (such as libnvidia-ml.so.1) "
+                                         "nor an absolute path", s);
                 break;
         case CONFIG_BOOL:
                 r = parse_boolean(s);
                 if (r < 0)
-                        return value_error(ret_msg, "expected a boolean (true/false), got '%s'", s);
+                        return set_error(ret_msg, -EINVAL, "expected a boolean (true/false), got '%s'", s);
                 if (dst)
                         *(bool *) dst = r;
                 return 0;
         case CONFIG_DURATION:
                 r = config_parse_duration(s, &u);
                 if (r == -ERANGE)
-                        return value_error(ret_msg, "the duration '%s' is too large", s);
+                        return set_error(ret_msg, -EINVAL, "the duration '%s' is too large", s);
                 if (r < 0)
-                        return value_error(ret_msg,
-                                           "expected a duration such as 90s, 5min or 1h (a number of seconds "
-                                           "or a number with one of the units ms, s, min, h, d), got '%s'", s);
+                        return set_error(ret_msg, -EINVAL,
+                                         "expected a duration such as 90s, 5min or 1h (a number of seconds "
+                                         "or a number with one of the units ms, s, min, h, d), got '%s'", s);
                 if (dst)
                         *(uint64_t *) dst = u;
                 return 0;
@@ -397,8 +394,8 @@ static int value_parse(const ConfigKey *k, const char *s, Config *c, char **ret_
                 errno = 0;
                 unsigned long long v = isdigit((unsigned char) s[0]) ? strtoull(s, &end, 10) : 0;
                 if (!isdigit((unsigned char) s[0]) || *end || errno != 0 || v > UINT_MAX)
-                        return value_error(ret_msg, "expected a whole number from 0 to %u, got '%s'",
-                                           UINT_MAX, s);
+                        return set_error(ret_msg, -EINVAL, "expected a whole number from 0 to %u, got '%s'",
+                                         UINT_MAX, s);
                 if (dst)
                         *(unsigned *) dst = (unsigned) v;
                 return 0;
@@ -410,11 +407,10 @@ static int value_parse(const ConfigKey *k, const char *s, Config *c, char **ret_
                                         *(int *) dst = (int) i;
                                 return 0;
                         }
-                _cleanup_strv_free_ char **copy = strv_copy((char **) k->values);
-                _cleanup_free_ char *list = copy ? strv_join(copy, ", ") : NULL;
+                _cleanup_free_ char *list = strv_join((char *const *) k->values, ", ");
                 if (!list)
                         return -ENOMEM;
-                return value_error(ret_msg, "expected one of %s, got '%s'", list, s);
+                return set_error(ret_msg, -EINVAL, "expected one of %s, got '%s'", list, s);
         }
 
         if (dst) {
@@ -445,12 +441,12 @@ static int tree_apply(const Node *n, const char *section, Config *c, char **erro
                         if (item->null)
                                 continue; /* back to the default */
                         if (item->type != NODE_SCALAR)
-                                return set_error(error, -EINVAL, "%s:%u:%u: %s: expected a single value, got %s",
-                                                 item->file, item->line, item->column, path, node_kind(item));
+                                return located_error(error, item->file, item->line, item->column,
+                                                     "%s: expected a single value, got %s", path, node_kind(item));
                         r = value_parse(k, item->value, c, &msg);
-                        if (r == -EINVAL)
-                                return set_error(error, r, "%s:%u:%u: %s: %s", item->file, item->line,
-                                                 item->column, path, msg);
+                        if (r == -EINVAL && msg)
+                                return located_error(error, item->file, item->line, item->column, "%s: %s", path,
+                                                     msg);
                         if (r < 0)
                                 return r;
                         continue;
@@ -459,11 +455,10 @@ static int tree_apply(const Node *n, const char *section, Config *c, char **erro
                         if (item->null)
                                 continue;
                         if (item->type != NODE_MAPPING)
-                                return set_error(error, -EINVAL,
-                                                 "%s:%u:%u: %s: expected a mapping of keys (indented "
-                                                 "'key: value' lines below '%s:'), got %s",
-                                                 item->file, item->line, item->column, path, item->key,
-                                                 node_kind(item));
+                                return located_error(error, item->file, item->line, item->column,
+                                                     "%s: expected a mapping of keys (indented 'key: value' "
+                                                     "lines below '%s:'), got %s", path, item->key,
+                                                     node_kind(item));
                         r = tree_apply(item, path, c, error);
                         if (r < 0)
                                 return r;
@@ -473,9 +468,10 @@ static int tree_apply(const Node *n, const char *section, Config *c, char **erro
                 _cleanup_free_ char *valid = config_section_keys(section);
                 if (!valid)
                         return -ENOMEM;
-                return set_error(error, -EINVAL, "%s:%u:%u: unknown key '%s' (valid %s%s%s: %s)", item->file,
-                                 item->key_line, item->key_column, path, section ? "keys under '" : "top-level keys",
-                                 section ?: "", section ? "'" : "", valid);
+                return located_error(error, item->file, item->key_line, item->key_column,
+                                     "unknown key '%s' (valid %s%s%s: %s)", path,
+                                     section ? "keys under '" : "top-level keys", section ?: "", section ? "'" : "",
+                                     valid);
         }
         return 0;
 }
@@ -483,34 +479,33 @@ static int tree_apply(const Node *n, const char *section, Config *c, char **erro
 typedef struct Parser {
         yaml_parser_t yaml;
         const char *file;
+        const char *data;
+        size_t size;
         char **error;
 } Parser;
 
-static int parser_next(Parser *p, yaml_event_t *e) {
-        if (yaml_parser_parse(&p->yaml, e))
-                return 0;
+/* libyaml counts lines and columns from 0, editors from 1. */
+#define MARK(m) (size_t) (m).line + 1, (size_t) (m).column + 1
 
-        const yaml_parser_t *y = &p->yaml;
-        if (y->error == YAML_MEMORY_ERROR)
-                return -ENOMEM;
-        if (y->error == YAML_READER_ERROR) /* no line/column known, only the byte offset */
-                return set_error(p->error, -EBADMSG, "%s: invalid YAML: %s at byte %zu", p->file,
-                                 strna(y->problem), y->problem_offset);
-        return set_error(p->error, -EBADMSG, "%s:%zu:%zu: invalid YAML: %s%s%s%s", p->file,
-                         y->problem_mark.line + 1, y->problem_mark.column + 1, strna(y->problem),
-                         y->context ? " (" : "", y->context ?: "", y->context ? ")" : "");
+static void parser_done(Parser *p) {
+        yaml_parser_delete(&p->yaml);
 }
 
-static int node_new(const Parser *p, NodeType type, const yaml_event_t *e, Node **ret) {
-        Node *n = calloc(1, sizeof(Node));
-        if (!n)
+static int parser_next(Parser *p, yaml_event_t *e) {
+        const yaml_parser_t *y = &p->yaml;
+
+        if (yaml_parser_parse(&p->yaml, e))
+                return 0;
+        if (y->error == YAML_MEMORY_ERROR)
                 return -ENOMEM;
-        n->type = type;
-        n->file = p->file;
-        n->line = (unsigned) e->start_mark.line + 1;
-        n->column = (unsigned) e->start_mark.column + 1;
-        *ret = n;
-        return 0;
+        if (y->error == YAML_READER_ERROR) /* bad encoding: only the byte offset is known */
+                return set_error(p->error, -EBADMSG, "%s: invalid YAML: %s at byte %zu", p->file,
+                                 strna(y->problem), y->problem_offset);
+        /* libyaml's words for a tab say nothing about tabs, the most common mistake of all. */
+        bool tab = y->problem_mark.index < p->size && p->data[y->problem_mark.index] == '\t';
+        return set_error(p->error, -EBADMSG, "%s:%zu:%zu: invalid YAML: %s%s%s%s%s", p->file, MARK(y->problem_mark),
+                         strna(y->problem), y->context ? " (" : "", y->context ?: "", y->context ? ")" : "",
+                         tab ? "; indent with spaces, YAML does not allow tabs" : "");
 }
 
 static bool scalar_is_null(const yaml_event_t *e) {
@@ -521,98 +516,84 @@ static bool scalar_is_null(const yaml_event_t *e) {
         return isempty(v) || streq(v, "~") || streq(v, "null") || streq(v, "Null") || streq(v, "NULL");
 }
 
-/* Builds the node that starts with event e (which the caller keeps and deletes). */
+/* Builds the node that starts with event e (which stays the caller's). */
 static int parse_node(Parser *p, const yaml_event_t *e, unsigned depth, Node **ret) {
+        bool mapping = e->type == YAML_MAPPING_START_EVENT;
         _cleanup_(node_freep) Node *n = NULL;
         int r;
 
         if (depth > CONFIG_DEPTH_MAX)
-                return set_error(p->error, -EINVAL, "%s:%zu:%zu: nested more than %u levels deep", p->file,
-                                 e->start_mark.line + 1, e->start_mark.column + 1, CONFIG_DEPTH_MAX);
+                return located_error(p->error, p->file, MARK(e->start_mark), "nested more than %u levels deep",
+                                     CONFIG_DEPTH_MAX);
+        if (e->type == YAML_ALIAS_EVENT)
+                return located_error(p->error, p->file, MARK(e->start_mark),
+                                     "aliases (*%s) are not supported; write the value out", e->data.alias.anchor);
+        if (!IN_SET3(e->type, YAML_SCALAR_EVENT, YAML_SEQUENCE_START_EVENT, YAML_MAPPING_START_EVENT))
+                return set_error(p->error, -EBADMSG, "%s:%zu:%zu: invalid YAML: unexpected event %d", p->file,
+                                 MARK(e->start_mark), (int) e->type);
 
+        n = calloc(1, sizeof(Node));
+        if (!n)
+                return -ENOMEM;
+        n->type = e->type == YAML_SCALAR_EVENT ? NODE_SCALAR : mapping ? NODE_MAPPING : NODE_SEQUENCE;
+        n->file = p->file;
+        n->line = (unsigned) e->start_mark.line + 1;
+        n->column = (unsigned) e->start_mark.column + 1;
         if (e->type == YAML_SCALAR_EVENT) {
-                r = node_new(p, NODE_SCALAR, e, &n);
-                if (r < 0)
-                        return r;
                 n->value = strndup((const char *) e->data.scalar.value, e->data.scalar.length);
                 if (!n->value)
                         return -ENOMEM;
                 n->null = scalar_is_null(e);
-        } else if (e->type == YAML_SEQUENCE_START_EVENT || e->type == YAML_MAPPING_START_EVENT) {
-                bool mapping = e->type == YAML_MAPPING_START_EVENT;
+        }
 
-                r = node_new(p, mapping ? NODE_MAPPING : NODE_SEQUENCE, e, &n);
+        while (n->type != NODE_SCALAR) {
+                _cleanup_(yaml_event_delete) yaml_event_t k = {}, v = {};
+                _cleanup_(node_freep) Node *child = NULL;
+                const char *key = NULL;
+
+                r = parser_next(p, &k);
                 if (r < 0)
                         return r;
-                for (;;) {
-                        _cleanup_(yaml_event_delete) yaml_event_t k = {}, v = {};
-                        _cleanup_(node_freep) Node *child = NULL;
-
-                        r = parser_next(p, &k);
-                        if (r < 0)
-                                return r;
-                        if (k.type == YAML_SEQUENCE_END_EVENT || k.type == YAML_MAPPING_END_EVENT)
-                                break;
-                        if (!mapping) {
-                                r = parse_node(p, &k, depth + 1, &child);
-                                if (r < 0)
-                                        return r;
-                                r = node_append(n, child);
-                                if (r < 0)
-                                        return r;
-                                TAKE_PTR(child);
-                                continue;
-                        }
-
+                if (k.type == YAML_SEQUENCE_END_EVENT || k.type == YAML_MAPPING_END_EVENT)
+                        break;
+                if (mapping) {
                         if (k.type != YAML_SCALAR_EVENT)
-                                return set_error(p->error, -EINVAL,
-                                                 "%s:%zu:%zu: a key must be a plain word such as 'labels'",
-                                                 p->file, k.start_mark.line + 1, k.start_mark.column + 1);
-                        const char *key = (const char *) k.data.scalar.value;
+                                return located_error(p->error, p->file, MARK(k.start_mark),
+                                                     "a key must be a plain word such as 'labels'");
+                        key = (const char *) k.data.scalar.value;
                         const Node *dup = node_get(n, key);
                         if (dup)
-                                return set_error(p->error, -EINVAL,
-                                                 "%s:%zu:%zu: duplicate key '%s' (already set on line %u); "
-                                                 "remove one of them",
-                                                 p->file, k.start_mark.line + 1, k.start_mark.column + 1, key,
-                                                 dup->key_line);
+                                return located_error(p->error, p->file, MARK(k.start_mark),
+                                                     "duplicate key '%s' (already set on line %u); remove one "
+                                                     "of them", key, dup->key_line);
                         r = parser_next(p, &v);
                         if (r < 0)
                                 return r;
-                        r = parse_node(p, &v, depth + 1, &child);
-                        if (r < 0)
-                                return r;
+                }
+                r = parse_node(p, mapping ? &v : &k, depth + 1, &child);
+                if (r < 0)
+                        return r;
+                if (key) {
                         child->key = strdup(key);
                         if (!child->key)
                                 return -ENOMEM;
                         child->key_line = (unsigned) k.start_mark.line + 1;
                         child->key_column = (unsigned) k.start_mark.column + 1;
-                        r = node_append(n, child);
-                        if (r < 0)
-                                return r;
-                        TAKE_PTR(child);
                 }
-        } else if (e->type == YAML_ALIAS_EVENT)
-                return set_error(p->error, -EINVAL,
-                                 "%s:%zu:%zu: aliases (*%s) are not supported; write the value out", p->file,
-                                 e->start_mark.line + 1, e->start_mark.column + 1, e->data.alias.anchor);
-        else
-                return set_error(p->error, -EBADMSG, "%s:%zu:%zu: invalid YAML: unexpected event %d", p->file,
-                                 e->start_mark.line + 1, e->start_mark.column + 1, (int) e->type);
-
+                r = node_append(n, child);
+                if (r < 0)
+                        return r;
+                TAKE_PTR(child);
+        }
         *ret = TAKE_PTR(n);
         return 0;
-}
-
-static void parser_done(Parser *p) {
-        yaml_parser_delete(&p->yaml);
 }
 
 /* Parses one file into a tree whose top is a mapping; *ret is NULL when there is nothing to merge
  * (empty file, only comments, or a lone "---"). */
 static int parse_file(const char *file, const char *data, size_t size, char **error, Node **ret) {
         _cleanup_(yaml_event_delete) yaml_event_t start = {}, doc = {}, top = {}, end = {}, next = {};
-        _cleanup_(parser_done) Parser p = { .file = file, .error = error };
+        _cleanup_(parser_done) Parser p = { .file = file, .data = data, .size = size, .error = error };
         _cleanup_(node_freep) Node *tree = NULL;
         int r;
 
@@ -621,114 +602,65 @@ static int parse_file(const char *file, const char *data, size_t size, char **er
         yaml_parser_set_input_string(&p.yaml, (const unsigned char *) data, size);
 
         r = parser_next(&p, &start);
-        if (r < 0)
-                return r;
-        r = parser_next(&p, &doc);
-        if (r < 0)
-                return r;
-        if (doc.type == YAML_STREAM_END_EVENT) {
-                *ret = NULL;
-                return 0;
+        if (r >= 0)
+                r = parser_next(&p, &doc);
+        if (r >= 0 && doc.type != YAML_STREAM_END_EVENT) {
+                r = parser_next(&p, &top);
+                if (r >= 0)
+                        r = parse_node(&p, &top, 0, &tree);
+                if (r >= 0)
+                        r = parser_next(&p, &end);
+                if (r >= 0)
+                        r = parser_next(&p, &next);
+                if (r >= 0 && next.type != YAML_STREAM_END_EVENT)
+                        return located_error(error, file, MARK(next.start_mark),
+                                             "a second YAML document ('---') is not supported; use one "
+                                             "document per file");
         }
-        r = parser_next(&p, &top);
         if (r < 0)
                 return r;
-        r = parse_node(&p, &top, 0, &tree);
-        if (r < 0)
-                return r;
-        r = parser_next(&p, &end);
-        if (r < 0)
-                return r;
-        r = parser_next(&p, &next);
-        if (r < 0)
-                return r;
-        if (next.type != YAML_STREAM_END_EVENT)
-                return set_error(error, -EINVAL,
-                                 "%s:%zu:%zu: a second YAML document ('---') is not supported; "
-                                 "use one document per file", file, next.start_mark.line + 1,
-                                 next.start_mark.column + 1);
-        if (tree->null)
+        if (tree && tree->null)
                 tree = node_free(tree);
-        else if (tree->type != NODE_MAPPING)
-                return set_error(error, -EINVAL,
-                                 "%s:%u:%u: the top level must be a mapping of keys such as 'labels:', not %s",
-                                 file, tree->line, tree->column, node_kind(tree));
+        if (tree && tree->type != NODE_MAPPING)
+                return located_error(error, file, tree->line, tree->column,
+                                     "the top level must be a mapping of keys such as 'labels:', not %s",
+                                     node_kind(tree));
         *ret = TAKE_PTR(tree);
         return 0;
 }
 
-typedef struct Dropin {
-        char *name;
-        char *path;
-        size_t dir; /* index of the directory that provides the file after masking */
-} Dropin;
-
-typedef struct DropinList {
-        Dropin *items;
-        size_t n;
-} DropinList;
-
-static void dropins_done(DropinList *l) {
-        for (size_t i = 0; i < l->n; i++) {
-                free(l->items[i].name);
-                free(l->items[i].path);
-        }
-        free(l->items);
+static int dir_error(const char *dir, char **error) {
+        int r = negative_errno();
+        return set_error(error, r, "%s: cannot read the drop-in directory: %s", dir, strerror(-r));
 }
 
-static int dropin_cmp(const void *a, const void *b) {
-        return strcmp(((const Dropin *) a)->name, ((const Dropin *) b)->name);
-}
+/* The *.yaml names found in any of the directories, each once, in lexical order. Missing directories
+ * are fine; hidden files are editors' and package managers' temporaries. */
+static int dropin_names(char *const *dirs, char ***ret, char **error) {
+        _cleanup_strv_free_ char **names = NULL;
 
-/* Collects the *.yaml files of all directories, a later directory's file replacing an earlier one
- * of the same name, sorted by file name. Missing directories are fine. */
-static int dropins_collect(char *const *dirs, DropinList *l, char **error) {
-        for (size_t i = 0; dirs && dirs[i]; i++) {
-                _cleanup_closedir_ DIR *d = opendir(dirs[i]);
+        STRV_FOREACH(dir, dirs) {
+                _cleanup_closedir_ DIR *d = opendir(*dir);
                 struct dirent *de;
 
-                if (!d) {
-                        if (errno == ENOENT)
-                                continue;
-                        int r = negative_errno();
-                        return set_error(error, r, "%s: cannot read the drop-in directory: %s", dirs[i],
-                                         strerror(-r));
-                }
+                if (!d && errno == ENOENT)
+                        continue;
+                if (!d)
+                        return dir_error(*dir, error);
                 for (errno = 0; (de = readdir(d)); errno = 0) {
-                        size_t len = strlen(de->d_name), j;
+                        size_t len = strlen(de->d_name);
 
-                        /* Hidden files are editors' and package managers' temporaries. */
-                        if (de->d_name[0] == '.' || len <= 5 || !streq(de->d_name + len - 5, ".yaml"))
+                        if (de->d_name[0] == '.' || len <= 5 || !streq(de->d_name + len - 5, ".yaml") ||
+                            strv_contains(names, de->d_name))
                                 continue;
-                        _cleanup_free_ char *path = path_join(dirs[i], de->d_name);
-                        if (!path)
+                        if (strv_extend(&names, de->d_name) < 0)
                                 return -ENOMEM;
-                        for (j = 0; j < l->n; j++)
-                                if (streq(l->items[j].name, de->d_name))
-                                        break;
-                        if (j < l->n) {
-                                free(l->items[j].path);
-                                l->items[j].path = TAKE_PTR(path);
-                                l->items[j].dir = i;
-                                continue;
-                        }
-                        Dropin *t = realloc(l->items, (l->n + 1) * sizeof(Dropin));
-                        if (!t)
-                                return -ENOMEM;
-                        l->items = t;
-                        char *name = strdup(de->d_name);
-                        if (!name)
-                                return -ENOMEM;
-                        l->items[l->n++] = (Dropin) { .name = name, .path = TAKE_PTR(path), .dir = i };
                 }
-                if (errno != 0) {
-                        int r = negative_errno();
-                        return set_error(error, r, "%s: cannot read the drop-in directory: %s", dirs[i],
-                                         strerror(-r));
-                }
+                if (errno != 0)
+                        return dir_error(*dir, error);
         }
-        if (l->n > 0)
-                qsort(l->items, l->n, sizeof(Dropin), dropin_cmp);
+        strv_sort(names);
+        *ret = TAKE_PTR(names);
         return 0;
 }
 
@@ -767,20 +699,26 @@ static int load_file(const char *path, bool missing_ok, char ***files, Node **tr
         return node_merge(tree, t);
 }
 
-static int dropins_load(const DropinList *l, size_t dir_min, size_t dir_max, char ***files, Node **tree,
-                        char **error) {
-        for (size_t i = 0; i < l->n; i++) {
-                struct stat st;
+/* Loads each drop-in whose winning copy lies in dirs[first..last]: the copy in the last directory
+ * that has the name masks the others, and a copy that links to /dev/null masks without adding. */
+static int dropins_load(char *const *dirs, char *const *names, size_t first, size_t last, char ***files,
+                        Node **tree, char **error) {
+        STRV_FOREACH(name, names)
+                for (size_t i = strv_length(dirs); i-- > 0;) {
+                        _cleanup_free_ char *path = path_join(dirs[i], *name);
+                        struct stat st;
 
-                if (l->items[i].dir < dir_min || l->items[i].dir > dir_max)
-                        continue;
-                /* A link to /dev/null masks the file of the same name in an earlier directory. */
-                if (stat(l->items[i].path, &st) >= 0 && S_ISCHR(st.st_mode))
-                        continue;
-                int r = load_file(l->items[i].path, false, files, tree, error);
-                if (r < 0)
-                        return r;
-        }
+                        if (!path)
+                                return -ENOMEM;
+                        if (lstat(path, &st) < 0)
+                                continue;
+                        if (i < first || i > last || (stat(path, &st) >= 0 && S_ISCHR(st.st_mode)))
+                                break;
+                        int r = load_file(path, false, files, tree, error);
+                        if (r < 0)
+                                return r;
+                        break;
+                }
         return 0;
 }
 
@@ -805,7 +743,7 @@ static int config_defaults(Config **ret) {
         return 0;
 }
 
-static int config_resolve(Config *c, const char *root, const Node *tree, char **error) {
+static int config_resolve(Config *c, const char *root) {
         if (root) {
                 char *t = root[0] == '/' ? strdup(root) : NULL;
                 if (root[0] != '/') {
@@ -830,20 +768,30 @@ static int config_resolve(Config *c, const char *root, const Node *tree, char **
                         return -ENOMEM;
         }
 
+        return 0;
+}
+
+/* Checks that involve more than one key; the error points at the key a file set (the defaults are
+ * consistent, so at least one of them was). */
+static int config_verify(const Config *c, const Node *tree, char **error) {
         const Node *n = node_find(tree, "engine.retry-min");
-        if (c->engine.retry_min_usec == 0)
-                return set_error(error, -EINVAL,
-                                 "%s:%u:%u: engine.retry-min: must be greater than 0, or a failed stage would "
-                                 "be retried in a busy loop", n->file, n->line, n->column);
+        char min[32], max[32];
+
+        if (!n || n->null)
+                n = node_find(tree, "engine.retry-max");
+        if (c->engine.retry_min_usec == 0) {
+                assert(n);
+                return located_error(error, n->file, n->line, n->column,
+                                     "engine.retry-min: must be greater than 0, or a failed stage would be "
+                                     "retried in a busy loop");
+        }
         if (c->engine.retry_min_usec > c->engine.retry_max_usec) {
-                char min[32], max[32];
-                if (!n || n->null)
-                        n = node_find(tree, "engine.retry-max");
+                assert(n);
                 format_duration(c->engine.retry_min_usec, min, sizeof(min));
                 format_duration(c->engine.retry_max_usec, max, sizeof(max));
-                return set_error(error, -EINVAL,
-                                 "%s:%u:%u: engine.retry-min (%s) must not be larger than engine.retry-max (%s)",
-                                 n->file, n->line, n->column, min, max);
+                return located_error(error, n->file, n->line, n->column,
+                                     "engine.retry-min (%s) must not be larger than engine.retry-max (%s)", min,
+                                     max);
         }
         return 0;
 }
@@ -853,8 +801,7 @@ DEFINE_CLEANUP_FUNC(Config *, config_free);
 static int config_load_internal(const ConfigLoadOptions *o, Config **ret, char **error) {
         static const ConfigLoadOptions no_options = {};
         _cleanup_free_ char *main_file = NULL;
-        _cleanup_strv_free_ char **dirs = NULL, **files = NULL;
-        _cleanup_(dropins_done) DropinList dropins = {};
+        _cleanup_strv_free_ char **dirs = NULL, **names = NULL, **files = NULL;
         _cleanup_(node_freep) Node *tree = NULL;
         _cleanup_(config_freep) Config *c = NULL;
         const char *root;
@@ -877,23 +824,25 @@ static int config_load_internal(const ConfigLoadOptions *o, Config **ret, char *
         if (!dirs)
                 return -ENOMEM;
 
-        r = dropins_collect(dirs, &dropins, error);
+        r = dropin_names(dirs, &names, error);
         if (r < 0)
                 return r;
         /* Every directory but the last holds vendor defaults that agent.yaml overrides; the last one is
          * the administrator's and overrides agent.yaml. */
-        size_t last = strv_length(dirs) > 0 ? strv_length(dirs) - 1 : 0;
-        if (last > 0) {
-                r = dropins_load(&dropins, 0, last - 1, &files, &tree, error);
+        size_t n_dirs = strv_length(dirs);
+        if (n_dirs > 1) {
+                r = dropins_load(dirs, names, 0, n_dirs - 2, &files, &tree, error);
                 if (r < 0)
                         return r;
         }
         r = load_file(main_file, true, &files, &tree, error);
         if (r < 0)
                 return r;
-        r = dropins_load(&dropins, last, last, &files, &tree, error);
-        if (r < 0)
-                return r;
+        if (n_dirs > 0) {
+                r = dropins_load(dirs, names, n_dirs - 1, n_dirs - 1, &files, &tree, error);
+                if (r < 0)
+                        return r;
+        }
 
         r = config_defaults(&c);
         if (r < 0)
@@ -901,7 +850,10 @@ static int config_load_internal(const ConfigLoadOptions *o, Config **ret, char *
         r = tree_apply(tree, NULL, c, error);
         if (r < 0)
                 return r;
-        r = config_resolve(c, o->root, tree, error);
+        r = config_resolve(c, o->root);
+        if (r < 0)
+                return r;
+        r = config_verify(c, tree, error);
         if (r < 0)
                 return r;
         if (!files && !(files = calloc(1, sizeof(char *))))

@@ -1,1 +1,531 @@
-int main(void) { return 77; } /* placeholder: being written */
+/* SPDX-License-Identifier: MIT */
+/* Tests the configuration loader as an administrator meets it: files under a temporary root, the merge
+ * order and masking of drop-ins, defaults derived from the root, and the exact error for bad input. */
+#include <errno.h>
+#include <ftw.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <syslog.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "config.h"
+#include "fileio.h"
+#include "macro.h"
+#include "strv.h"
+
+#define MAIN "etc/gpu-node-agent/agent.yaml"
+#define VENDOR "usr/lib/gpu-node-agent/conf.d"
+#define ADMIN "etc/gpu-node-agent/conf.d"
+
+static int setup_root(void **state) {
+        char *root = strdup("/tmp/test-config-XXXXXX");
+        assert_non_null(root);
+        assert_non_null(mkdtemp(root));
+        *state = root;
+        return 0;
+}
+
+static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+        return remove(path);
+}
+
+static int teardown_root(void **state) {
+        char *root = *state;
+        /* Some tests take permissions away; give them back so the tree can be removed. */
+        assert_int_equal(nftw(root, rm_one, 16, FTW_DEPTH | FTW_PHYS), 0);
+        free(root);
+        return 0;
+}
+
+static char *at(const char *root, const char *rel) {
+        char *p = path_join(root, rel);
+        assert_non_null(p);
+        return p;
+}
+
+static char *put(const char *root, const char *rel, const char *content) {
+        char *p = at(root, rel);
+        _cleanup_free_ char *dir = strdup(p);
+        assert_non_null(dir);
+        *strrchr(dir, '/') = 0;
+        assert_int_equal(mkdir_p(dir, 0755), 0);
+        FILE *f = fopen(p, "we");
+        assert_non_null(f);
+        assert_int_equal(fputs(content, f) >= 0, 1);
+        assert_int_equal(fclose(f), 0);
+        return p;
+}
+
+static Config *load_root(const char *root) {
+        ConfigLoadOptions o = { .root = root };
+        _cleanup_free_ char *error = NULL;
+        Config *c = NULL;
+
+        int r = config_load(&o, &c, &error);
+        if (r < 0)
+                fail_msg("config_load: %s", error);
+        assert_null(error);
+        assert_non_null(c);
+        return c;
+}
+
+/* Writes content to <root>/etc/gpu-node-agent/agent.yaml, loads, and checks the return value and the
+ * error, whose expected text is what follows "<path of agent.yaml>:". */
+static void check_main_error(const char *root, const char *content, int expected_r, const char *expected) {
+        _cleanup_free_ char *file = put(root, MAIN, content), *error = NULL, *want = NULL;
+        ConfigLoadOptions o = { .root = root };
+        Config *c = NULL;
+
+        assert_int_equal(config_load(&o, &c, &error), expected_r);
+        assert_null(c);
+        assert_non_null(error);
+        assert_true(asprintf(&want, "%s:%s", file, expected) >= 0);
+        assert_string_equal(error, want);
+}
+
+static void test_defaults_under_root(void **state) {
+        const char *root = *state;
+        Config *c = load_root(root);
+        _cleanup_free_ char *sys = at(root, "sys"), *proc = at(root, "proc"), *dev = at(root, "dev"),
+                            *modules = at(root, "lib/modules"), *etc = at(root, "etc"), *run = at(root, "run"),
+                            *st = at(root, "var/lib/gpu-node-agent"),
+                            *labels = at(root, "etc/kubernetes/node-feature-discovery/features.d");
+
+        assert_string_equal(c->paths.root, root);
+        assert_string_equal(c->paths.sys, sys);
+        assert_string_equal(c->paths.proc, proc);
+        assert_string_equal(c->paths.dev, dev);
+        assert_string_equal(c->paths.modules, modules);
+        assert_string_equal(c->paths.etc, etc);
+        assert_string_equal(c->paths.run, run);
+        assert_string_equal(c->paths.state, st);
+        assert_string_equal(c->paths.pci_ids, "/usr/share/misc/pci.ids");
+        assert_string_equal(c->nvml.library, "libnvidia-ml.so.1");
+        assert_true(c->labels.enabled);
+        assert_string_equal(c->labels.directory, labels);
+        assert_string_equal(c->labels.file, "gpu-node-agent");
+        assert_int_equal(c->labels.expiry_usec, 0);
+        assert_int_equal(c->engine.retry_min_usec, USEC_PER_SEC);
+        assert_int_equal(c->engine.retry_max_usec, 300 * USEC_PER_SEC);
+        assert_int_equal(c->log_level, LOG_INFO);
+        assert_non_null(c->sources);
+        assert_int_equal(strv_length(c->sources), 0);
+        config_free(c);
+}
+
+static void test_defaults_host_root(void **state) {
+        const char *root = *state;
+        _cleanup_free_ char *missing = at(root, "nothing.yaml");
+        char *no_dirs[] = { NULL };
+        ConfigLoadOptions o = { .main_file = missing, .dropin_dirs = no_dirs };
+        Config *c = NULL;
+
+        assert_int_equal(config_load(&o, &c, NULL), 0);
+        assert_string_equal(c->paths.root, "/");
+        assert_string_equal(c->paths.sys, "/sys");
+        assert_string_equal(c->paths.modules, "/lib/modules");
+        assert_string_equal(c->paths.state, "/var/lib/gpu-node-agent");
+        assert_string_equal(c->labels.directory, "/etc/kubernetes/node-feature-discovery/features.d");
+        config_free(c);
+        assert_null(config_free(NULL));
+}
+
+static void test_merge_order_and_masking(void **state) {
+        const char *root = *state;
+        /* Created in reverse so that directory order cannot pass for lexical order. */
+        free(put(root, ADMIN "/50-z.yaml", "labels:\n  file: admin-z\n"));
+        free(put(root, ADMIN "/20-masked.yaml", "labels:\n  expiry: 2min\n"));
+        free(put(root, ADMIN "/notes.txt", "this: [is not yaml\n"));
+        free(put(root, ADMIN "/.10-hidden.yaml", "bogus: key\n"));
+        free(put(root, ADMIN "/10-x.yml", "bogus: key\n"));
+        free(put(root, MAIN, "log:\n  level: notice\nlabels:\n  file: main\nnvml:\n  library: /opt/nv.so\n"));
+        free(put(root, VENDOR "/30-nulled.yaml", "engine:\n  retry-max: 1h\n"));
+        free(put(root, VENDOR "/20-masked.yaml", "labels:\n  expiry: 1h\n  enabled: off\n"));
+        free(put(root, VENDOR "/10-b.yaml", "log:\n  level: err\nnvml:\n  library: libb.so\n"));
+        free(put(root, VENDOR "/05-a.yaml", "log:\n  level: debug\nlabels:\n  file: vendor\n"));
+        _cleanup_free_ char *null_link = at(root, ADMIN "/30-nulled.yaml");
+        assert_int_equal(symlink("/dev/null", null_link), 0);
+
+        Config *c = load_root(root);
+        _cleanup_free_ char *v1 = at(root, VENDOR "/05-a.yaml"), *v2 = at(root, VENDOR "/10-b.yaml"),
+                            *m = at(root, MAIN), *a1 = at(root, ADMIN "/20-masked.yaml"),
+                            *a2 = at(root, ADMIN "/50-z.yaml");
+
+        assert_int_equal(strv_length(c->sources), 5);
+        assert_string_equal(c->sources[0], v1);
+        assert_string_equal(c->sources[1], v2);
+        assert_string_equal(c->sources[2], m);
+        assert_string_equal(c->sources[3], a1);
+        assert_string_equal(c->sources[4], a2);
+        assert_int_equal(c->log_level, LOG_NOTICE);              /* agent.yaml beats vendor files */
+        assert_string_equal(c->nvml.library, "/opt/nv.so");
+        assert_string_equal(c->labels.file, "admin-z");          /* admin conf.d beats agent.yaml */
+        assert_int_equal(c->labels.expiry_usec, 120 * USEC_PER_SEC); /* masked vendor file ... */
+        assert_true(c->labels.enabled);                           /* ... contributes nothing */
+        assert_int_equal(c->engine.retry_max_usec, 300 * USEC_PER_SEC); /* masked by /dev/null */
+        config_free(c);
+}
+
+static void test_mapping_merge_scalar_replace(void **state) {
+        const char *root = *state;
+        free(put(root, MAIN, "labels:\n  enabled: false\n  file: main\n  expiry: 30s\n"));
+        free(put(root, ADMIN "/10-file.yaml", "labels:\n  file: dropin\n"));
+
+        Config *c = load_root(root);
+        assert_false(c->labels.enabled);                  /* the mapping was merged, not replaced */
+        assert_string_equal(c->labels.file, "dropin");    /* the scalar was replaced */
+        assert_int_equal(c->labels.expiry_usec, 30 * USEC_PER_SEC);
+        config_free(c);
+
+        /* A null replaces the whole mapping: the section is back to its defaults. */
+        free(put(root, ADMIN "/20-reset.yaml", "labels: ~\nlog:\n  level: null\n"));
+        c = load_root(root);
+        assert_true(c->labels.enabled);
+        assert_string_equal(c->labels.file, "gpu-node-agent");
+        assert_int_equal(c->labels.expiry_usec, 0);
+        assert_int_equal(c->log_level, LOG_INFO);
+        config_free(c);
+
+        /* A mistake in a file is reported even when a later file overrides the key. */
+        free(put(root, MAIN, "labels:\n  enabled: maybe\n"));
+        _cleanup_free_ char *error = NULL, *main_file = at(root, MAIN), *want = NULL;
+        ConfigLoadOptions o = { .root = root };
+        assert_int_equal(config_load(&o, &c, &error), -EINVAL);
+        assert_true(asprintf(&want, "%s:2:12: labels.enabled: expected a boolean (true/false), got 'maybe'",
+                             main_file) >= 0);
+        assert_string_equal(error, want);
+}
+
+static void test_empty_files(void **state) {
+        const char *root = *state;
+        free(put(root, MAIN, ""));
+        free(put(root, ADMIN "/10-comments.yaml", "# nothing here yet\n\n"));
+        free(put(root, ADMIN "/20-doc.yaml", "---\n"));
+
+        Config *c = load_root(root);
+        assert_int_equal(strv_length(c->sources), 3);
+        assert_int_equal(c->log_level, LOG_INFO);
+        config_free(c);
+}
+
+static void test_errors(void **state) {
+        const char *root = *state;
+
+        check_main_error(root, "labels:\n  file: [a, b\n", -EBADMSG,
+                         "3:1: invalid YAML: did not find expected ',' or ']' (while parsing a flow sequence)");
+        check_main_error(root, "labels:\n  file: x\n  enabled: true: false\n", -EBADMSG,
+                         "3:16: invalid YAML: mapping values are not allowed in this context");
+        check_main_error(root, "labels:\n\tfile: x\n", -EBADMSG,
+                         "2:1: invalid YAML: found character that cannot start any token (while scanning for "
+                         "the next token); indent with spaces, YAML does not allow tabs");
+        check_main_error(root, "labels:\n  file: \xff\n", -EBADMSG,
+                         " invalid YAML: invalid leading UTF-8 octet at byte 16");
+        check_main_error(root, "labels:\n  fo: x\n", -EINVAL,
+                         "2:3: unknown key 'labels.fo' (valid keys under 'labels': enabled, directory, file, "
+                         "expiry)");
+        check_main_error(root, "log:\n  level: info\nlabel:\n  file: x\n", -EINVAL,
+                         "3:1: unknown key 'label' (valid top-level keys: paths, nvml, labels, engine, log)");
+        check_main_error(root, "labels:\n  enabled: maybe\n", -EINVAL,
+                         "2:12: labels.enabled: expected a boolean (true/false), got 'maybe'");
+        check_main_error(root, "labels:\n  enabled:\n    - true\n", -EINVAL,
+                         "3:5: labels.enabled: expected a single value, got a list");
+        check_main_error(root, "labels: true\n", -EINVAL,
+                         "1:9: labels: expected a mapping of keys (indented 'key: value' lines below "
+                         "'labels:'), got a plain value");
+        check_main_error(root, "paths:\n  sys: sys\n", -EINVAL,
+                         "2:8: paths.sys: 'sys' is not an absolute path; write it starting with '/'");
+        check_main_error(root, "labels:\n  file: nfd/gpu\n", -EINVAL,
+                         "2:9: labels.file: 'nfd/gpu' is not a plain file name; use a name without '/' that "
+                         "does not start with '.' (such as gpu-node-agent)");
+        check_main_error(root, "labels:\n  file: .gpu\n", -EINVAL,
+                         "2:9: labels.file: '.gpu' is not a plain file name; use a name without '/' that "
+                         "does not start with '.' (such as gpu-node-agent)");
+        check_main_error(root, "nvml:\n  library: lib/libnvidia-ml.so.1\n", -EINVAL,
+                         "2:12: nvml.library: 'lib/libnvidia-ml.so.1' is neither a library name (such as "
+                         "libnvidia-ml.so.1) nor an absolute path");
+        check_main_error(root, "- labels\n- log\n", -EINVAL,
+                         "1:1: the top level must be a mapping of keys such as 'labels:', not a list");
+        check_main_error(root, "labels\n", -EINVAL,
+                         "1:1: the top level must be a mapping of keys such as 'labels:', not a plain value");
+        check_main_error(root, "labels:\n  file: a\n  expiry: 1h\n  file: b\n", -EINVAL,
+                         "4:3: duplicate key 'file' (already set on line 2); remove one of them");
+        check_main_error(root, "engine:\n  retry-max: 5min\n  retry-min: 10min\n", -EINVAL,
+                         "3:14: engine.retry-min (10min) must not be larger than engine.retry-max (5min)");
+        check_main_error(root, "engine:\n  retry-max: 500ms\n", -EINVAL,
+                         "2:14: engine.retry-min (1s) must not be larger than engine.retry-max (500ms)");
+        check_main_error(root, "engine:\n  retry-min: 0\n", -EINVAL,
+                         "2:14: engine.retry-min: must be greater than 0, or a failed stage would be retried "
+                         "in a busy loop");
+        check_main_error(root, "labels:\n  expiry: 5 parsecs\n", -EINVAL,
+                         "2:11: labels.expiry: expected a duration such as 90s, 5min or 1h (a number of "
+                         "seconds or a number with one of the units ms, s, min, h, d), got '5 parsecs'");
+        check_main_error(root, "log:\n  level: verbose\n", -EINVAL,
+                         "2:10: log.level: expected one of emerg, alert, crit, err, warning, notice, info, "
+                         "debug, got 'verbose'");
+        check_main_error(root, "log: &l\n  level: info\nlabels: *l\n", -EINVAL,
+                         "3:9: aliases (*l) are not supported; write the value out");
+        check_main_error(root, "log:\n  level: info\n---\nlog:\n  level: debug\n", -EINVAL,
+                         "3:1: a second YAML document ('---') is not supported; use one document per file");
+        check_main_error(root, "? [a, b]\n: c\n", -EINVAL,
+                         "1:3: a key must be a plain word such as 'labels'");
+}
+
+static void test_error_in_dropin(void **state) {
+        const char *root = *state;
+        _cleanup_free_ char *file = put(root, ADMIN "/10-x.yaml", "# tuning\nlabels:\n  enabled: yes\n  fo: 1\n");
+        _cleanup_free_ char *error = NULL, *want = NULL;
+        ConfigLoadOptions o = { .root = root };
+        Config *c = NULL;
+
+        assert_int_equal(config_load(&o, &c, &error), -EINVAL);
+        assert_true(asprintf(&want, "%s:4:3: unknown key 'labels.fo' (valid keys under 'labels': enabled, "
+                             "directory, file, expiry)", file) >= 0);
+        assert_string_equal(error, want);
+}
+
+static void test_unreadable(void **state) {
+        const char *root = *state;
+        _cleanup_free_ char *error = NULL, *want = NULL, *main_file = at(root, MAIN), *link = NULL;
+        ConfigLoadOptions o = { .root = root };
+        Config *c = NULL;
+
+        /* A directory where the file should be: unreadable even for root. */
+        assert_int_equal(mkdir_p(main_file, 0755), 0);
+        assert_int_equal(config_load(&o, &c, &error), -EISDIR);
+        assert_true(asprintf(&want, "%s: cannot read the file: Is a directory", main_file) >= 0);
+        assert_string_equal(error, want);
+        assert_int_equal(rmdir(main_file), 0);
+        free(TAKE_PTR(error));
+        free(TAKE_PTR(want));
+
+        /* A dangling symlink in a drop-in directory. */
+        link = at(root, ADMIN "/10-gone.yaml");
+        free(put(root, ADMIN "/00-ok.yaml", "log:\n  level: debug\n"));
+        assert_int_equal(symlink("/nonexistent/config.yaml", link), 0);
+        assert_int_equal(config_load(&o, &c, &error), -ENOENT);
+        assert_true(asprintf(&want, "%s: cannot read the file: No such file or directory", link) >= 0);
+        assert_string_equal(error, want);
+        assert_int_equal(unlink(link), 0);
+        free(TAKE_PTR(error));
+        free(TAKE_PTR(want));
+
+        if (geteuid() == 0)
+                return; /* permissions do not stop root */
+        free(put(root, MAIN, "log:\n  level: debug\n"));
+        assert_int_equal(chmod(main_file, 0), 0);
+        assert_int_equal(config_load(&o, &c, &error), -EACCES);
+        assert_true(asprintf(&want, "%s: cannot read the file: Permission denied", main_file) >= 0);
+        assert_string_equal(error, want);
+        assert_int_equal(chmod(main_file, 0644), 0);
+}
+
+static void test_yaml11_booleans(void **state) {
+        const char *root = *state;
+        static const struct {
+                const char *text;
+                bool value;
+        } cases[] = {
+                { "true", true },  { "True", true },   { "TRUE", true }, { "yes", true },  { "Yes", true },
+                { "ON", true },    { "on", true },     { "false", false }, { "False", false },
+                { "no", false },   { "NO", false },    { "off", false }, { "Off", false }, { "\"no\"", false },
+        };
+
+        for (size_t i = 0; i < ELEMENTSOF(cases); i++) {
+                _cleanup_free_ char *text = NULL;
+                assert_true(asprintf(&text, "labels:\n  enabled: %s\n", cases[i].text) >= 0);
+                free(put(root, MAIN, text));
+                Config *c = load_root(root);
+                if (c->labels.enabled != cases[i].value)
+                        fail_msg("'%s' read as %s", cases[i].text, c->labels.enabled ? "true" : "false");
+                config_free(c);
+        }
+        check_main_error(root, "labels:\n  enabled: 1\n", -EINVAL,
+                         "2:12: labels.enabled: expected a boolean (true/false), got '1'");
+}
+
+static void test_durations(void **state) {
+        static const struct {
+                const char *text;
+                uint64_t usec;
+        } good[] = {
+                { "0", 0 },
+                { "90", 90 * USEC_PER_SEC },
+                { "90s", 90 * USEC_PER_SEC },
+                { "5min", 300 * USEC_PER_SEC },
+                { "5 min", 300 * USEC_PER_SEC },
+                { "1h", 3600 * USEC_PER_SEC },
+                { "2d", 2 * 86400 * USEC_PER_SEC },
+                { "500ms", 500 * USEC_PER_MSEC },
+                { "1.5s", 1500 * USEC_PER_MSEC },
+                { "0.25", 250 * USEC_PER_MSEC },
+                { "1.5ms", 1500 },
+        };
+        static const char *const bad[] = {
+                "", "s", "min", "-1s", "+1s", " 5s", "5 ", "5m", "5sec", "1.s", ".5s", "1.2.3s", "1e3", "5s5",
+                "0x10", "5 parsecs",
+        };
+        uint64_t u;
+
+        for (size_t i = 0; i < ELEMENTSOF(good); i++) {
+                u = UINT64_MAX;
+                if (config_parse_duration(good[i].text, &u) < 0)
+                        fail_msg("'%s' rejected", good[i].text);
+                assert_int_equal(u, good[i].usec);
+        }
+        for (size_t i = 0; i < ELEMENTSOF(bad); i++)
+                if (config_parse_duration(bad[i], &u) != -EINVAL)
+                        fail_msg("'%s' accepted", bad[i]);
+        assert_int_equal(config_parse_duration("99999999999999999999d", &u), -ERANGE);
+        assert_int_equal(config_parse_duration("300000000d", &u), -ERANGE);
+
+        const char *root = *state;
+        free(put(root, MAIN, "labels:\n  expiry: 10min\nengine:\n  retry-min: 250ms\n  retry-max: 2h\n"));
+        Config *c = load_root(root);
+        assert_int_equal(c->labels.expiry_usec, 600 * USEC_PER_SEC);
+        assert_int_equal(c->engine.retry_min_usec, 250 * USEC_PER_MSEC);
+        assert_int_equal(c->engine.retry_max_usec, 7200 * USEC_PER_SEC);
+        config_free(c);
+        check_main_error(root, "labels:\n  expiry: 300000000d\n", -EINVAL,
+                         "2:11: labels.expiry: the duration '300000000d' is too large");
+}
+
+static void test_root_override(void **state) {
+        const char *root = *state;
+        _cleanup_free_ char *main_file = put(root, "conf/agent.yaml",
+                                             "paths:\n  root: /srv/image\n  sys: /host/sys\n  etc: /srv/etc\n");
+        char *no_dirs[] = { NULL };
+        ConfigLoadOptions o = { .main_file = main_file, .dropin_dirs = no_dirs };
+        Config *c = NULL;
+
+        /* paths.root from the file: the unset paths follow it, the set ones stay. */
+        assert_int_equal(config_load(&o, &c, NULL), 0);
+        assert_string_equal(c->paths.root, "/srv/image");
+        assert_string_equal(c->paths.proc, "/srv/image/proc");
+        assert_string_equal(c->paths.sys, "/host/sys");
+        assert_string_equal(c->paths.etc, "/srv/etc");
+        assert_string_equal(c->labels.directory, "/srv/etc/kubernetes/node-feature-discovery/features.d");
+        c = config_free(c);
+
+        /* --root beats paths.root. */
+        _cleanup_free_ char *proc = at(root, "proc");
+        o.root = root;
+        assert_int_equal(config_load(&o, &c, NULL), 0);
+        assert_string_equal(c->paths.root, root);
+        assert_string_equal(c->paths.proc, proc);
+        assert_string_equal(c->paths.sys, "/host/sys");
+        config_free(c);
+}
+
+static void test_dump_roundtrip(void **state) {
+        const char *root = *state;
+        free(put(root, VENDOR "/00-defaults.yaml", "log:\n  level: warning\n"));
+        free(put(root, MAIN,
+                 "paths:\n  pci-ids: /opt/pci ids/pci.ids\n  modules: /chroot/lib/modules\n"
+                 "nvml:\n  library: \"lib nv#1: ~.so\"\n"
+                 "labels:\n  enabled: no\n  file: \"null\"\n  expiry: 1.5s\n"
+                 "engine:\n  retry-min: 0.001ms\n  retry-max: 2d\n"));
+        Config *c = load_root(root);
+        _cleanup_free_ char *dump = NULL, *dump_file = at(root, "dump.yaml"), *error = NULL;
+        size_t size = 0;
+        FILE *f = open_memstream(&dump, &size);
+        assert_non_null(f);
+        assert_int_equal(config_dump(c, f), 0);
+        assert_int_equal(fclose(f), 0);
+
+        _cleanup_free_ char *vendor = at(root, VENDOR "/00-defaults.yaml"), *line = NULL;
+        assert_true(asprintf(&line, "# sources:\n#   %s\n", vendor) >= 0);
+        assert_non_null(strstr(dump, line));
+        assert_non_null(strstr(dump, "\nlabels:\n  enabled: false\n"));
+        assert_non_null(strstr(dump, "  expiry: 1500ms\n"));
+        assert_non_null(strstr(dump, "  retry-min: 0.001ms\n  retry-max: 2d\n"));
+        assert_non_null(strstr(dump, "\nlog:\n  level: warning\n"));
+
+        free(put(root, "dump.yaml", dump));
+        char *no_dirs[] = { NULL };
+        ConfigLoadOptions o = { .main_file = dump_file, .dropin_dirs = no_dirs };
+        Config *d = NULL;
+        if (config_load(&o, &d, &error) < 0)
+                fail_msg("the dump does not load: %s\n%s", error, dump);
+        assert_string_equal(d->paths.root, c->paths.root);
+        assert_string_equal(d->paths.sys, c->paths.sys);
+        assert_string_equal(d->paths.proc, c->paths.proc);
+        assert_string_equal(d->paths.dev, c->paths.dev);
+        assert_string_equal(d->paths.modules, "/chroot/lib/modules");
+        assert_string_equal(d->paths.etc, c->paths.etc);
+        assert_string_equal(d->paths.run, c->paths.run);
+        assert_string_equal(d->paths.state, c->paths.state);
+        assert_string_equal(d->paths.pci_ids, "/opt/pci ids/pci.ids");
+        assert_string_equal(d->nvml.library, "lib nv#1: ~.so");
+        assert_false(d->labels.enabled);
+        assert_string_equal(d->labels.directory, c->labels.directory);
+        assert_string_equal(d->labels.file, "null");
+        assert_int_equal(d->labels.expiry_usec, 1500 * USEC_PER_MSEC);
+        assert_int_equal(d->engine.retry_min_usec, 1);
+        assert_int_equal(d->engine.retry_max_usec, 2 * 86400 * USEC_PER_SEC);
+        assert_int_equal(d->log_level, LOG_WARNING);
+        assert_int_equal(strv_length(d->sources), 1);
+
+        /* And the dump of the dump is the same text, but for the sources comment. */
+        _cleanup_free_ char *dump2 = NULL;
+        f = open_memstream(&dump2, &size);
+        assert_non_null(f);
+        assert_int_equal(config_dump(d, f), 0);
+        assert_int_equal(fclose(f), 0);
+        assert_string_equal(strstr(dump2, "\npaths:"), strstr(dump, "\npaths:"));
+        config_free(d);
+        config_free(c);
+}
+
+/* The files the package installs must load, and the vendor defaults file must change nothing. */
+static void test_shipped_files(void **state) {
+        const char *src = getenv("GNA_SOURCE_ROOT");
+        if (!src)
+                skip();
+        _cleanup_free_ char *confd = at(src, "conf.d"), *example = at(src, "conf.d/examples/agent.yaml"),
+                            *missing = at(*state, "none.yaml"), *error = NULL;
+        char *vendor_only[] = { confd, (char *) "/nonexistent", NULL };
+        ConfigLoadOptions o = { .root = *state, .main_file = missing, .dropin_dirs = vendor_only };
+        Config *c = NULL, *d = load_root(*state);
+
+        assert_int_equal(config_load(&o, &c, &error), 0);
+        assert_int_equal(strv_length(c->sources), 1);
+        assert_string_equal(c->paths.sys, d->paths.sys);
+        assert_string_equal(c->labels.directory, d->labels.directory);
+        assert_int_equal(c->labels.enabled, d->labels.enabled);
+        assert_int_equal(c->engine.retry_max_usec, d->engine.retry_max_usec);
+        assert_int_equal(c->log_level, d->log_level);
+        c = config_free(c);
+
+        o.main_file = example;
+        if (config_load(&o, &c, &error) < 0)
+                fail_msg("%s", error);
+        assert_int_equal(c->labels.expiry_usec, 3600 * USEC_PER_SEC);
+        config_free(c);
+        config_free(d);
+}
+
+int main(void) {
+        const struct CMUnitTest tests[] = {
+                cmocka_unit_test_setup_teardown(test_defaults_under_root, setup_root, teardown_root),
+                cmocka_unit_test_setup_teardown(test_defaults_host_root, setup_root, teardown_root),
+                cmocka_unit_test_setup_teardown(test_merge_order_and_masking, setup_root, teardown_root),
+                cmocka_unit_test_setup_teardown(test_mapping_merge_scalar_replace, setup_root, teardown_root),
+                cmocka_unit_test_setup_teardown(test_empty_files, setup_root, teardown_root),
+                cmocka_unit_test_setup_teardown(test_errors, setup_root, teardown_root),
+                cmocka_unit_test_setup_teardown(test_error_in_dropin, setup_root, teardown_root),
+                cmocka_unit_test_setup_teardown(test_unreadable, setup_root, teardown_root),
+                cmocka_unit_test_setup_teardown(test_yaml11_booleans, setup_root, teardown_root),
+                cmocka_unit_test_setup_teardown(test_durations, setup_root, teardown_root),
+                cmocka_unit_test_setup_teardown(test_root_override, setup_root, teardown_root),
+                cmocka_unit_test_setup_teardown(test_dump_roundtrip, setup_root, teardown_root),
+                cmocka_unit_test_setup_teardown(test_shipped_files, setup_root, teardown_root),
+        };
+        return cmocka_run_group_tests(tests, NULL, NULL);
+}
