@@ -105,13 +105,9 @@ static int method_reload(sd_bus_message *msg, void *userdata, sd_bus_error *erro
         if (r < 0)
                 return r;
 
-        log_info("Reloading the configuration (requested over D-Bus by %s).",
-                 strna(sd_bus_message_get_sender(msg)));
+        log_info("Reload requested over D-Bus by %s.", strna(sd_bus_message_get_sender(msg)));
+        /* manager_reload() announces ConfigError/ConfigSources itself, as SIGHUP goes the same way. */
         r = manager_reload(m, &err);
-        /* Either way ConfigError tells the outcome; the sources change only on success, but marking
-         * both is cheap and keeps this independent of what manager_reload announces itself. */
-        manager_bus_mark_dirty(m, NULL, NULL, "ConfigError");
-        manager_bus_mark_dirty(m, NULL, NULL, "ConfigSources");
         if (r < 0)
                 return sd_bus_error_setf(error, AGENT_ERROR_INVALID_CONFIG,
                                          "The new configuration was rejected and the old one is kept: %s",
@@ -128,7 +124,9 @@ static int method_reconcile(sd_bus_message *msg, void *userdata, sd_bus_error *e
         if (r < 0)
                 return r;
 
-        manager_request_pass(m, "Reconcile() over D-Bus");
+        char reason[128];
+        snprintf(reason, sizeof reason, "Reconcile() over D-Bus from %s", strna(sd_bus_message_get_sender(msg)));
+        manager_request_pass(m, reason);
         return sd_bus_reply_method_return(msg, NULL);
 }
 

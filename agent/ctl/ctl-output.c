@@ -6,33 +6,33 @@
 #include "ctl-output.h"
 #include "macro.h"
 
-bool colors_enabled(void) {
+bool ctl_colors_enabled(void) {
         const char *no_color = getenv("NO_COLOR"), *term = getenv("TERM");
 
         return isatty(STDOUT_FILENO) && isempty(no_color) && !streq_ptr(term, "dumb");
 }
 
-const char *ansi(const char *seq) {
-        return colors_enabled() ? seq : "";
+const char *ctl_ansi(const char *seq) {
+        return ctl_colors_enabled() ? seq : "";
 }
 
-int table_new(Table **ret, size_t n_columns, const char *const *header) {
-        Table *t = calloc(1, sizeof(*t));
+int ctl_table_new(CtlTable **ret, size_t n_columns, const char *const *header) {
+        CtlTable *t = calloc(1, sizeof(*t));
         int r;
 
         if (!t)
                 return -ENOMEM;
         t->n_columns = n_columns;
-        r = table_add_row(t, header);
+        r = ctl_table_add_row(t, header);
         if (r < 0) {
-                table_free(t);
+                ctl_table_free(t);
                 return r;
         }
         *ret = t;
         return 0;
 }
 
-Table *table_free(Table *t) {
+CtlTable *ctl_table_free(CtlTable *t) {
         if (!t)
                 return NULL;
         for (size_t i = 0; i < t->n_rows * t->n_columns; i++)
@@ -43,7 +43,7 @@ Table *table_free(Table *t) {
         return NULL;
 }
 
-int table_add_row(Table *t, const char *const *cells) {
+int ctl_table_add_row(CtlTable *t, const char *const *cells) {
         size_t n = (t->n_rows + 1) * t->n_columns, base = t->n_rows * t->n_columns;
         char **c = realloc(t->cells, n * sizeof(char *));
         if (!c)
@@ -67,12 +67,12 @@ int table_add_row(Table *t, const char *const *cells) {
         return 0;
 }
 
-void table_set_color(Table *t, size_t column, const char *seq) {
+void ctl_table_set_color(CtlTable *t, size_t column, const char *seq) {
         if (t->n_rows > 0 && column < t->n_columns)
                 t->colors[(t->n_rows - 1) * t->n_columns + column] = seq;
 }
 
-size_t utf8_width(const char *s) {
+size_t ctl_utf8_width(const char *s) {
         size_t n = 0;
         for (; *s; s++)
                 if (((unsigned char) *s & 0xc0) != 0x80)
@@ -80,13 +80,13 @@ size_t utf8_width(const char *s) {
         return n;
 }
 
-void table_print(const Table *t, FILE *f, bool header) {
+void ctl_table_print(const CtlTable *t, FILE *f, bool header) {
         size_t width[t->n_columns];
 
         for (size_t c = 0; c < t->n_columns; c++) {
                 width[c] = 0;
                 for (size_t r = header ? 0 : 1; r < t->n_rows; r++) {
-                        size_t w = utf8_width(t->cells[r * t->n_columns + c]);
+                        size_t w = ctl_utf8_width(t->cells[r * t->n_columns + c]);
                         if (w > width[c])
                                 width[c] = w;
                 }
@@ -98,16 +98,16 @@ void table_print(const Table *t, FILE *f, bool header) {
                         const char *color = r == 0 ? ANSI_BOLD : t->colors[r * t->n_columns + c];
                         bool last = c + 1 == t->n_columns;
 
-                        fprintf(f, "%s%s%s", color ? ansi(color) : "", cell, color ? ansi(ANSI_NORMAL) : "");
+                        fprintf(f, "%s%s%s", color ? ctl_ansi(color) : "", cell, color ? ctl_ansi(ANSI_NORMAL) : "");
                         /* No trailing blanks: the last column is not padded. */
                         if (!last)
-                                fprintf(f, "%*s", (int) (width[c] - utf8_width(cell) + 1), "");
+                                fprintf(f, "%*s", (int) (width[c] - ctl_utf8_width(cell) + 1), "");
                 }
                 fputc('\n', f);
         }
 }
 
-void json_string(FILE *f, const char *s) {
+void ctl_json_string(FILE *f, const char *s) {
         if (!s) {
                 fputs("null", f);
                 return;
@@ -139,39 +139,39 @@ void json_string(FILE *f, const char *s) {
         fputc('"', f);
 }
 
-void json_key(FILE *f, bool *first, const char *key) {
+void ctl_json_key(FILE *f, bool *first, const char *key) {
         if (!*first)
                 fputc(',', f);
         *first = false;
-        json_string(f, key);
+        ctl_json_string(f, key);
         fputc(':', f);
 }
 
-void json_kv_string(FILE *f, bool *first, const char *key, const char *value) {
-        json_key(f, first, key);
-        json_string(f, value);
+void ctl_json_kv_string(FILE *f, bool *first, const char *key, const char *value) {
+        ctl_json_key(f, first, key);
+        ctl_json_string(f, value);
 }
 
-void json_kv_string_or_null(FILE *f, bool *first, const char *key, const char *value) {
-        json_kv_string(f, first, key, isempty(value) ? NULL : value);
+void ctl_json_kv_string_or_null(FILE *f, bool *first, const char *key, const char *value) {
+        ctl_json_kv_string(f, first, key, isempty(value) ? NULL : value);
 }
 
-void json_kv_uint(FILE *f, bool *first, const char *key, uint64_t value) {
-        json_key(f, first, key);
+void ctl_json_kv_uint(FILE *f, bool *first, const char *key, uint64_t value) {
+        ctl_json_key(f, first, key);
         fprintf(f, "%" PRIu64, value);
 }
 
-void json_kv_int(FILE *f, bool *first, const char *key, int64_t value) {
-        json_key(f, first, key);
+void ctl_json_kv_int(FILE *f, bool *first, const char *key, int64_t value) {
+        ctl_json_key(f, first, key);
         fprintf(f, "%" PRIi64, value);
 }
 
-void json_kv_bool(FILE *f, bool *first, const char *key, bool value) {
-        json_key(f, first, key);
+void ctl_json_kv_bool(FILE *f, bool *first, const char *key, bool value) {
+        ctl_json_key(f, first, key);
         fputs(value ? "true" : "false", f);
 }
 
-void json_kv_null(FILE *f, bool *first, const char *key) {
-        json_key(f, first, key);
+void ctl_json_kv_null(FILE *f, bool *first, const char *key) {
+        ctl_json_key(f, first, key);
         fputs("null", f);
 }

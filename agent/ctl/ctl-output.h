@@ -15,41 +15,41 @@
 #define ANSI_NORMAL "\x1b[0m"
 
 /* Colour only for a terminal, and never when $NO_COLOR is set (non-empty) or $TERM is "dumb". */
-bool colors_enabled(void);
+bool ctl_colors_enabled(void);
 /* The escape sequence when colours are on, "" otherwise. */
-const char *ansi(const char *seq);
+const char *ctl_ansi(const char *seq);
 
-typedef struct Table {
+typedef struct CtlTable {
         size_t n_columns;
         char **cells;      /* row-major, header first, n_rows * n_columns strings */
         size_t n_rows;
         const char **colors; /* per cell, may be NULL: an ANSI sequence applied to that cell */
-} Table;
+} CtlTable;
 
 /* The header is the first row; it is printed only when header is true. */
-int table_new(Table **ret, size_t n_columns, const char *const *header);
-Table *table_free(Table *t);
+int ctl_table_new(CtlTable **ret, size_t n_columns, const char *const *header);
+CtlTable *ctl_table_free(CtlTable *t);
 /* Adds one row of n_columns cells (NULL or "" shown as "-"). */
-int table_add_row(Table *t, const char *const *cells);
+int ctl_table_add_row(CtlTable *t, const char *const *cells);
 /* Sets the colour of the last added row's cell column. */
-void table_set_color(Table *t, size_t column, const char *seq);
-void table_print(const Table *t, FILE *f, bool header);
+void ctl_table_set_color(CtlTable *t, size_t column, const char *seq);
+void ctl_table_print(const CtlTable *t, FILE *f, bool header);
 
-static inline void table_freep(Table **t) {
-        table_free(*t);
+static inline void ctl_table_freep(CtlTable **t) {
+        ctl_table_free(*t);
 }
 
 /* Display width of a UTF-8 string, counting code points (good enough for names and messages). */
-size_t utf8_width(const char *s);
+size_t ctl_utf8_width(const char *s);
 
-/* JSON pieces. json_string() writes a quoted escaped string, or null for NULL. */
-void json_string(FILE *f, const char *s);
+/* JSON pieces. ctl_json_string() writes a quoted escaped string, or null for NULL. */
+void ctl_json_string(FILE *f, const char *s);
 /* "key": and the separator before it when not first. */
-void json_key(FILE *f, bool *first, const char *key);
-void json_kv_string(FILE *f, bool *first, const char *key, const char *value);
+void ctl_json_key(FILE *f, bool *first, const char *key);
+void ctl_json_kv_string(FILE *f, bool *first, const char *key, const char *value);
 /* Empty strings become null: "not known" has one spelling in our JSON. */
-void json_kv_string_or_null(FILE *f, bool *first, const char *key, const char *value);
-void json_kv_uint(FILE *f, bool *first, const char *key, uint64_t value);
-void json_kv_int(FILE *f, bool *first, const char *key, int64_t value);
-void json_kv_bool(FILE *f, bool *first, const char *key, bool value);
-void json_kv_null(FILE *f, bool *first, const char *key);
+void ctl_json_kv_string_or_null(FILE *f, bool *first, const char *key, const char *value);
+void ctl_json_kv_uint(FILE *f, bool *first, const char *key, uint64_t value);
+void ctl_json_kv_int(FILE *f, bool *first, const char *key, int64_t value);
+void ctl_json_kv_bool(FILE *f, bool *first, const char *key, bool value);
+void ctl_json_kv_null(FILE *f, bool *first, const char *key);

@@ -1,1 +1,658 @@
-int main(void) { return 1; } /* placeholder: being written */
+/* SPDX-License-Identifier: MIT */
+/* Owns gpunodectl, the command-line client of gpu-node-agent's D-Bus API on the system bus: argument
+ * parsing, the commands (status, gpus, labels, reload, reconcile, wait-ready), reading the Manager
+ * and Gpu objects, and turning D-Bus errors into messages and the documented exit codes. */
+#include <getopt.h>
+#include <inttypes.h>
+#include <time.h>
+#include <systemd/sd-bus.h>
+
+#include "build-config.h"
+#include "bus.h"
+#include "config.h"
+#include "ctl-agent.h"
+#include "ctl-output.h"
+#include "strv.h"
+
+/* Documented in --help and gpunodectl(1); scripts depend on them. */
+enum {
+        CTL_EXIT_OK = 0,
+        CTL_EXIT_NOT_OK = 1,       /* the operation failed, or wait-ready timed out */
+        CTL_EXIT_USAGE = 2,
+        CTL_EXIT_UNREACHABLE = 3,  /* no system bus, or the agent is not running / not answering */
+        CTL_EXIT_DENIED = 4,
+};
+
+#define DEFAULT_TIMEOUT_USEC (90 * USEC_PER_SEC)
+
+static bool arg_json = false;
+static bool arg_legend = true;
+static uint64_t arg_timeout_usec = DEFAULT_TIMEOUT_USEC;
+static bool arg_timeout_set = false;
+
+/* Prints what went wrong in words and returns the exit code for it. what is the method for
+ * permission errors ("Reload") and the context for the rest ("Failed to read the agent status"). */
+static int bus_error_exit(const char *method, const char *what, const sd_bus_error *e, int r) {
+        const char *msg = sd_bus_error_is_set(e) && e->message ? e->message : strerror(-r);
+
+        if (sd_bus_error_has_names(e, SD_BUS_ERROR_SERVICE_UNKNOWN, SD_BUS_ERROR_NAME_HAS_NO_OWNER)) {
+                fprintf(stderr,
+                        "gpunodectl: gpu-node-agent is not running: %s has no owner on the system bus. "
+                        "Start it with 'systemctl start gpu-node-agent'.\n",
+                        AGENT_BUS_NAME);
+                return CTL_EXIT_UNREACHABLE;
+        }
+        if (sd_bus_error_has_name(e, AGENT_ERROR_ACCESS_DENIED)) {
+                fprintf(stderr, "gpunodectl: %s\n", msg);
+                return CTL_EXIT_DENIED;
+        }
+        if (sd_bus_error_has_name(e, SD_BUS_ERROR_ACCESS_DENIED) || r == -EACCES || r == -EPERM) {
+                fprintf(stderr, "gpunodectl: %s requires root (or CAP_SYS_ADMIN); the bus refused the call: %s\n",
+                        method, msg);
+                return CTL_EXIT_DENIED;
+        }
+        if (sd_bus_error_has_names(e, SD_BUS_ERROR_NO_REPLY, SD_BUS_ERROR_TIMEOUT, SD_BUS_ERROR_DISCONNECTED) ||
+            r == -ETIMEDOUT || r == -ECONNRESET || r == -ENOTCONN) {
+                fprintf(stderr, "gpunodectl: %s: gpu-node-agent did not answer: %s\n", what, msg);
+                return CTL_EXIT_UNREACHABLE;
+        }
+        fprintf(stderr, "gpunodectl: %s: %s\n", what, msg);
+        return CTL_EXIT_NOT_OK;
+}
+
+/* Returns an exit code; on CTL_EXIT_OK *st is filled. */
+static int get_status(sd_bus *bus, AgentStatus *st) {
+        _cleanup_(sd_bus_error_free) sd_bus_error error = SD_BUS_ERROR_NULL;
+        _cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
+        int r;
+
+        r = sd_bus_call_method(bus, AGENT_BUS_NAME, AGENT_OBJECT_PATH, "org.freedesktop.DBus.Properties", "GetAll",
+                               &error, &reply, "s", AGENT_MANAGER_INTERFACE);
+        if (r < 0)
+                return bus_error_exit("GetAll", "Failed to read the agent status", &error, r);
+
+        r = ctl_parse_status(reply, st);
+        if (r < 0) {
+                fprintf(stderr, "gpunodectl: Unexpected reply to GetAll(%s) from the agent: %s\n",
+                        AGENT_MANAGER_INTERFACE, strerror(-r));
+                return CTL_EXIT_NOT_OK;
+        }
+        return CTL_EXIT_OK;
+}
+
+static const char *agent_state_color(const char *state) {
+        if (streq_ptr(state, "ready"))
+                return ANSI_GREEN;
+        if (streq_ptr(state, "starting"))
+                return ANSI_YELLOW;
+        return ANSI_RED;
+}
+
+static const char *stage_state_color(const char *state) {
+        if (streq_ptr(state, "done"))
+                return ANSI_GREEN;
+        if (streq_ptr(state, "failed"))
+                return ANSI_RED;
+        if (streq_ptr(state, "running"))
+                return ANSI_YELLOW;
+        return NULL;
+}
+
+static bool stage_is_finished(const char *state) {
+        return streq_ptr(state, "done") || streq_ptr(state, "skipped") || streq_ptr(state, "failed");
+}
+
+static void format_timestamp(uint64_t usec, char *buf, size_t n) {
+        time_t t = (time_t) (usec / USEC_PER_SEC);
+        struct tm tm;
+
+        if (usec == 0 || !localtime_r(&t, &tm) || strftime(buf, n, "%a %Y-%m-%d %H:%M:%S %Z", &tm) == 0)
+                snprintf(buf, n, "-");
+}
+
+static void json_stage(FILE *f, const StageInfo *s) {
+        bool first = true;
+
+        fputc('{', f);
+        ctl_json_kv_string(f, &first, "name", s->name);
+        ctl_json_kv_string(f, &first, "state", s->state);
+        if (s->started_usec)
+                ctl_json_kv_uint(f, &first, "started_usec", s->started_usec);
+        else
+                ctl_json_kv_null(f, &first, "started_usec");
+        if (s->finished_usec)
+                ctl_json_kv_uint(f, &first, "finished_usec", s->finished_usec);
+        else
+                ctl_json_kv_null(f, &first, "finished_usec");
+        ctl_json_kv_string_or_null(f, &first, "message", s->message);
+        fputc('}', f);
+}
+
+static void print_status_json(const AgentStatus *st) {
+        bool first = true;
+
+        putchar('{');
+        ctl_json_kv_string(stdout, &first, "version", st->version);
+        ctl_json_kv_string(stdout, &first, "state", st->state);
+        ctl_json_kv_string(stdout, &first, "stage", st->stage);
+        ctl_json_kv_bool(stdout, &first, "ready", st->ready);
+        ctl_json_kv_uint(stdout, &first, "gpu_count", st->gpu_count);
+        ctl_json_kv_string_or_null(stdout, &first, "kernel_release", st->kernel_release);
+        ctl_json_kv_string_or_null(stdout, &first, "config_error", st->config_error);
+        ctl_json_key(stdout, &first, "config_sources");
+        putchar('[');
+        STRV_FOREACH(s, st->config_sources) {
+                if (s != st->config_sources)
+                        putchar(',');
+                ctl_json_string(stdout, *s);
+        }
+        putchar(']');
+        ctl_json_key(stdout, &first, "stages");
+        putchar('[');
+        for (size_t i = 0; i < st->n_stages; i++) {
+                if (i > 0)
+                        putchar(',');
+                json_stage(stdout, &st->stages[i]);
+        }
+        fputs("]}\n", stdout);
+}
+
+static int print_stage_table(const AgentStatus *st) {
+        _cleanup_(ctl_table_freep) CtlTable *t = NULL;
+        int r;
+
+        r = ctl_table_new(&t, 4, (const char *const[]) { "STAGE", "STATE", "SINCE", "MESSAGE" });
+        if (r < 0)
+                return r;
+        for (size_t i = 0; i < st->n_stages; i++) {
+                const StageInfo *s = &st->stages[i];
+                char since[64];
+
+                format_timestamp(stage_is_finished(s->state) && s->finished_usec ? s->finished_usec
+                                                                                  : s->started_usec,
+                                 since, sizeof since);
+                r = ctl_table_add_row(t, (const char *const[]) { s->name, s->state, since, s->message });
+                if (r < 0)
+                        return r;
+                ctl_table_set_color(t, 1, stage_state_color(s->state));
+        }
+        ctl_table_print(t, stdout, arg_legend);
+        return 0;
+}
+
+static int verb_status(sd_bus *bus, char **args) {
+        _cleanup_(ctl_status_done) AgentStatus st = {};
+        int r;
+
+        r = get_status(bus, &st);
+        if (r != CTL_EXIT_OK)
+                return r;
+
+        if (arg_json) {
+                print_status_json(&st);
+                return CTL_EXIT_OK;
+        }
+
+        const char *color = agent_state_color(st.state);
+        printf("%s●%s gpu-node-agent: %s%s%s\n", ctl_ansi(color), ctl_ansi(ANSI_NORMAL), ctl_ansi(color), strna(st.state),
+               ctl_ansi(ANSI_NORMAL));
+        printf("%12s: %s\n", "Version", strna(st.version));
+        printf("%12s: %s\n", "Stage", strna(st.stage));
+        printf("%12s: %s\n", "Ready", st.ready ? "yes" : "no");
+        printf("%12s: %" PRIu32 "\n", "GPUs", st.gpu_count);
+        printf("%12s: %s\n", "Kernel", isempty(st.kernel_release) ? "unknown" : st.kernel_release);
+        if (strv_length(st.config_sources) == 0)
+                printf("%12s: %s\n", "Config", "built-in defaults (no configuration files)");
+        STRV_FOREACH(s, st.config_sources)
+                printf("%12s%s %s\n", s == st.config_sources ? "Config" : "", s == st.config_sources ? ":" : " ",
+                       *s);
+        if (!isempty(st.config_error))
+                printf("%12s: %s%s%s\n", "Config error", ctl_ansi(ANSI_RED), st.config_error, ctl_ansi(ANSI_NORMAL));
+
+        if (st.n_stages > 0) {
+                putchar('\n');
+                r = print_stage_table(&st);
+                if (r < 0) {
+                        fprintf(stderr, "gpunodectl: %s\n", strerror(-r));
+                        return CTL_EXIT_NOT_OK;
+                }
+        }
+        return CTL_EXIT_OK;
+}
+
+static int gpu_compare(const void *a, const void *b) {
+        const GpuInfo *x = a, *y = b;
+        return x->index < y->index ? -1 : x->index > y->index;
+}
+
+static void print_gpus_json(const GpuInfo *gpus, size_t n) {
+        putchar('[');
+        for (size_t i = 0; i < n; i++) {
+                const GpuInfo *g = &gpus[i];
+                bool first = true;
+                char id[16];
+
+                if (i > 0)
+                        putchar(',');
+                putchar('{');
+                ctl_json_kv_uint(stdout, &first, "index", g->index);
+                ctl_json_kv_string(stdout, &first, "pci_address", g->pci_address);
+                ctl_json_kv_string_or_null(stdout, &first, "name", g->name);
+                snprintf(id, sizeof id, "0x%04x", g->vendor_id);
+                ctl_json_kv_string(stdout, &first, "vendor_id", id);
+                snprintf(id, sizeof id, "0x%04x", g->device_id);
+                ctl_json_kv_string(stdout, &first, "device_id", id);
+                snprintf(id, sizeof id, "0x%04x", g->subsystem_vendor_id);
+                ctl_json_kv_string(stdout, &first, "subsystem_vendor_id", id);
+                snprintf(id, sizeof id, "0x%04x", g->subsystem_device_id);
+                ctl_json_kv_string(stdout, &first, "subsystem_device_id", id);
+                snprintf(id, sizeof id, "0x%06" PRIx32, g->class_code);
+                ctl_json_kv_string(stdout, &first, "class", id);
+                if (g->numa_node >= 0)
+                        ctl_json_kv_int(stdout, &first, "numa_node", g->numa_node);
+                else
+                        ctl_json_kv_null(stdout, &first, "numa_node");
+                if (g->iommu_group >= 0)
+                        ctl_json_kv_int(stdout, &first, "iommu_group", g->iommu_group);
+                else
+                        ctl_json_kv_null(stdout, &first, "iommu_group");
+                ctl_json_kv_string_or_null(stdout, &first, "driver", g->driver);
+                ctl_json_kv_string_or_null(stdout, &first, "link_speed", g->link_speed);
+                if (g->link_width > 0)
+                        ctl_json_kv_uint(stdout, &first, "link_width", g->link_width);
+                else
+                        ctl_json_kv_null(stdout, &first, "link_width");
+                putchar('}');
+        }
+        fputs("]\n", stdout);
+}
+
+static int print_gpus_table(const GpuInfo *gpus, size_t n) {
+        _cleanup_(ctl_table_freep) CtlTable *t = NULL;
+        int r;
+
+        r = ctl_table_new(&t, 6, (const char *const[]) { "INDEX", "PCI", "NAME", "NUMA", "DRIVER", "LINK" });
+        if (r < 0)
+                return r;
+        for (size_t i = 0; i < n; i++) {
+                const GpuInfo *g = &gpus[i];
+                char index[16], numa[16] = "", link[96] = "";
+
+                snprintf(index, sizeof index, "%" PRIu32, g->index);
+                if (g->numa_node >= 0)
+                        snprintf(numa, sizeof numa, "%" PRIi32, g->numa_node);
+                if (!isempty(g->link_speed) && g->link_width > 0)
+                        snprintf(link, sizeof link, "%s x%" PRIu32, g->link_speed, g->link_width);
+                else if (!isempty(g->link_speed))
+                        snprintf(link, sizeof link, "%s", g->link_speed);
+                else if (g->link_width > 0)
+                        snprintf(link, sizeof link, "x%" PRIu32, g->link_width);
+                r = ctl_table_add_row(t, (const char *const[]) { index, g->pci_address, g->name, numa, g->driver, link });
+                if (r < 0)
+                        return r;
+        }
+        ctl_table_print(t, stdout, arg_legend);
+        if (arg_legend)
+                printf("\n%zu GPU%s listed.\n", n, n == 1 ? "" : "s");
+        return 0;
+}
+
+static int verb_gpus(sd_bus *bus, char **args) {
+        _cleanup_(sd_bus_error_free) sd_bus_error error = SD_BUS_ERROR_NULL;
+        _cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
+        GpuInfo *gpus = NULL;
+        size_t n = 0;
+        int r, ret = CTL_EXIT_OK;
+
+        r = sd_bus_call_method(bus, AGENT_BUS_NAME, AGENT_OBJECT_PATH, "org.freedesktop.DBus.ObjectManager",
+                               "GetManagedObjects", &error, &reply, NULL);
+        if (r < 0)
+                return bus_error_exit("GetManagedObjects", "Failed to list the GPUs", &error, r);
+
+        r = ctl_parse_gpus(reply, &gpus, &n);
+        if (r < 0) {
+                fprintf(stderr, "gpunodectl: Unexpected reply to GetManagedObjects() from the agent: %s\n",
+                        strerror(-r));
+                ret = CTL_EXIT_NOT_OK;
+                goto finish;
+        }
+        qsort(gpus, n, sizeof(GpuInfo), gpu_compare);
+
+        if (arg_json)
+                print_gpus_json(gpus, n);
+        else if (print_gpus_table(gpus, n) < 0) {
+                fprintf(stderr, "gpunodectl: Out of memory.\n");
+                ret = CTL_EXIT_NOT_OK;
+        }
+
+finish:
+        for (size_t i = 0; i < n; i++)
+                ctl_gpu_done(&gpus[i]);
+        free(gpus);
+        return ret;
+}
+
+static int verb_labels(sd_bus *bus, char **args) {
+        _cleanup_(sd_bus_error_free) sd_bus_error error = SD_BUS_ERROR_NULL;
+        _cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
+        const char *key, *value;
+        bool first = true;
+        int r;
+
+        r = sd_bus_call_method(bus, AGENT_BUS_NAME, AGENT_OBJECT_PATH, AGENT_MANAGER_INTERFACE, "GetLabels", &error,
+                               &reply, NULL);
+        if (r < 0)
+                return bus_error_exit("GetLabels", "Failed to read the labels", &error, r);
+
+        r = sd_bus_message_enter_container(reply, 'a', "{ss}");
+        if (r < 0)
+                goto bad;
+        if (arg_json)
+                putchar('{');
+        while ((r = sd_bus_message_read(reply, "{ss}", &key, &value)) > 0) {
+                if (arg_json)
+                        ctl_json_kv_string(stdout, &first, key, value);
+                else
+                        printf("%s=%s\n", key, value);
+        }
+        if (r < 0)
+                goto bad;
+        if (arg_json)
+                fputs("}\n", stdout);
+        return CTL_EXIT_OK;
+
+bad:
+        fprintf(stderr, "gpunodectl: Unexpected reply to GetLabels() from the agent: %s\n", strerror(-r));
+        return CTL_EXIT_NOT_OK;
+}
+
+static int call_simple(sd_bus *bus, const char *method, const char *what) {
+        _cleanup_(sd_bus_error_free) sd_bus_error error = SD_BUS_ERROR_NULL;
+        int r;
+
+        r = sd_bus_call_method(bus, AGENT_BUS_NAME, AGENT_OBJECT_PATH, AGENT_MANAGER_INTERFACE, method, &error,
+                               NULL, NULL);
+        if (r < 0)
+                return bus_error_exit(method, what, &error, r);
+        return CTL_EXIT_OK;
+}
+
+static int verb_reload(sd_bus *bus, char **args) {
+        return call_simple(bus, "Reload", "Reload failed");
+}
+
+static int verb_reconcile(sd_bus *bus, char **args) {
+        return call_simple(bus, "Reconcile", "Reconcile failed");
+}
+
+static uint64_t now_usec(void) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (uint64_t) ts.tv_sec * USEC_PER_SEC + (uint64_t) ts.tv_nsec / 1000;
+}
+
+static int on_wake(sd_bus_message *m, void *userdata, sd_bus_error *error) {
+        *(bool *) userdata = true;
+        return 0;
+}
+
+static void format_timeout(char *buf, size_t n) {
+        if (arg_timeout_usec % USEC_PER_SEC == 0)
+                snprintf(buf, n, "%" PRIu64 "s", arg_timeout_usec / USEC_PER_SEC);
+        else
+                snprintf(buf, n, "%" PRIu64 "ms", arg_timeout_usec / USEC_PER_MSEC);
+}
+
+/* After the timeout: say why the agent is not ready, stage by stage. */
+static int wait_ready_report(sd_bus *bus, bool seen) {
+        _cleanup_(ctl_status_done) AgentStatus st = {};
+        char timeout[32];
+        int r;
+
+        format_timeout(timeout, sizeof timeout);
+        if (!seen) {
+                if (arg_json)
+                        printf("{\"ready\":false,\"running\":false}\n");
+                fprintf(stderr, "gpunodectl: gpu-node-agent did not appear on the bus within %s (%s has no owner).\n",
+                        timeout, AGENT_BUS_NAME);
+                return CTL_EXIT_UNREACHABLE;
+        }
+
+        r = get_status(bus, &st);
+        if (r != CTL_EXIT_OK)
+                return r;
+        if (st.ready) /* became ready at the very last moment */
+                return CTL_EXIT_OK;
+
+        if (arg_json) {
+                bool first = true, first_stage = true;
+                putchar('{');
+                ctl_json_kv_bool(stdout, &first, "ready", false);
+                ctl_json_kv_bool(stdout, &first, "running", true);
+                ctl_json_kv_string(stdout, &first, "state", st.state);
+                ctl_json_kv_string(stdout, &first, "stage", st.stage);
+                ctl_json_key(stdout, &first, "stages_not_done");
+                putchar('[');
+                for (size_t i = 0; i < st.n_stages; i++)
+                        if (!streq_ptr(st.stages[i].state, "done") && !streq_ptr(st.stages[i].state, "skipped")) {
+                                if (!first_stage)
+                                        putchar(',');
+                                first_stage = false;
+                                json_stage(stdout, &st.stages[i]);
+                        }
+                fputs("]}\n", stdout);
+        }
+
+        fprintf(stderr, "gpunodectl: gpu-node-agent is not ready after %s (state %s, stage %s). Stages not done:\n",
+                timeout, strna(st.state), strna(st.stage));
+        for (size_t i = 0; i < st.n_stages; i++) {
+                const StageInfo *s = &st.stages[i];
+                if (streq_ptr(s->state, "done") || streq_ptr(s->state, "skipped"))
+                        continue;
+                fprintf(stderr, "  %s: %s%s%s\n", s->name, s->state, isempty(s->message) ? "" : ": ",
+                        s->message ?: "");
+        }
+        return CTL_EXIT_NOT_OK;
+}
+
+static int verb_wait_ready(sd_bus *bus, char **args) {
+        uint64_t deadline = arg_timeout_usec == 0 ? UINT64_MAX : now_usec() + arg_timeout_usec;
+        bool check = true, seen = false;
+        int r;
+
+        /* Subscribe before the first look, so that a change between the look and the wait wakes us. */
+        r = sd_bus_add_match(bus, NULL,
+                             "type='signal',sender='org.freedesktop.DBus',path='/org/freedesktop/DBus',"
+                             "interface='org.freedesktop.DBus',member='NameOwnerChanged',arg0='" AGENT_BUS_NAME "'",
+                             on_wake, &check);
+        if (r >= 0)
+                r = sd_bus_match_signal(bus, NULL, NULL, AGENT_OBJECT_PATH, "org.freedesktop.DBus.Properties",
+                                        "PropertiesChanged", on_wake, &check);
+        if (r < 0) {
+                fprintf(stderr, "gpunodectl: Cannot watch the agent on the system bus: %s\n", strerror(-r));
+                return CTL_EXIT_UNREACHABLE;
+        }
+
+        for (;;) {
+                if (check) {
+                        _cleanup_(sd_bus_error_free) sd_bus_error error = SD_BUS_ERROR_NULL;
+                        int ready = 0;
+
+                        check = false;
+                        r = sd_bus_get_property_trivial(bus, AGENT_BUS_NAME, AGENT_OBJECT_PATH,
+                                                        AGENT_MANAGER_INTERFACE, "Ready", &error, 'b', &ready);
+                        if (r >= 0) {
+                                seen = true;
+                                if (ready) {
+                                        if (arg_json)
+                                                printf("{\"ready\":true,\"running\":true}\n");
+                                        return CTL_EXIT_OK;
+                                }
+                        } else if (!sd_bus_error_has_names(&error, SD_BUS_ERROR_SERVICE_UNKNOWN,
+                                                           SD_BUS_ERROR_NAME_HAS_NO_OWNER, SD_BUS_ERROR_NO_REPLY,
+                                                           SD_BUS_ERROR_DISCONNECTED))
+                                /* Not running yet (or restarting) is what we wait through; anything else,
+                                 * such as a policy denial, will not go away by waiting. */
+                                return bus_error_exit("Get", "Failed to read the Ready property", &error, r);
+                }
+
+                r = sd_bus_process(bus, NULL);
+                if (r < 0) {
+                        fprintf(stderr, "gpunodectl: Lost the connection to the system bus: %s\n", strerror(-r));
+                        return CTL_EXIT_UNREACHABLE;
+                }
+                if (r > 0)
+                        continue;
+
+                uint64_t now = now_usec();
+                if (now >= deadline)
+                        return wait_ready_report(bus, seen);
+                r = sd_bus_wait(bus, deadline == UINT64_MAX ? UINT64_MAX : deadline - now);
+                if (r < 0 && r != -EINTR) {
+                        fprintf(stderr, "gpunodectl: Lost the connection to the system bus: %s\n", strerror(-r));
+                        return CTL_EXIT_UNREACHABLE;
+                }
+        }
+}
+
+static int help(void) {
+        printf("gpunodectl [OPTIONS...] COMMAND\n\n"
+               "Query and control gpu-node-agent, the GPU node preparation daemon.\n\n"
+               "Commands:\n"
+               "  status                Show the agent's state, stages and configuration (default)\n"
+               "  gpus                  List the GPUs the agent found\n"
+               "  labels                Show the node labels as key=value lines\n"
+               "  reload                Reload the configuration (root or CAP_SYS_ADMIN)\n"
+               "  reconcile             Run all stages again now (root or CAP_SYS_ADMIN)\n"
+               "  wait-ready            Wait until every stage succeeded\n\n"
+               "Options:\n"
+               "  -h --help             Show this help\n"
+               "     --version          Show the version\n"
+               "     --json             Print machine-readable JSON on stdout\n"
+               "     --no-legend        Do not print table headers and footers\n"
+               "     --no-pager         Accepted for compatibility; output is never paged\n"
+               "     --timeout=SEC      wait-ready: give up after SEC (default 90s, 0 waits forever);\n"
+               "                        units ms, s, min, h, d are accepted (\"2min\")\n\n"
+               "Exit status:\n"
+               "  0  success (wait-ready: the agent is ready)\n"
+               "  1  the operation failed, or wait-ready timed out\n"
+               "  2  invalid command line\n"
+               "  3  the agent is not running or the system bus is unreachable\n"
+               "  4  permission denied\n\n"
+               "The system bus address is taken from $DBUS_SYSTEM_BUS_ADDRESS when set.\n"
+               "See gpunodectl(1) for details.\n");
+        return 0;
+}
+
+enum {
+        ARG_VERSION = 0x100,
+        ARG_JSON,
+        ARG_NO_LEGEND,
+        ARG_NO_PAGER,
+        ARG_TIMEOUT,
+};
+
+/* Returns 1 to go on, 0 to exit successfully (help, version), or CTL_EXIT_USAGE negated. */
+static int parse_argv(int argc, char **argv) {
+        static const struct option options[] = {
+                { "help", no_argument, NULL, 'h' },
+                { "version", no_argument, NULL, ARG_VERSION },
+                { "json", no_argument, NULL, ARG_JSON },
+                { "no-legend", no_argument, NULL, ARG_NO_LEGEND },
+                { "no-pager", no_argument, NULL, ARG_NO_PAGER },
+                { "timeout", required_argument, NULL, ARG_TIMEOUT },
+                {},
+        };
+        int c, r;
+
+        opterr = 0;
+        while ((c = getopt_long(argc, argv, "h", options, NULL)) >= 0)
+                switch (c) {
+                case 'h':
+                        return help();
+                case ARG_VERSION:
+                        printf("gpunodectl %s\n", GPU_NODE_AGENT_VERSION);
+                        return 0;
+                case ARG_JSON:
+                        arg_json = true;
+                        break;
+                case ARG_NO_LEGEND:
+                        arg_legend = false;
+                        break;
+                case ARG_NO_PAGER:
+                        break;
+                case ARG_TIMEOUT:
+                        r = config_parse_duration(optarg, &arg_timeout_usec);
+                        if (r < 0) {
+                                fprintf(stderr,
+                                        "gpunodectl: Invalid --timeout '%s': expected a number of seconds or a "
+                                        "duration such as 90s or 5min (0 waits forever).\n",
+                                        optarg);
+                                return -CTL_EXIT_USAGE;
+                        }
+                        arg_timeout_set = true;
+                        break;
+                case '?':
+                        if (optopt >= ARG_VERSION)
+                                fprintf(stderr, "gpunodectl: Option '%s' needs an argument. See gpunodectl --help.\n",
+                                        argv[optind - 1]);
+                        else if (optopt)
+                                fprintf(stderr, "gpunodectl: Unknown option '-%c'. See gpunodectl --help.\n", optopt);
+                        else
+                                fprintf(stderr, "gpunodectl: Unknown option '%s'. See gpunodectl --help.\n",
+                                        argv[optind - 1]);
+                        return -CTL_EXIT_USAGE;
+                default:
+                        abort();
+                }
+        return 1;
+}
+
+typedef struct Verb {
+        const char *name;
+        int (*run)(sd_bus *bus, char **args);
+} Verb;
+
+static const Verb verbs[] = {
+        { "status", verb_status },       { "gpus", verb_gpus },           { "labels", verb_labels },
+        { "reload", verb_reload },       { "reconcile", verb_reconcile }, { "wait-ready", verb_wait_ready },
+};
+
+int main(int argc, char **argv) {
+        _cleanup_(sd_bus_flush_close_unrefp) sd_bus *bus = NULL;
+        const Verb *verb = NULL;
+        const char *name;
+        int r;
+
+        r = parse_argv(argc, argv);
+        if (r <= 0)
+                return -r;
+
+        name = optind < argc ? argv[optind] : "status";
+        for (size_t i = 0; i < ELEMENTSOF(verbs); i++)
+                if (streq(verbs[i].name, name))
+                        verb = &verbs[i];
+        if (!verb) {
+                fprintf(stderr, "gpunodectl: Unknown command '%s'. See gpunodectl --help.\n", name);
+                return CTL_EXIT_USAGE;
+        }
+        if (optind + 1 < argc) {
+                fprintf(stderr, "gpunodectl: '%s' takes no arguments, got '%s'. See gpunodectl --help.\n", name,
+                        argv[optind + 1]);
+                return CTL_EXIT_USAGE;
+        }
+        if (arg_timeout_set && verb->run != verb_wait_ready) {
+                fprintf(stderr, "gpunodectl: --timeout only applies to wait-ready.\n");
+                return CTL_EXIT_USAGE;
+        }
+
+        r = sd_bus_open_system(&bus);
+        if (r < 0) {
+                const char *address = getenv("DBUS_SYSTEM_BUS_ADDRESS");
+                fprintf(stderr, "gpunodectl: Cannot connect to the system bus (%s): %s\n",
+                        address ?: "unix:path=/run/dbus/system_bus_socket", strerror(-r));
+                return CTL_EXIT_UNREACHABLE;
+        }
+
+        return verb->run(bus, argv + optind);
+}

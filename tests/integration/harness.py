@@ -19,24 +19,6 @@ NODES = os.environ.get("GNA_FIXTURE_NODES", os.path.join(BUILD, "tests/fixtures/
 PCI_IDS = os.environ.get("GNA_FIXTURE_PCI_IDS", os.path.join(SRC, "tests/fixtures/pci.ids"))
 WRAPPER = shlex.split(os.environ.get("GNA_WRAPPER", ""))
 
-BUS_CONFIG = """<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
- "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
-<busconfig>
-  <type>system</type>
-  <listen>unix:path={sock}</listen>
-  <auth>EXTERNAL</auth>
-  <policy context="default">
-    <allow user="*"/>
-    <deny own="*"/>
-    <deny send_type="method_call"/>
-    <allow send_destination="org.freedesktop.DBus"/>
-    <allow receive_type="signal"/>
-    <allow receive_type="method_return"/>
-    <allow receive_type="error"/>
-  </policy>
-  <include>{policy}</include>
-</busconfig>
-"""
 
 
 class Fail(Exception):
@@ -54,8 +36,11 @@ class Bus:
     def __init__(self, tmp):
         self.sock = os.path.join(tmp, "system_bus_socket")
         conf = os.path.join(tmp, "bus.conf")
+        with open(os.path.join(SRC, "tests/integration/system-like.conf.in")) as f:
+            template = f.read()
         with open(conf, "w") as f:
-            f.write(BUS_CONFIG.format(sock=self.sock, policy=os.path.join(SRC, "units/org.gpunodeagent.Agent1.conf")))
+            f.write(template.replace("@SOCKET@", self.sock)
+                    .replace("@POLICY@", os.path.join(SRC, "units/org.gpunodeagent.Agent1.conf")))
         self.proc = subprocess.Popen(["dbus-daemon", "--config-file=" + conf, "--nofork", "--print-address"],
                                      stdout=subprocess.PIPE, text=True)
         self.address = self.proc.stdout.readline().strip()
@@ -164,7 +149,9 @@ def run(cmd, bus=None, user=None, check_rc=None, timeout=60):
     if bus:
         env["DBUS_SYSTEM_BUS_ADDRESS"] = bus.address
     if user:
-        cmd = ["setpriv", "--reuid=" + user, "--regid=" + user, "--clear-groups"] + cmd
+        import pwd
+        pw = pwd.getpwnam(user)
+        cmd = ["setpriv", "--reuid=%d" % pw.pw_uid, "--regid=%d" % pw.pw_gid, "--clear-groups"] + cmd
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
     if check_rc is not None and p.returncode != check_rc:
         raise Fail("%s exited %d (wanted %d):\n%s%s" % (" ".join(cmd), p.returncode, check_rc, p.stdout, p.stderr))

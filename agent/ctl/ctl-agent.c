@@ -1,0 +1,216 @@
+/* SPDX-License-Identifier: MIT */
+/* Owns the reply parsers declared in ctl-agent.h. */
+#include "ctl-agent.h"
+#include "bus.h"
+#include "strv.h"
+
+void ctl_status_done(AgentStatus *s) {
+        free(s->version);
+        free(s->stage);
+        free(s->state);
+        free(s->kernel_release);
+        free(s->config_error);
+        strv_free(s->config_sources);
+        for (size_t i = 0; i < s->n_stages; i++) {
+                free(s->stages[i].name);
+                free(s->stages[i].state);
+                free(s->stages[i].message);
+        }
+        free(s->stages);
+        *s = (AgentStatus) {};
+}
+
+void ctl_gpu_done(GpuInfo *g) {
+        free(g->pci_address);
+        free(g->name);
+        free(g->driver);
+        free(g->link_speed);
+}
+
+static int read_variant_string(sd_bus_message *m, char **ret) {
+        const char *s;
+        int r = sd_bus_message_read(m, "v", "s", &s);
+        if (r < 0)
+                return r;
+        free(*ret);
+        *ret = strdup(s);
+        return *ret ? 0 : -ENOMEM;
+}
+
+static int read_stages(sd_bus_message *m, AgentStatus *st) {
+        const char *name, *state, *message;
+        uint64_t started, finished;
+        int r;
+
+        r = sd_bus_message_enter_container(m, 'v', "a(sstts)");
+        if (r < 0)
+                return r;
+        r = sd_bus_message_enter_container(m, 'a', "(sstts)");
+        if (r < 0)
+                return r;
+        while ((r = sd_bus_message_read(m, "(sstts)", &name, &state, &started, &finished, &message)) > 0) {
+                StageInfo *n = realloc(st->stages, (st->n_stages + 1) * sizeof(*n));
+                if (!n)
+                        return -ENOMEM;
+                st->stages = n;
+                n[st->n_stages] = (StageInfo) { .name = strdup(name), .state = strdup(state),
+                                                .message = strdup(message), .started_usec = started,
+                                                .finished_usec = finished };
+                st->n_stages++;
+                if (!n[st->n_stages - 1].name || !n[st->n_stages - 1].state || !n[st->n_stages - 1].message)
+                        return -ENOMEM;
+        }
+        if (r < 0)
+                return r;
+        r = sd_bus_message_exit_container(m);
+        if (r < 0)
+                return r;
+        return sd_bus_message_exit_container(m);
+}
+
+int ctl_parse_status(sd_bus_message *m, AgentStatus *st) {
+        int r;
+
+        r = sd_bus_message_enter_container(m, 'a', "{sv}");
+        if (r < 0)
+                return r;
+        while ((r = sd_bus_message_enter_container(m, 'e', "sv")) > 0) {
+                const char *name;
+
+                r = sd_bus_message_read(m, "s", &name);
+                if (r < 0)
+                        return r;
+                if (streq(name, "Version"))
+                        r = read_variant_string(m, &st->version);
+                else if (streq(name, "Stage"))
+                        r = read_variant_string(m, &st->stage);
+                else if (streq(name, "State"))
+                        r = read_variant_string(m, &st->state);
+                else if (streq(name, "KernelRelease"))
+                        r = read_variant_string(m, &st->kernel_release);
+                else if (streq(name, "ConfigError"))
+                        r = read_variant_string(m, &st->config_error);
+                else if (streq(name, "Ready"))
+                        r = sd_bus_message_read(m, "v", "b", &st->ready);
+                else if (streq(name, "GpuCount"))
+                        r = sd_bus_message_read(m, "v", "u", &st->gpu_count);
+                else if (streq(name, "Stages"))
+                        r = read_stages(m, st);
+                else if (streq(name, "ConfigSources")) {
+                        r = sd_bus_message_enter_container(m, 'v', "as");
+                        if (r >= 0)
+                                r = sd_bus_message_read_strv(m, &st->config_sources);
+                        if (r >= 0)
+                                r = sd_bus_message_exit_container(m);
+                } else
+                        r = sd_bus_message_skip(m, "v");
+                if (r < 0)
+                        return r;
+                r = sd_bus_message_exit_container(m);
+                if (r < 0)
+                        return r;
+        }
+        if (r < 0)
+                return r;
+        return sd_bus_message_exit_container(m);
+}
+
+static int parse_gpu(sd_bus_message *m, GpuInfo *g) {
+        int r;
+
+        *g = (GpuInfo) { .numa_node = -1, .iommu_group = -1 };
+        r = sd_bus_message_enter_container(m, 'a', "{sv}");
+        if (r < 0)
+                return r;
+        while ((r = sd_bus_message_enter_container(m, 'e', "sv")) > 0) {
+                const char *name;
+
+                r = sd_bus_message_read(m, "s", &name);
+                if (r < 0)
+                        return r;
+                if (streq(name, "Index"))
+                        r = sd_bus_message_read(m, "v", "u", &g->index);
+                else if (streq(name, "PciAddress"))
+                        r = read_variant_string(m, &g->pci_address);
+                else if (streq(name, "Name"))
+                        r = read_variant_string(m, &g->name);
+                else if (streq(name, "Driver"))
+                        r = read_variant_string(m, &g->driver);
+                else if (streq(name, "LinkSpeed"))
+                        r = read_variant_string(m, &g->link_speed);
+                else if (streq(name, "VendorId"))
+                        r = sd_bus_message_read(m, "v", "q", &g->vendor_id);
+                else if (streq(name, "DeviceId"))
+                        r = sd_bus_message_read(m, "v", "q", &g->device_id);
+                else if (streq(name, "SubsystemVendorId"))
+                        r = sd_bus_message_read(m, "v", "q", &g->subsystem_vendor_id);
+                else if (streq(name, "SubsystemDeviceId"))
+                        r = sd_bus_message_read(m, "v", "q", &g->subsystem_device_id);
+                else if (streq(name, "Class"))
+                        r = sd_bus_message_read(m, "v", "u", &g->class_code);
+                else if (streq(name, "LinkWidth"))
+                        r = sd_bus_message_read(m, "v", "u", &g->link_width);
+                else if (streq(name, "NumaNode"))
+                        r = sd_bus_message_read(m, "v", "i", &g->numa_node);
+                else if (streq(name, "IommuGroup"))
+                        r = sd_bus_message_read(m, "v", "i", &g->iommu_group);
+                else
+                        r = sd_bus_message_skip(m, "v");
+                if (r < 0)
+                        return r;
+                r = sd_bus_message_exit_container(m);
+                if (r < 0)
+                        return r;
+        }
+        if (r < 0)
+                return r;
+        return sd_bus_message_exit_container(m);
+}
+
+int ctl_parse_gpus(sd_bus_message *m, GpuInfo **gpus, size_t *n) {
+        int r;
+
+        r = sd_bus_message_enter_container(m, 'a', "{oa{sa{sv}}}");
+        if (r < 0)
+                return r;
+        while ((r = sd_bus_message_enter_container(m, 'e', "oa{sa{sv}}")) > 0) {
+                r = sd_bus_message_skip(m, "o");
+                if (r < 0)
+                        return r;
+                r = sd_bus_message_enter_container(m, 'a', "{sa{sv}}");
+                if (r < 0)
+                        return r;
+                while ((r = sd_bus_message_enter_container(m, 'e', "sa{sv}")) > 0) {
+                        const char *interface;
+
+                        r = sd_bus_message_read(m, "s", &interface);
+                        if (r < 0)
+                                return r;
+                        if (streq(interface, AGENT_GPU_INTERFACE)) {
+                                GpuInfo *g = realloc(*gpus, (*n + 1) * sizeof(GpuInfo));
+                                if (!g)
+                                        return -ENOMEM;
+                                *gpus = g;
+                                r = parse_gpu(m, &g[*n]);
+                                (*n)++;
+                        } else
+                                r = sd_bus_message_skip(m, "a{sv}");
+                        if (r < 0)
+                                return r;
+                        r = sd_bus_message_exit_container(m);
+                        if (r < 0)
+                                return r;
+                }
+                if (r < 0)
+                        return r;
+                r = sd_bus_message_exit_container(m);
+                if (r < 0)
+                        return r;
+                r = sd_bus_message_exit_container(m);
+                if (r < 0)
+                        return r;
+        }
+        if (r < 0)
+                return r;
+        return sd_bus_message_exit_container(m);
+}

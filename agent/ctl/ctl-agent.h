@@ -1,0 +1,39 @@
+/* SPDX-License-Identifier: MIT */
+/* Owns gpunodectl's model of the agent: the Manager and Gpu properties as plain structs, and the
+ * parsers that fill them from GetAll() and GetManagedObjects() replies. Unknown properties are
+ * skipped, so a newer agent works with an older client. */
+#pragma once
+
+#include <stddef.h>
+#include <stdint.h>
+#include <systemd/sd-bus.h>
+
+typedef struct StageInfo {
+        char *name, *state, *message;
+        uint64_t started_usec, finished_usec;
+} StageInfo;
+
+typedef struct AgentStatus {
+        char *version, *stage, *state, *kernel_release, *config_error;
+        int ready;
+        uint32_t gpu_count;
+        char **config_sources;
+        StageInfo *stages;
+        size_t n_stages;
+} AgentStatus;
+
+typedef struct GpuInfo {
+        uint32_t index;
+        char *pci_address, *name, *driver, *link_speed;
+        uint16_t vendor_id, device_id, subsystem_vendor_id, subsystem_device_id;
+        uint32_t class_code, link_width;
+        int32_t numa_node, iommu_group;
+} GpuInfo;
+
+void ctl_status_done(AgentStatus *s);
+void ctl_gpu_done(GpuInfo *g);
+
+/* Parses a GetAll(org.gpunodeagent.Agent1.Manager) reply (a{sv}) into *st. */
+int ctl_parse_status(sd_bus_message *m, AgentStatus *st);
+/* Collects the org.gpunodeagent.Agent1.Gpu objects of a GetManagedObjects() reply, in reply order. */
+int ctl_parse_gpus(sd_bus_message *m, GpuInfo **gpus, size_t *n);
