@@ -1,20 +1,19 @@
 /* SPDX-License-Identifier: MIT */
-/* Owns loading the agent configuration: agent.yaml and the conf.d drop-ins are read with libyaml into
- * small node trees that remember file:line:column, each file is checked against the key table below,
- * the trees are merged (mappings key by key, everything else replaces), and the merged tree becomes
- * the immutable Config. Also prints a Config back as YAML that loads to the same Config. */
+/* Owns loading the agent configuration: agent.yaml and the conf.d drop-ins are read into small node
+ * trees that remember file:line:column (config-yaml.c), each file is checked against the key table
+ * below, the trees are merged (mappings key by key, everything else replaces), and the merged tree
+ * becomes the immutable Config. Also prints a Config back as YAML that loads to the same Config. */
 #include <assert.h>
 #include <ctype.h>
 #include <inttypes.h>
 #include <limits.h>
-#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <strings.h>
 #include <sys/stat.h>
 #include <syslog.h>
-#include <yaml.h>
 
+#include "config-yaml.h"
 #include "config.h"
 #include "fileio.h"
 #include "macro.h"
@@ -22,29 +21,6 @@
 
 /* A configuration file larger than this is a mistake (a binary, a log), not a configuration. */
 #define CONFIG_FILE_MAX (1024U * 1024U)
-/* Deeper nesting than any key needs; the limit keeps a hostile file from exhausting the stack. */
-#define CONFIG_DEPTH_MAX 64U
-
-#define IN_SET3(x, a, b, c) ((x) == (a) || (x) == (b) || (x) == (c))
-
-typedef enum NodeType {
-        NODE_SCALAR,
-        NODE_MAPPING,
-        NODE_SEQUENCE,
-} NodeType;
-
-typedef struct Node Node;
-struct Node {
-        NodeType type;
-        char *key;         /* set when this node is the value of a mapping entry */
-        char *value;       /* NODE_SCALAR */
-        bool null;         /* plain ~, null or nothing: the key goes back to its default */
-        Node **items;      /* NODE_MAPPING, NODE_SEQUENCE */
-        size_t n_items;
-        const char *file;  /* borrowed from the loader's list of files */
-        unsigned line, column, key_line, key_column;
-};
-
 typedef enum ConfigType {
         CONFIG_STRING,
         CONFIG_PATH,      /* absolute */
@@ -142,120 +118,6 @@ static char *config_section_keys(const char *section) {
                         return NULL;
         }
         return strv_join(l, ", ");
-}
-
-static Node *node_free(Node *n) {
-        if (!n)
-                return NULL;
-        for (size_t i = 0; i < n->n_items; i++)
-                node_free(n->items[i]);
-        free(n->items);
-        free(n->key);
-        free(n->value);
-        free(n);
-        return NULL;
-}
-DEFINE_CLEANUP_FUNC(Node *, node_free);
-
-static int node_append(Node *parent, Node *child) {
-        Node **t = realloc(parent->items, (parent->n_items + 1) * sizeof(Node *));
-        if (!t)
-                return -ENOMEM;
-        parent->items = t;
-        parent->items[parent->n_items++] = child;
-        return 0;
-}
-
-static Node *node_get(const Node *n, const char *key) {
-        if (!n || n->type != NODE_MAPPING)
-                return NULL;
-        for (size_t i = 0; i < n->n_items; i++)
-                if (streq(n->items[i]->key, key))
-                        return n->items[i];
-        return NULL;
-}
-
-/* Finds the node of a dotted key in a merged tree, to point an error at the file that set it. */
-static const Node *node_find(const Node *tree, const char *path) {
-        const Node *n = tree;
-        for (const char *p = path; n && *p;) {
-                size_t len = strcspn(p, ".");
-                _cleanup_free_ char *key = strndup(p, len);
-                if (!key)
-                        return NULL;
-                n = node_get(n, key);
-                p += len + (p[len] == '.');
-        }
-        return n;
-}
-
-static const char *node_kind(const Node *n) {
-        switch (n->type) {
-        case NODE_SCALAR:
-                return "a plain value";
-        case NODE_MAPPING:
-                return "a mapping of keys";
-        case NODE_SEQUENCE:
-                return "a list";
-        }
-        return "something else";
-}
-
-/* Takes src. Mappings merge key by key; anything else (scalars, lists, null) replaces what was there. */
-static int node_merge(Node **dst, Node *src) {
-        _cleanup_(node_freep) Node *s = src;
-        int r;
-
-        if (!*dst || (*dst)->type != NODE_MAPPING || s->type != NODE_MAPPING) {
-                node_free(*dst);
-                *dst = TAKE_PTR(s);
-                return 0;
-        }
-        for (size_t i = 0; i < s->n_items; i++) {
-                Node *item = TAKE_PTR(s->items[i]);
-                size_t j;
-
-                for (j = 0; j < (*dst)->n_items; j++)
-                        if (streq((*dst)->items[j]->key, item->key))
-                                break;
-                if (j < (*dst)->n_items)
-                        r = node_merge(&(*dst)->items[j], item);
-                else {
-                        r = node_append(*dst, item);
-                        if (r < 0)
-                                node_free(item);
-                }
-                if (r < 0)
-                        return r;
-        }
-        return 0;
-}
-
-_printf_(3, 4) static int set_error(char **error, int r, const char *fmt, ...) {
-        va_list ap;
-
-        if (error) {
-                free(*error);
-                va_start(ap, fmt);
-                if (vasprintf(error, fmt, ap) < 0)
-                        *error = NULL;
-                va_end(ap);
-        }
-        return r;
-}
-
-/* Sets *error to "FILE:LINE:COLUMN: message", the form editors and compilers use, and returns -EINVAL. */
-_printf_(5, 6) static int located_error(char **error, const char *file, size_t line, size_t column,
-                                        const char *fmt, ...) {
-        _cleanup_free_ char *msg = NULL;
-        va_list ap;
-
-        va_start(ap, fmt);
-        int k = vasprintf(&msg, fmt, ap);
-        va_end(ap);
-        if (k < 0)
-                return -ENOMEM;
-        return set_error(error, -EINVAL, "%s:%zu:%zu: %s", file, line, column, msg);
 }
 
 static int parse_boolean(const char *s) {
@@ -356,36 +218,37 @@ static int value_parse(const ConfigKey *k, const char *s, Config *c, char **ret_
                 break;
         case CONFIG_PATH:
                 if (s[0] != '/')
-                        return set_error(ret_msg, -EINVAL,
-                                         "'%s' is not an absolute path; write it starting with '/'", s);
+                        return config_yaml_set_error(ret_msg, -EINVAL,
+                                                     "'%s' is not an absolute path; write it starting with '/'", s);
                 break;
         case CONFIG_FILE_NAME:
                 if (isempty(s) || strchr(s, '/') || s[0] == '.')
-                        return set_error(ret_msg, -EINVAL,
-                                         "'%s' is not a plain file name; use a name without '/' that does "
-                                         "not start with '.' (such as gpu-node-agent)", s);
+                        return config_yaml_set_error(ret_msg, -EINVAL,
+                                                     "'%s' is not a plain file name; use a name without '/' that does "
+                                                     "not start with '.' (such as gpu-node-agent)", s);
                 break;
         case CONFIG_LIBRARY:
                 if (isempty(s) || (strchr(s, '/') && s[0] != '/'))
-                        return set_error(ret_msg, -EINVAL,
-                                         "'%s' is neither a library name (such as libnvidia-ml.so.1) "
-                                         "nor an absolute path", s);
+                        return config_yaml_set_error(ret_msg, -EINVAL,
+                                                     "'%s' is neither a library name (such as libnvidia-ml.so.1) "
+                                                     "nor an absolute path", s);
                 break;
         case CONFIG_BOOL:
                 r = parse_boolean(s);
                 if (r < 0)
-                        return set_error(ret_msg, -EINVAL, "expected a boolean (true/false), got '%s'", s);
+                        return config_yaml_set_error(ret_msg, -EINVAL, "expected a boolean (true/false), got '%s'", s);
                 if (dst)
                         *(bool *) dst = r;
                 return 0;
         case CONFIG_DURATION:
                 r = config_parse_duration(s, &u);
                 if (r == -ERANGE)
-                        return set_error(ret_msg, -EINVAL, "the duration '%s' is too large", s);
+                        return config_yaml_set_error(ret_msg, -EINVAL, "the duration '%s' is too large", s);
                 if (r < 0)
-                        return set_error(ret_msg, -EINVAL,
-                                         "expected a duration such as 90s, 5min or 1h (a number of seconds "
-                                         "or a number with one of the units ms, s, min, h, d), got '%s'", s);
+                        return config_yaml_set_error(ret_msg, -EINVAL,
+                                                     "expected a duration such as 90s, 5min or 1h (a number of "
+                                                     "seconds or a number with one of the units ms, s, min, h, d), "
+                                                     "got '%s'", s);
                 if (dst)
                         *(uint64_t *) dst = u;
                 return 0;
@@ -394,8 +257,8 @@ static int value_parse(const ConfigKey *k, const char *s, Config *c, char **ret_
                 errno = 0;
                 unsigned long long v = isdigit((unsigned char) s[0]) ? strtoull(s, &end, 10) : 0;
                 if (!isdigit((unsigned char) s[0]) || *end || errno != 0 || v > UINT_MAX)
-                        return set_error(ret_msg, -EINVAL, "expected a whole number from 0 to %u, got '%s'",
-                                         UINT_MAX, s);
+                        return config_yaml_set_error(ret_msg, -EINVAL, "expected a whole number from 0 to %u, got '%s'",
+                                                     UINT_MAX, s);
                 if (dst)
                         *(unsigned *) dst = (unsigned) v;
                 return 0;
@@ -410,7 +273,7 @@ static int value_parse(const ConfigKey *k, const char *s, Config *c, char **ret_
                 _cleanup_free_ char *list = strv_join((char *const *) k->values, ", ");
                 if (!list)
                         return -ENOMEM;
-                return set_error(ret_msg, -EINVAL, "expected one of %s, got '%s'", list, s);
+                return config_yaml_set_error(ret_msg, -EINVAL, "expected one of %s, got '%s'", list, s);
         }
 
         if (dst) {
@@ -441,12 +304,13 @@ static int tree_apply(const Node *n, const char *section, Config *c, char **erro
                         if (item->null)
                                 continue; /* back to the default */
                         if (item->type != NODE_SCALAR)
-                                return located_error(error, item->file, item->line, item->column,
-                                                     "%s: expected a single value, got %s", path, node_kind(item));
+                                return config_yaml_located_error(error, item->file, item->line, item->column,
+                                                                 "%s: expected a single value, got %s", path,
+                                                                 yaml_node_kind(item));
                         r = value_parse(k, item->value, c, &msg);
                         if (r == -EINVAL && msg)
-                                return located_error(error, item->file, item->line, item->column, "%s: %s", path,
-                                                     msg);
+                                return config_yaml_located_error(error, item->file, item->line, item->column,
+                                                                 "%s: %s", path, msg);
                         if (r < 0)
                                 return r;
                         continue;
@@ -455,10 +319,10 @@ static int tree_apply(const Node *n, const char *section, Config *c, char **erro
                         if (item->null)
                                 continue;
                         if (item->type != NODE_MAPPING)
-                                return located_error(error, item->file, item->line, item->column,
-                                                     "%s: expected a mapping of keys (indented 'key: value' "
-                                                     "lines below '%s:'), got %s", path, item->key,
-                                                     node_kind(item));
+                                return config_yaml_located_error(error, item->file, item->line, item->column,
+                                                                 "%s: expected a mapping of keys (indented "
+                                                                 "'key: value' lines below '%s:'), got %s", path,
+                                                                 item->key, yaml_node_kind(item));
                         r = tree_apply(item, path, c, error);
                         if (r < 0)
                                 return r;
@@ -468,170 +332,17 @@ static int tree_apply(const Node *n, const char *section, Config *c, char **erro
                 _cleanup_free_ char *valid = config_section_keys(section);
                 if (!valid)
                         return -ENOMEM;
-                return located_error(error, item->file, item->key_line, item->key_column,
-                                     "unknown key '%s' (valid %s%s%s: %s)", path,
-                                     section ? "keys under '" : "top-level keys", section ?: "", section ? "'" : "",
-                                     valid);
+                return config_yaml_located_error(error, item->file, item->key_line, item->key_column,
+                                                 "unknown key '%s' (valid %s%s%s: %s)", path,
+                                                 section ? "keys under '" : "top-level keys", section ?: "",
+                                                 section ? "'" : "", valid);
         }
-        return 0;
-}
-
-typedef struct Parser {
-        yaml_parser_t yaml;
-        const char *file;
-        const char *data;
-        size_t size;
-        char **error;
-} Parser;
-
-/* libyaml counts lines and columns from 0, editors from 1. */
-#define MARK(m) (size_t) (m).line + 1, (size_t) (m).column + 1
-
-static void parser_done(Parser *p) {
-        yaml_parser_delete(&p->yaml);
-}
-
-static int parser_next(Parser *p, yaml_event_t *e) {
-        const yaml_parser_t *y = &p->yaml;
-
-        if (yaml_parser_parse(&p->yaml, e))
-                return 0;
-        if (y->error == YAML_MEMORY_ERROR)
-                return -ENOMEM;
-        if (y->error == YAML_READER_ERROR) /* bad encoding: only the byte offset is known */
-                return set_error(p->error, -EBADMSG, "%s: invalid YAML: %s at byte %zu", p->file,
-                                 strna(y->problem), y->problem_offset);
-        /* libyaml's words for a tab say nothing about tabs, the most common mistake of all. */
-        bool tab = y->problem_mark.index < p->size && p->data[y->problem_mark.index] == '\t';
-        return set_error(p->error, -EBADMSG, "%s:%zu:%zu: invalid YAML: %s%s%s%s%s", p->file, MARK(y->problem_mark),
-                         strna(y->problem), y->context ? " (" : "", y->context ?: "", y->context ? ")" : "",
-                         tab ? "; indent with spaces, YAML does not allow tabs" : "");
-}
-
-static bool scalar_is_null(const yaml_event_t *e) {
-        const char *v = (const char *) e->data.scalar.value;
-
-        if (e->data.scalar.style != YAML_PLAIN_SCALAR_STYLE)
-                return false;
-        return isempty(v) || streq(v, "~") || streq(v, "null") || streq(v, "Null") || streq(v, "NULL");
-}
-
-/* Builds the node that starts with event e (which stays the caller's). */
-static int parse_node(Parser *p, const yaml_event_t *e, unsigned depth, Node **ret) {
-        bool mapping = e->type == YAML_MAPPING_START_EVENT;
-        _cleanup_(node_freep) Node *n = NULL;
-        int r;
-
-        if (depth > CONFIG_DEPTH_MAX)
-                return located_error(p->error, p->file, MARK(e->start_mark), "nested more than %u levels deep",
-                                     CONFIG_DEPTH_MAX);
-        if (e->type == YAML_ALIAS_EVENT)
-                return located_error(p->error, p->file, MARK(e->start_mark),
-                                     "aliases (*%s) are not supported; write the value out", e->data.alias.anchor);
-        if (!IN_SET3(e->type, YAML_SCALAR_EVENT, YAML_SEQUENCE_START_EVENT, YAML_MAPPING_START_EVENT))
-                return set_error(p->error, -EBADMSG, "%s:%zu:%zu: invalid YAML: unexpected event %d", p->file,
-                                 MARK(e->start_mark), (int) e->type);
-
-        n = calloc(1, sizeof(Node));
-        if (!n)
-                return -ENOMEM;
-        n->type = e->type == YAML_SCALAR_EVENT ? NODE_SCALAR : mapping ? NODE_MAPPING : NODE_SEQUENCE;
-        n->file = p->file;
-        n->line = (unsigned) e->start_mark.line + 1;
-        n->column = (unsigned) e->start_mark.column + 1;
-        if (e->type == YAML_SCALAR_EVENT) {
-                n->value = strndup((const char *) e->data.scalar.value, e->data.scalar.length);
-                if (!n->value)
-                        return -ENOMEM;
-                n->null = scalar_is_null(e);
-        }
-
-        while (n->type != NODE_SCALAR) {
-                _cleanup_(yaml_event_delete) yaml_event_t k = {}, v = {};
-                _cleanup_(node_freep) Node *child = NULL;
-                const char *key = NULL;
-
-                r = parser_next(p, &k);
-                if (r < 0)
-                        return r;
-                if (k.type == YAML_SEQUENCE_END_EVENT || k.type == YAML_MAPPING_END_EVENT)
-                        break;
-                if (mapping) {
-                        if (k.type != YAML_SCALAR_EVENT)
-                                return located_error(p->error, p->file, MARK(k.start_mark),
-                                                     "a key must be a plain word such as 'labels'");
-                        key = (const char *) k.data.scalar.value;
-                        const Node *dup = node_get(n, key);
-                        if (dup)
-                                return located_error(p->error, p->file, MARK(k.start_mark),
-                                                     "duplicate key '%s' (already set on line %u); remove one "
-                                                     "of them", key, dup->key_line);
-                        r = parser_next(p, &v);
-                        if (r < 0)
-                                return r;
-                }
-                r = parse_node(p, mapping ? &v : &k, depth + 1, &child);
-                if (r < 0)
-                        return r;
-                if (key) {
-                        child->key = strdup(key);
-                        if (!child->key)
-                                return -ENOMEM;
-                        child->key_line = (unsigned) k.start_mark.line + 1;
-                        child->key_column = (unsigned) k.start_mark.column + 1;
-                }
-                r = node_append(n, child);
-                if (r < 0)
-                        return r;
-                TAKE_PTR(child);
-        }
-        *ret = TAKE_PTR(n);
-        return 0;
-}
-
-/* Parses one file into a tree whose top is a mapping; *ret is NULL when there is nothing to merge
- * (empty file, only comments, or a lone "---"). */
-static int parse_file(const char *file, const char *data, size_t size, char **error, Node **ret) {
-        _cleanup_(yaml_event_delete) yaml_event_t start = {}, doc = {}, top = {}, end = {}, next = {};
-        _cleanup_(parser_done) Parser p = { .file = file, .data = data, .size = size, .error = error };
-        _cleanup_(node_freep) Node *tree = NULL;
-        int r;
-
-        if (!yaml_parser_initialize(&p.yaml))
-                return -ENOMEM;
-        yaml_parser_set_input_string(&p.yaml, (const unsigned char *) data, size);
-
-        r = parser_next(&p, &start);
-        if (r >= 0)
-                r = parser_next(&p, &doc);
-        if (r >= 0 && doc.type != YAML_STREAM_END_EVENT) {
-                r = parser_next(&p, &top);
-                if (r >= 0)
-                        r = parse_node(&p, &top, 0, &tree);
-                if (r >= 0)
-                        r = parser_next(&p, &end);
-                if (r >= 0)
-                        r = parser_next(&p, &next);
-                if (r >= 0 && next.type != YAML_STREAM_END_EVENT)
-                        return located_error(error, file, MARK(next.start_mark),
-                                             "a second YAML document ('---') is not supported; use one "
-                                             "document per file");
-        }
-        if (r < 0)
-                return r;
-        if (tree && tree->null)
-                tree = node_free(tree);
-        if (tree && tree->type != NODE_MAPPING)
-                return located_error(error, file, tree->line, tree->column,
-                                     "the top level must be a mapping of keys such as 'labels:', not %s",
-                                     node_kind(tree));
-        *ret = TAKE_PTR(tree);
         return 0;
 }
 
 static int dir_error(const char *dir, char **error) {
         int r = negative_errno();
-        return set_error(error, r, "%s: cannot read the drop-in directory: %s", dir, strerror(-r));
+        return config_yaml_set_error(error, r, "%s: cannot read the drop-in directory: %s", dir, strerror(-r));
 }
 
 /* The *.yaml names found in any of the directories, each once, in lexical order. Missing directories
@@ -675,10 +386,11 @@ static int load_file(const char *path, bool missing_ok, char ***files, Node **tr
         if (r == -ENOENT && missing_ok)
                 return 0;
         if (r == -EFBIG)
-                return set_error(error, r, "%s: the file is larger than %u KiB; this is not a configuration file",
-                                 path, CONFIG_FILE_MAX / 1024);
+                return config_yaml_set_error(error, r,
+                                             "%s: the file is larger than %u KiB; this is not a configuration file",
+                                             path, CONFIG_FILE_MAX / 1024);
         if (r < 0)
-                return set_error(error, r, "%s: cannot read the file: %s", path, strerror(-r));
+                return config_yaml_set_error(error, r, "%s: cannot read the file: %s", path, strerror(-r));
 
         r = strv_extend(files, path);
         if (r < 0)
@@ -686,17 +398,17 @@ static int load_file(const char *path, bool missing_ok, char ***files, Node **tr
         /* Nodes point at this copy, which lives as long as the Config (as an entry of its sources). */
         const char *name = (*files)[strv_length(*files) - 1];
 
-        r = parse_file(name, data, size, error, &t);
+        r = config_yaml_parse_file(name, data, size, error, &t);
         if (r < 0)
                 return r;
         if (!t)
                 return 0;
         r = tree_apply(t, NULL, NULL, error);
         if (r < 0) {
-                node_free(t);
+                yaml_node_free(t);
                 return r;
         }
-        return node_merge(tree, t);
+        return yaml_node_merge(tree, t);
 }
 
 /* Loads each drop-in whose winning copy lies in dirs[first..last]: the copy in the last directory
@@ -774,24 +486,24 @@ static int config_resolve(Config *c, const char *root) {
 /* Checks that involve more than one key; the error points at the key a file set (the defaults are
  * consistent, so at least one of them was). */
 static int config_verify(const Config *c, const Node *tree, char **error) {
-        const Node *n = node_find(tree, "engine.retry-min");
+        const Node *n = yaml_node_find(tree, "engine.retry-min");
         char min[32], max[32];
 
         if (!n || n->null)
-                n = node_find(tree, "engine.retry-max");
+                n = yaml_node_find(tree, "engine.retry-max");
         if (c->engine.retry_min_usec == 0) {
                 assert(n);
-                return located_error(error, n->file, n->line, n->column,
-                                     "engine.retry-min: must be greater than 0, or a failed stage would be "
-                                     "retried in a busy loop");
+                return config_yaml_located_error(error, n->file, n->line, n->column,
+                                                 "engine.retry-min: must be greater than 0, or a failed stage would be "
+                                                 "retried in a busy loop");
         }
         if (c->engine.retry_min_usec > c->engine.retry_max_usec) {
                 assert(n);
                 format_duration(c->engine.retry_min_usec, min, sizeof(min));
                 format_duration(c->engine.retry_max_usec, max, sizeof(max));
-                return located_error(error, n->file, n->line, n->column,
-                                     "engine.retry-min (%s) must not be larger than engine.retry-max (%s)", min,
-                                     max);
+                return config_yaml_located_error(error, n->file, n->line, n->column,
+                                                 "engine.retry-min (%s) must not be larger than engine.retry-max "
+                                                 "(%s)", min, max);
         }
         return 0;
 }
@@ -802,7 +514,7 @@ static int config_load_internal(const ConfigLoadOptions *o, Config **ret, char *
         static const ConfigLoadOptions no_options = {};
         _cleanup_free_ char *main_file = NULL;
         _cleanup_strv_free_ char **dirs = NULL, **names = NULL, **files = NULL;
-        _cleanup_(node_freep) Node *tree = NULL;
+        _cleanup_(yaml_node_freep) Node *tree = NULL;
         _cleanup_(config_freep) Config *c = NULL;
         const char *root;
         int r;
