@@ -41,8 +41,10 @@ class Bus:
         with open(conf, "w") as f:
             f.write(template.replace("@SOCKET@", self.sock)
                     .replace("@POLICY@", os.path.join(SRC, "units/org.gpunodeagent.Agent1.conf")))
+        # Its stderr (e.g. "Failed to set fd limit" when not allowed to) goes to a file, not the TAP stream.
+        self.log = open(os.path.join(tmp, "dbus-daemon.log"), "w")
         self.proc = subprocess.Popen(["dbus-daemon", "--config-file=" + conf, "--nofork", "--print-address"],
-                                     stdout=subprocess.PIPE, text=True)
+                                     stdout=subprocess.PIPE, stderr=self.log, text=True)
         self.address = self.proc.stdout.readline().strip()
         check(self.address.startswith("unix:"), "dbus-daemon did not start")
         os.chmod(tmp, 0o755)
@@ -50,6 +52,8 @@ class Bus:
     def stop(self):
         self.proc.terminate()
         self.proc.wait(10)
+        self.proc.stdout.close()
+        self.log.close()
 
 
 class Notify:
