@@ -64,6 +64,8 @@ _noreturn_ _printf_(1, 2) static void probe_libpci_error(char *msg, ...) {
         if (vasprintf(&c->error, msg, ap) < 0)
                 c->error = NULL;
         va_end(ap);
+        if (c->error)
+                strstrip_trailing(c->error);   /* some libpci messages end in "\n" */
         c->armed = false;
         siglongjmp(c->jump, 1);
 }
@@ -83,7 +85,7 @@ _printf_(1, 2) static void probe_libpci_warning(char *msg, ...) {
                 return;
         }
         if (c)
-                probe_add_warning(c, "PCI: %s", strstrip_trailing(s));
+                probe_add_warning(c, "PCI: %s.", strstrip_trailing(s));
         else
                 log_warning("libpci: %s", s);
 }
@@ -216,6 +218,13 @@ static int parse_uint(const char *s, unsigned *ret) {
         return 0;
 }
 
+static void pci_device_done(PciDevice *d) {
+        free(d->name);
+        free(d->driver);
+        free(d->link_speed);
+        *d = (PciDevice) {};
+}
+
 typedef struct ProbeState {
         ProbeContext *context;
         struct pci_access *access;
@@ -225,6 +234,7 @@ typedef struct ProbeState {
 } ProbeState;
 
 static int probe_device(ProbeState *s, struct pci_dev *d, PciDevice *ret, bool *ret_found) {
+        _cleanup_(pci_device_done) PciDevice dev = {};
         ProbeContext *c = s->context;
         char address[32], namebuf[256];
         _cleanup_free_ char *dev_dir = NULL, *physfn = NULL, *speed = NULL, *width = NULL;
@@ -264,7 +274,7 @@ static int probe_device(ProbeState *s, struct pci_dev *d, PciDevice *ret, bool *
                 return 0;
         }
 
-        *ret = (PciDevice) {
+        dev = (PciDevice) {
                 .kind = kind,
                 .vendor_id = d->vendor_id,
                 .device_id = d->device_id,
@@ -274,12 +284,12 @@ static int probe_device(ProbeState *s, struct pci_dev *d, PciDevice *ret, bool *
                 .numa_node = d->numa_node >= 0 ? d->numa_node : -1,
                 .iommu_group = -1,
         };
-        snprintf(ret->address, sizeof(ret->address), "%s", address);
+        snprintf(dev.address, sizeof(dev.address), "%s", address);
 
         const char *group = pci_get_string_property(d, PCI_FILL_IOMMU_GROUP);
         unsigned g;
         if (group && parse_uint(group, &g) >= 0 && g <= INT_MAX)
-                ret->iommu_group = (int) g;
+                dev.iommu_group = (int) g;
         else if (group)
                 probe_add_warning(c, "Unexpected IOMMU group \"%s\" for %s; IOMMU group unknown.", group, address);
         else
@@ -287,26 +297,26 @@ static int probe_device(ProbeState *s, struct pci_dev *d, PciDevice *ret, bool *
 
         const char *driver = pci_get_string_property(d, PCI_FILL_DRIVER);
         if (driver) {
-                ret->driver = strdup(driver);
-                if (!ret->driver)
-                        goto oom;
+                dev.driver = strdup(driver);
+                if (!dev.driver)
+                        return -ENOMEM;
         } else
                 check_dangling_link(c, dev_dir, address, "driver", "bound driver");
 
         r = read_attribute(c, dev_dir, address, "current_link_speed", "link speed", &speed);
         if (r < 0)
-                goto fail;
+                return r;
         /* The kernel writes "Unknown" when the link is down or the speed is not one it knows. */
         if (speed && !isempty(speed) && !streq(speed, "Unknown"))
-                ret->link_speed = TAKE_PTR(speed);
+                dev.link_speed = TAKE_PTR(speed);
 
         r = read_attribute(c, dev_dir, address, "current_link_width", "link width", &width);
         if (r < 0)
-                goto fail;
-        if (width && parse_uint(width, &ret->link_width) < 0) {
+                return r;
+        if (width && parse_uint(width, &dev.link_width) < 0) {
                 probe_add_warning(c, "Unexpected link width \"%s\" in %s/current_link_width; link width of %s unknown.",
                                   width, dev_dir, address);
-                ret->link_width = 0;
+                dev.link_width = 0;
         }
 
         if (s->names) {
@@ -318,23 +328,16 @@ static int probe_device(ProbeState *s, struct pci_dev *d, PciDevice *ret, bool *
                         name = NULL;
                 }
                 if (name) {
-                        ret->name = strdup(name);
-                        if (!ret->name)
-                                goto oom;
+                        dev.name = strdup(name);
+                        if (!dev.name)
+                                return -ENOMEM;
                 }
         }
 
+        *ret = dev;
+        dev = (PciDevice) {};
         *ret_found = true;
         return 0;
-
-oom:
-        r = -ENOMEM;
-fail:
-        free(ret->driver);
-        free(ret->link_speed);
-        free(ret->name);
-        *ret = (PciDevice) {};
-        return r;
 }
 
 static int inventory_append(Inventory *inv, PciDevice *dev) {
@@ -510,9 +513,7 @@ int probe_pci(const char *sys_dir, const char *pci_ids, Inventory **ret, char **
                         continue;
                 r = inventory_append(inv, &dev);
                 if (r < 0) {
-                        free(dev.name);
-                        free(dev.driver);
-                        free(dev.link_speed);
+                        pci_device_done(&dev);
                         return r;
                 }
         }
@@ -525,11 +526,8 @@ int probe_pci(const char *sys_dir, const char *pci_ids, Inventory **ret, char **
 }
 
 static void pci_device_list_free(PciDevice *l, size_t n) {
-        for (size_t i = 0; i < n; i++) {
-                free(l[i].name);
-                free(l[i].driver);
-                free(l[i].link_speed);
-        }
+        for (size_t i = 0; i < n; i++)
+                pci_device_done(&l[i]);
         free(l);
 }
 
