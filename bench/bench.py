@@ -81,6 +81,7 @@ def main():
                     wake = switches(pid) - before
                 rss_kb.append(int(proc_status(pid)["VmHWM"].split()[0]))
                 agent.stop()
+                notify.close()
                 bus.stop()
         rows.append((node, statistics.median(ready_ms), min(ready_ms), max(rss_kb), wake))
 

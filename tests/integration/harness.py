@@ -9,6 +9,7 @@ import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 
 SRC = os.environ.get("GNA_SOURCE_ROOT", os.path.abspath(os.path.join(os.path.dirname(__file__), "../..")))
@@ -57,38 +58,58 @@ class Bus:
 
 
 class Notify:
-    """An sd_notify listener: collects every datagram the daemon sends."""
+    """An sd_notify listener: a thread drains the socket continuously, as systemd does (a full datagram
+    queue would block the daemon inside sd_notify), and collects every message."""
 
     def __init__(self, tmp):
         self.path = os.path.join(tmp, "notify")
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         self.sock.bind(self.path)
+        self.sock.settimeout(0.2)
         self.messages = []
+        self.cond = threading.Condition()
+        self.stopped = False
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self):
+        while not self.stopped:
+            try:
+                data = self.sock.recv(65536)
+            except socket.timeout:
+                continue
+            except OSError:
+                return
+            with self.cond:
+                self.messages.extend(data.decode().split("\n"))
+                self.cond.notify_all()
 
     def drain(self, timeout=0.0):
-        self.sock.settimeout(timeout if timeout > 0 else 0.0001)
-        try:
-            while True:
-                data = self.sock.recv(65536)
-                self.messages.extend(data.decode().split("\n"))
-                self.sock.settimeout(0.0001)
-        except (socket.timeout, BlockingIOError):
-            pass
+        """Waits up to timeout for anything new (kept for callers that poll)."""
+        with self.cond:
+            self.cond.wait(timeout if timeout > 0 else 0.0001)
 
     def wait_for(self, line, timeout, start=0):
         """Waits until `line` is among the messages received after index `start`; returns its index."""
         deadline = time.monotonic() + timeout
-        while True:
-            for i in range(start, len(self.messages)):
-                if self.messages[i] == line:
-                    return i
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise Fail("timed out waiting for %r on NOTIFY_SOCKET; got %r" % (line, self.messages[start:]))
-            self.drain(min(left, 0.5))
+        with self.cond:
+            while True:
+                for i in range(start, len(self.messages)):
+                    if self.messages[i] == line:
+                        return i
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise Fail("timed out waiting for %r on NOTIFY_SOCKET; got %r" % (line, self.messages[start:]))
+                self.cond.wait(min(left, 0.5))
 
     def statuses(self):
-        return [m[len("STATUS="):] for m in self.messages if m.startswith("STATUS=")]
+        with self.cond:
+            return [m[len("STATUS="):] for m in self.messages if m.startswith("STATUS=")]
+
+    def close(self):
+        self.stopped = True
+        self.thread.join(2)
+        self.sock.close()
 
 
 class Node:

@@ -61,6 +61,7 @@ class Daemon:
         if self.agent.proc.poll() is None:
             self.agent.proc.kill()
             self.agent.proc.wait()
+        self.notify.close()
         self.bus.stop()
 
 
