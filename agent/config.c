@@ -36,6 +36,7 @@ typedef enum PathBase {
         BASE_NONE,
         BASE_ROOT,        /* unset: <paths.root>/<default> */
         BASE_ETC,         /* unset: <paths.etc>/<default> */
+        BASE_RUN,         /* unset: <paths.run>/<default> */
 } PathBase;
 
 typedef struct ConfigKey {
@@ -51,6 +52,26 @@ typedef struct ConfigKey {
 static const char *const log_level_names[] = {
         "emerg", "alert", "crit", "err", "warning", "notice", "info", "debug", NULL,
 };
+
+static const char *const mig_strategy_names[_MIG_STRATEGY_MAX + 1] = {
+        [MIG_STRATEGY_NONE] = "none",
+        [MIG_STRATEGY_SINGLE] = "single",
+        [MIG_STRATEGY_MIXED] = "mixed",
+};
+
+static const char *const sharing_strategy_names[_SHARING_STRATEGY_MAX + 1] = {
+        [SHARING_NONE] = "none",
+        [SHARING_TIME_SLICING] = "time-slicing",
+        [SHARING_MPS] = "mps",
+};
+
+const char *mig_strategy_to_string(MigStrategy s) {
+        return s >= 0 && s < _MIG_STRATEGY_MAX ? mig_strategy_names[s] : NULL;
+}
+
+const char *sharing_strategy_to_string(SharingStrategy s) {
+        return s >= 0 && s < _SHARING_STRATEGY_MAX ? sharing_strategy_names[s] : NULL;
+}
 
 #define CONFIG_OFF(field) offsetof(Config, field)
 
@@ -72,6 +93,14 @@ static const ConfigKey config_keys[] = {
           "kubernetes/node-feature-discovery/features.d", BASE_ETC },
         { "labels.file",      CONFIG_FILE_NAME, CONFIG_OFF(labels.file),    "gpu-node-agent" },
         { "labels.expiry",    CONFIG_DURATION,  CONFIG_OFF(labels.expiry_usec), "0" },
+        { "labels.mig-strategy", CONFIG_ENUM,   CONFIG_OFF(labels.mig_strategy), "none", .values = mig_strategy_names },
+        { "labels.timestamp", CONFIG_BOOL,      CONFIG_OFF(labels.timestamp), "false" },
+        { "sharing.strategy", CONFIG_ENUM,      CONFIG_OFF(sharing.strategy), "none", .values = sharing_strategy_names },
+        { "sharing.replicas", CONFIG_UINT,      CONFIG_OFF(sharing.replicas), "1" },
+        { "sharing.rename-by-default", CONFIG_BOOL, CONFIG_OFF(sharing.rename_by_default), "false" },
+        { "cdi.enabled",      CONFIG_BOOL,      CONFIG_OFF(cdi.enabled),    "true" },
+        { "cdi.spec",         CONFIG_PATH,      CONFIG_OFF(cdi.spec),       "cdi/nvidia.yaml",  BASE_RUN },
+        { "cdi.driver-root",  CONFIG_PATH,      CONFIG_OFF(cdi.driver_root), "",                BASE_ROOT },
         { "engine.retry-min", CONFIG_DURATION,  CONFIG_OFF(engine.retry_min_usec), "1s" },
         { "engine.retry-max", CONFIG_DURATION,  CONFIG_OFF(engine.retry_max_usec), "5min" },
         { "log.level",        CONFIG_ENUM,      CONFIG_OFF(log_level),      "info", .values = log_level_names },
@@ -475,7 +504,10 @@ static int config_resolve(Config *c, const char *root) {
 
                 if (k->base == BASE_NONE || *p)
                         continue;
-                *p = path_join(k->base == BASE_ROOT ? c->paths.root : c->paths.etc, k->def);
+                *p = path_join(k->base == BASE_ROOT  ? c->paths.root
+                               : k->base == BASE_ETC ? c->paths.etc
+                                                     : c->paths.run,
+                               k->def);
                 if (!*p)
                         return -ENOMEM;
         }
@@ -497,6 +529,21 @@ static int config_verify(const Config *c, const Node *tree, char **error) {
                                                  "engine.retry-min: must be greater than 0, or a failed stage would be "
                                                  "retried in a busy loop");
         }
+        n = yaml_node_find(tree, "sharing.replicas");
+        if (c->sharing.replicas == 0) {
+                assert(n);
+                return config_yaml_located_error(error, n->file, n->line, n->column,
+                                                 "sharing.replicas: must be at least 1 (1 = no sharing)");
+        }
+        if (c->sharing.replicas > 1 && c->sharing.strategy == SHARING_NONE) {
+                assert(n);
+                return config_yaml_located_error(error, n->file, n->line, n->column,
+                                                 "sharing.replicas is %u but sharing.strategy is none: set "
+                                                 "sharing.strategy to time-slicing or mps", c->sharing.replicas);
+        }
+        n = yaml_node_find(tree, "engine.retry-min");
+        if (!n || n->null)
+                n = yaml_node_find(tree, "engine.retry-max");
         if (c->engine.retry_min_usec > c->engine.retry_max_usec) {
                 assert(n);
                 format_duration(c->engine.retry_min_usec, min, sizeof(min));

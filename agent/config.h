@@ -28,6 +28,16 @@
  *     directory: <etc>/kubernetes/node-feature-discovery/features.d
  *     file:     gpu-node-agent                     plain file name: no '/', not starting with '.'
  *     expiry:   0                                  duration; >0 writes "# +expiry-time=" and refreshes
+ *     mig-strategy: none                           none | single | mixed (GFD's MIG label strategies)
+ *     timestamp: false                             write nvidia.com/gfd.timestamp (fixed per start/reload)
+ *   sharing:                                       GPU sharing as the device plugin is configured
+ *     strategy: none                               none | time-slicing | mps
+ *     replicas: 1                                  >1 needs a strategy
+ *     rename-by-default: false                     true: no "-SHARED" product suffix
+ *   cdi:
+ *     enabled: true
+ *     spec:     <run>/cdi/nvidia.yaml              the CDI spec we own (= /var/run/cdi/nvidia.yaml)
+ *     driver-root: <root>                          where the driver's user-space files are looked up
  *   engine:
  *     retry-min: 1s                                first retry delay of a failed stage (doubles)
  *     retry-max: 5min                              cap of that delay
@@ -37,6 +47,7 @@
  * A --root on the command line overrides paths.root. Explicit paths must be absolute. */
 #pragma once
 
+#include <errno.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -57,12 +68,42 @@ typedef struct ConfigNvml {
         char *library;
 } ConfigNvml;
 
+typedef enum MigStrategy {
+        MIG_STRATEGY_NONE,
+        MIG_STRATEGY_SINGLE,
+        MIG_STRATEGY_MIXED,
+        _MIG_STRATEGY_MAX,
+        _MIG_STRATEGY_INVALID = -EINVAL,
+} MigStrategy;
+
+typedef enum SharingStrategy {
+        SHARING_NONE,
+        SHARING_TIME_SLICING,
+        SHARING_MPS,
+        _SHARING_STRATEGY_MAX,
+        _SHARING_STRATEGY_INVALID = -EINVAL,
+} SharingStrategy;
+
 typedef struct ConfigLabels {
         bool enabled;
         char *directory;
         char *file;
         uint64_t expiry_usec; /* 0 = no expiry directive */
+        int mig_strategy;     /* MigStrategy */
+        bool timestamp;
 } ConfigLabels;
+
+typedef struct ConfigSharing {
+        int strategy;         /* SharingStrategy */
+        unsigned replicas;
+        bool rename_by_default;
+} ConfigSharing;
+
+typedef struct ConfigCdi {
+        bool enabled;
+        char *spec;
+        char *driver_root;
+} ConfigCdi;
 
 typedef struct ConfigEngine {
         uint64_t retry_min_usec;
@@ -73,6 +114,8 @@ typedef struct Config {
         ConfigPaths paths;       /* all resolved to absolute paths */
         ConfigNvml nvml;
         ConfigLabels labels;
+        ConfigSharing sharing;
+        ConfigCdi cdi;
         ConfigEngine engine;
         int log_level;           /* LOG_* from syslog.h */
         char **sources;          /* files that were merged, in order (may be empty) */
@@ -95,6 +138,9 @@ Config *config_free(Config *c);
 
 /* Prints the merged, resolved configuration as YAML (with the source files as a comment). */
 int config_dump(const Config *c, FILE *f);
+
+const char *mig_strategy_to_string(MigStrategy s);
+const char *sharing_strategy_to_string(SharingStrategy s);
 
 /* Parses a duration as described above into microseconds; -EINVAL if malformed. */
 int config_parse_duration(const char *s, uint64_t *ret_usec);

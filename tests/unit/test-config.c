@@ -229,9 +229,9 @@ static void test_errors(void **state) {
                          " invalid YAML: invalid leading UTF-8 octet at byte 16");
         check_main_error(root, "labels:\n  fo: x\n", -EINVAL,
                          "2:3: unknown key 'labels.fo' (valid keys under 'labels': enabled, directory, file, "
-                         "expiry)");
+                         "expiry, mig-strategy, timestamp)");
         check_main_error(root, "log:\n  level: info\nlabel:\n  file: x\n", -EINVAL,
-                         "3:1: unknown key 'label' (valid top-level keys: paths, nvml, labels, engine, log)");
+                         "3:1: unknown key 'label' (valid top-level keys: paths, nvml, labels, sharing, cdi, engine, log)");
         check_main_error(root, "labels:\n  enabled: maybe\n", -EINVAL,
                          "2:12: labels.enabled: expected a boolean (true/false), got 'maybe'");
         check_main_error(root, "labels:\n  enabled:\n    - true\n", -EINVAL,
@@ -260,6 +260,13 @@ static void test_errors(void **state) {
                          "3:14: engine.retry-min (10min) must not be larger than engine.retry-max (5min)");
         check_main_error(root, "engine:\n  retry-max: 500ms\n", -EINVAL,
                          "2:14: engine.retry-min (1s) must not be larger than engine.retry-max (500ms)");
+        check_main_error(root, "sharing:\n  replicas: 4\n", -EINVAL,
+                         "2:13: sharing.replicas is 4 but sharing.strategy is none: set sharing.strategy to "
+                         "time-slicing or mps");
+        check_main_error(root, "sharing:\n  strategy: mps\n  replicas: 0\n", -EINVAL,
+                         "3:13: sharing.replicas: must be at least 1 (1 = no sharing)");
+        check_main_error(root, "labels:\n  mig-strategy: both\n", -EINVAL,
+                         "2:17: labels.mig-strategy: expected one of none, single, mixed, got 'both'");
         check_main_error(root, "engine:\n  retry-min: 0\n", -EINVAL,
                          "2:14: engine.retry-min: must be greater than 0, or a failed stage would be retried "
                          "in a busy loop");
@@ -286,7 +293,7 @@ static void test_error_in_dropin(void **state) {
 
         assert_int_equal(config_load(&o, &c, &error), -EINVAL);
         assert_true(asprintf(&want, "%s:4:3: unknown key 'labels.fo' (valid keys under 'labels': enabled, "
-                             "directory, file, expiry)", file) >= 0);
+                             "directory, file, expiry, mig-strategy, timestamp)", file) >= 0);
         assert_string_equal(error, want);
 }
 
