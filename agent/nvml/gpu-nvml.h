@@ -1,0 +1,112 @@
+/* SPDX-License-Identifier: MIT */
+/* Owns the agent's view of NVML: loading libnvidia-ml.so.1 with dlopen (never linked), initialising it,
+ * mapping every NVML return code to a negative errno plus NVML's own error string, and reading what the
+ * stages need into plain structs (GpuInfo, MigDeviceInfo) so that nothing above this layer touches the
+ * NVML ABI. Our declarations of that ABI subset live in nvml-abi.h. */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "macro.h"
+
+typedef struct GpuNvml GpuNvml;
+
+typedef enum GpuMigMode {
+        GPU_MIG_UNSUPPORTED,  /* nvmlDeviceGetMigMode answered NOT_SUPPORTED: not a MIG-capable GPU */
+        GPU_MIG_DISABLED,
+        GPU_MIG_ENABLED,
+        _GPU_MIG_MODE_MAX,
+        _GPU_MIG_MODE_INVALID = -EINVAL,
+} GpuMigMode;
+
+/* One MIG device (a compute instance inside a GPU instance), as the labels, CDI and MIG code see it. */
+typedef struct MigDeviceInfo {
+        unsigned index;              /* MIG device index within its parent (GetMigDeviceHandleByIndex) */
+        unsigned gi_id;              /* GPU instance id */
+        unsigned ci_id;              /* compute instance id within the GI */
+        unsigned gi_profile_id;      /* GPU instance profile *id* (not index) */
+        unsigned ci_profile_id;
+        unsigned placement_start;    /* GI placement, memory slices */
+        unsigned placement_size;
+        char *uuid;                  /* "MIG-xxxxxxxx-..." */
+        char *profile;               /* canonical name: "1g.10gb", "1c.2g.20gb", "1g.10gb+me"; NULL if unknown */
+        uint64_t memory_mib;         /* attributes.memorySizeMB */
+        unsigned multiprocessors;
+        unsigned gi_slices;          /* attributes.gpuInstanceSliceCount */
+        unsigned ci_slices;          /* attributes.computeInstanceSliceCount */
+        unsigned copy_engines, decoders, encoders, jpegs, ofas;
+} MigDeviceInfo;
+
+/* One physical GPU. Fields NVML could not answer are NULL / 0 / -1 and named in warnings. */
+typedef struct GpuInfo {
+        char pci_address[32];        /* "0000:3b:00.0", lower case, matches PciDevice.address */
+        unsigned nvml_index;         /* NVML's own index (may differ from ours) */
+        char *name;                  /* "NVIDIA H100 80GB HBM3" */
+        char *uuid;                  /* "GPU-xxxxxxxx-..." */
+        uint64_t memory_total_bytes; /* 0 when unknown */
+        int cc_major, cc_minor;      /* -1 when unknown */
+        int minor;                   /* /dev/nvidia<minor>, -1 when unknown */
+        GpuMigMode mig_current;
+        GpuMigMode mig_pending;
+        MigDeviceInfo *mig_devices;  /* MIG devices, ordered by (gi_id, ci_id) */
+        size_t n_mig_devices;
+        char *clique;                /* "<clusterUUID>.<cliqueId>" when fabric-attached and completed, else NULL */
+} GpuInfo;
+
+/* What NVML said about the node in one read. GPUs are in PCI address order (our index), one entry per
+ * GPU NVML knows; a GPU of the inventory that NVML does not list (vfio-pci, unbound) has no entry. */
+typedef struct NvmlSnapshot {
+        char *driver_version;        /* "550.54.15" */
+        int cuda_version;            /* nvmlSystemGetCudaDriverVersion: 12040 = 12.4; 0 unknown */
+        char *nvml_version;
+        GpuInfo *gpus;
+        size_t n_gpus;
+        char **warnings;             /* one line each: which call failed for which GPU, and why */
+} NvmlSnapshot;
+
+/* Loads the library (a bare name goes through the loader's search, a path is used as is) and calls
+ * nvmlInit_v2 (falling back to nvmlInit). Returns:
+ *   -ENOENT   the library is missing ("libnvidia-ml.so.1: cannot open shared object file … — is the
+ *             NVIDIA driver's user-space (libnvidia-ml1 / nvidia-utils) installed? (nvml.library)")
+ *   -ENODEV   NVML_ERROR_DRIVER_NOT_LOADED ("the nvidia kernel module is not loaded")
+ *   -ENOSYS   a required entry point is missing (too old a driver); the message names it
+ *   other     the mapped init error
+ * with *ret_error set to one sentence for the log and D-Bus. Never exits, never aborts. */
+int gpu_nvml_open(const char *library, GpuNvml **ret, char **ret_error);
+
+/* nvmlShutdown + dlclose. Accepts NULL. */
+GpuNvml *gpu_nvml_close(GpuNvml *n);
+DEFINE_CLEANUP_FUNC(GpuNvml *, gpu_nvml_close);
+
+/* Reads the whole snapshot: system versions, then every GPU. pci_addresses (our inventory's GPUs, in
+ * order) selects and orders the GPUs; NULL = every GPU NVML lists, in PCI order. Static facts (name,
+ * UUID, memory, compute capability, minor) are cached by PCI address inside GpuNvml and not read again;
+ * MIG mode, MIG devices and fabric state are read every time. A failing call for one GPU omits that
+ * field with a warning; only a failure that leaves nothing usable (e.g. GetCount) fails the read. */
+int gpu_nvml_read(GpuNvml *n, char *const *pci_addresses, NvmlSnapshot **ret, char **ret_error);
+
+/* Forgets cached static facts (after a driver reload or a GPU reset). */
+void gpu_nvml_invalidate(GpuNvml *n);
+
+/* Number of NVML entry-point calls made so far (for the benchmarks and the no-re-read tests). */
+uint64_t gpu_nvml_calls(const GpuNvml *n);
+
+NvmlSnapshot *nvml_snapshot_free(NvmlSnapshot *s);
+DEFINE_CLEANUP_FUNC(NvmlSnapshot *, nvml_snapshot_free);
+void gpu_info_done(GpuInfo *g);
+
+const GpuInfo *nvml_snapshot_find(const NvmlSnapshot *s, const char *pci_address);
+
+/* Same versions, GPUs and MIG devices with the same attributes (warnings ignored). NULLs compare equal
+ * only to NULL. */
+bool nvml_snapshot_equal(const NvmlSnapshot *a, const NvmlSnapshot *b);
+
+/* The canonical MIG profile name from a device's attributes, the parent's total memory, and the GI
+ * profile's attribute suffix ("" "+me" "+me.all" "+gfx" "-me"): "<G>g.<GB>gb" or "<C>c.<G>g.<GB>gb"
+ * with GB = round(ceil(8 × memMiB × 2^20 / totalBytes) / 8 × ceil(totalBytes / 2^30)) (labels.md). */
+char *gpu_mig_profile_name(unsigned gi_slices, unsigned ci_slices, uint64_t memory_mib,
+                           uint64_t total_bytes, const char *suffix);
+
+const char *gpu_mig_mode_to_string(GpuMigMode m);
