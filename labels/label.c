@@ -1,11 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 /* Owns label sets, the Kubernetes label rules, GFD-compatible sanitising and the computation of the
- * node's labels from the PCI inventory (see specs/labels.md). */
+ * node's labels: the ones every GPU node gets, and the PCI-only set used while NVML is unavailable; the
+ * NVML-backed GFD set lives in gfd.c (see specs/labels.md). */
 #include <ctype.h>
+#include <inttypes.h>
 #include <stdint.h>
 
 #include "fileio.h"
-#include "label.h"
+#include "label-internal.h"
 #include "strv.h"
 
 #define LABEL_NAME_MAX 63
@@ -272,8 +274,8 @@ static int label_value_fit(const char *model, const char *suffix, char **ret, bo
 
 /* Puts a computed label. Values that would break the Kubernetes rules are never written: a long one is
  * shortened (with a warning), one that is still invalid is left out (with a warning). */
-static int put_checked(LabelSet *s, const char *key, const char *model, const char *suffix,
-                       char ***warnings) {
+int label_put_checked(LabelSet *s, const char *key, const char *model, const char *suffix,
+                      char ***warnings) {
         _cleanup_free_ char *value = NULL;
         bool shortened = false;
         int r;
@@ -299,6 +301,13 @@ static int put_checked(LabelSet *s, const char *key, const char *model, const ch
         return 0;
 }
 
+int label_put_uint(LabelSet *s, const char *key, uint64_t n) {
+        char buf[32];
+
+        snprintf(buf, sizeof buf, "%" PRIu64, n);
+        return label_set_put(s, key, buf);
+}
+
 static const char *gpu_mode(const Inventory *inv) {
         bool compute = true, graphics = true;
 
@@ -312,51 +321,44 @@ static const char *gpu_mode(const Inventory *inv) {
         return compute ? "compute" : graphics ? "graphics" : "unknown";
 }
 
-typedef struct ModelCount {
-        char *product;
-        size_t count;
-        const char *first_address; /* lowest PCI address among its GPUs */
-} ModelCount;
-
-static void model_counts_free(ModelCount *m, size_t n) {
+void label_models_free(LabelModel *m, size_t n) {
         for (size_t i = 0; i < n; i++)
                 free(m[i].product);
         free(m);
 }
 
-/* Groups GPUs by product name. *ret lists each model once, in order of first appearance. */
-static int count_models(const Inventory *inv, ModelCount **ret, size_t *ret_n) {
-        ModelCount *m = calloc(inv->n_gpus, sizeof(ModelCount));
-        size_t n = 0;
+int label_models_count(char *const *products, const char *const *addresses, size_t n, LabelModel **ret,
+                       size_t *ret_n) {
+        LabelModel *m = calloc(n ?: 1, sizeof(LabelModel));
+        size_t k = 0;
 
         if (!m)
                 return -ENOMEM;
-        for (size_t i = 0; i < inv->n_gpus; i++) {
-                const PciDevice *g = &inv->gpus[i];
-                _cleanup_free_ char *p = label_product_from_pci(g);
-                if (!p) {
-                        model_counts_free(m, n);
-                        return -ENOMEM;
-                }
-
+        for (size_t i = 0; i < n; i++) {
                 size_t j;
-                for (j = 0; j < n; j++)
-                        if (streq(m[j].product, p))
+                for (j = 0; j < k; j++)
+                        if (streq(m[j].product, products[i]))
                                 break;
-                if (j == n)
-                        m[n++] = (ModelCount) { .product = TAKE_PTR(p), .first_address = g->address };
+                if (j == k) {
+                        m[k].product = strdup(products[i]);
+                        if (!m[k].product) {
+                                label_models_free(m, k);
+                                return -ENOMEM;
+                        }
+                        m[k++].first_address = addresses[i];
+                }
                 m[j].count++;
-                if (strcmp(g->address, m[j].first_address) < 0)
-                        m[j].first_address = g->address;
+                if (strcmp(addresses[i], m[j].first_address) < 0)
+                        m[j].first_address = addresses[i];
         }
         *ret = m;
-        *ret_n = n;
+        *ret_n = k;
         return 0;
 }
 
 /* GFD lets whichever model it sees last win, which is effectively random on a mixed node. We pick the
  * model with the most GPUs, ties going to the one with the lowest PCI address, and say which. */
-static size_t choose_model(const ModelCount *m, size_t n) {
+size_t label_models_choose(const LabelModel *m, size_t n) {
         size_t best = 0;
         for (size_t i = 1; i < n; i++)
                 if (m[i].count > m[best].count ||
@@ -365,7 +367,7 @@ static size_t choose_model(const ModelCount *m, size_t n) {
         return best;
 }
 
-static int warn_heterogeneous(const ModelCount *m, size_t n, size_t chosen, char ***warnings) {
+int label_models_warn(const LabelModel *m, size_t n, size_t chosen, char ***warnings) {
         _cleanup_strv_free_ char **others = NULL;
 
         if (n < 2 || !warnings)
@@ -383,6 +385,42 @@ static int warn_heterogeneous(const ModelCount *m, size_t n, size_t chosen, char
                             m[chosen].product, m[chosen].count, m[chosen].count == 1 ? "" : "s", list);
 }
 
+int label_put_pci_models(LabelSet *s, const Inventory *inv, char ***warnings) {
+        _cleanup_strv_free_ char **products = NULL;
+        _cleanup_free_ const char **addresses = calloc(inv->n_gpus ?: 1, sizeof(char *));
+        LabelModel *models = NULL;
+        size_t n_models = 0;
+        int r;
+
+        if (!addresses)
+                return -ENOMEM;
+        for (size_t i = 0; i < inv->n_gpus; i++) {
+                r = strv_consume(&products, label_product_from_pci(&inv->gpus[i]));
+                if (r < 0)
+                        return r;
+                addresses[i] = inv->gpus[i].address;
+        }
+
+        /* GPUs bound to vfio-pci (passed through to a VM) are counted here: they are physical GPUs of
+         * this node. With NVML, gpu.count is what NVML sees, as in GFD. */
+        r = label_models_count(products, addresses, inv->n_gpus, &models, &n_models);
+        if (r < 0)
+                return r;
+        size_t chosen = label_models_choose(models, n_models);
+        r = label_models_warn(models, n_models, chosen, warnings);
+        if (r >= 0)
+                r = label_put_uint(s, LABEL_PREFIX "gpu.count", models[chosen].count);
+        if (r >= 0)
+                r = label_put_checked(s, LABEL_PREFIX "gpu.product", models[chosen].product, NULL, warnings);
+        label_models_free(models, n_models);
+        return r;
+}
+
+/* Our own keys that do not depend on NVML; written only when the caller has a value. */
+static int put_optional(LabelSet *s, const char *key, const char *value, char ***warnings) {
+        return value ? label_put_checked(s, key, value, NULL, warnings) : 0;
+}
+
 int labels_compute(const LabelInput *in, LabelSet **ret, char ***warnings) {
         _cleanup_(label_set_freep) LabelSet *s = label_set_new();
         const Inventory *inv = in->inventory;
@@ -395,28 +433,9 @@ int labels_compute(const LabelInput *in, LabelSet **ret, char ***warnings) {
                 return 0;
         }
 
-        /* GPUs bound to vfio-pci (passed through to a VM) are counted: they are physical GPUs of this
-         * node. GFD counts what NVML sees, which excludes them; our gpu.count is PCI-only for now. */
-        ModelCount *models = NULL;
-        size_t n_models = 0;
-        r = count_models(inv, &models, &n_models);
+        r = label_set_put(s, LABEL_PREFIX "gpu.present", "true");
         if (r < 0)
                 return r;
-        size_t chosen = choose_model(models, n_models);
-        char count[32];
-        snprintf(count, sizeof count, "%zu", models[chosen].count);
-
-        r = warn_heterogeneous(models, n_models, chosen, warnings);
-        if (r >= 0)
-                r = label_set_put(s, LABEL_PREFIX "gpu.present", "true");
-        if (r >= 0)
-                r = label_set_put(s, LABEL_PREFIX "gpu.count", count);
-        if (r >= 0)
-                r = put_checked(s, LABEL_PREFIX "gpu.product", models[chosen].product, NULL, warnings);
-        model_counts_free(models, n_models);
-        if (r < 0)
-                return r;
-
         r = label_set_put(s, LABEL_PREFIX "gpu.mode", gpu_mode(inv));
         if (r < 0)
                 return r;
@@ -424,21 +443,28 @@ int labels_compute(const LabelInput *in, LabelSet **ret, char ***warnings) {
         _cleanup_free_ char *machine = label_sanitize(in->machine ?: "");
         if (!machine)
                 return -ENOMEM;
-        r = put_checked(s, LABEL_PREFIX "gpu.machine", isempty(machine) ? "unknown" : machine, NULL,
-                        warnings);
+        r = label_put_checked(s, LABEL_PREFIX "gpu.machine", isempty(machine) ? "unknown" : machine, NULL,
+                              warnings);
         if (r < 0)
                 return r;
 
-        if (in->agent_state) {
-                r = put_checked(s, LABEL_PREFIX "gpu-node-agent.state", in->agent_state, NULL, warnings);
-                if (r < 0)
-                        return r;
-        }
-        if (in->version) {
-                r = put_checked(s, LABEL_PREFIX "gpu-node-agent.version", in->version, NULL, warnings);
-                if (r < 0)
-                        return r;
-        }
+        r = put_optional(s, LABEL_PREFIX "gpu-node-agent.state", in->agent_state, warnings);
+        if (r >= 0)
+                r = put_optional(s, LABEL_PREFIX "gpu-node-agent.version", in->version, warnings);
+        if (r >= 0)
+                r = put_optional(s, LABEL_PREFIX "mig.config", in->mig_config, warnings);
+        if (r >= 0)
+                r = put_optional(s, LABEL_PREFIX "mig.config.state", in->mig_config_state, warnings);
+        if (r >= 0 && in->timestamp_sec > 0)
+                r = label_put_uint(s, LABEL_PREFIX "gfd.timestamp", in->timestamp_sec);
+        if (r < 0)
+                return r;
+
+        /* Without NVML (driver not loaded yet, library missing) only what PCI tells us; the caller
+         * reports the agent as degraded and retries NVML. */
+        r = in->nvml ? label_put_gfd(s, in, warnings) : label_put_pci_models(s, inv, warnings);
+        if (r < 0)
+                return r;
 
         *ret = TAKE_PTR(s);
         return 0;

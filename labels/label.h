@@ -7,6 +7,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "config.h"
+#include "gpu-nvml.h"
 #include "macro.h"
 #include "probe.h"
 
@@ -47,9 +49,18 @@ char *label_product_from_pci(const PciDevice *gpu);
 
 typedef struct LabelInput {
         const Inventory *inventory;
+        const NvmlSnapshot *nvml;  /* NULL: NVML unavailable → the PCI-only set */
         const char *machine;       /* raw DMI product name, NULL if unreadable → "unknown" */
         const char *agent_state;   /* "ready" / "degraded" / "failed" */
         const char *version;       /* agent version */
+        const char *kernel_release;/* gpu.driver.kernel, written only with NVML (the driver answered) */
+        MigStrategy mig_strategy;
+        SharingStrategy sharing;
+        unsigned replicas;         /* ≥ 1 */
+        bool rename_by_default;
+        const char *mig_config;    /* mig.config: the selected MIG geometry's name, NULL = none */
+        const char *mig_config_state; /* mig.config.state, NULL = none */
+        uint64_t timestamp_sec;    /* gfd.timestamp, 0 = not written */
 } LabelInput;
 
 /* Computes the label set. With no GPU returns 0 and an empty set. Warnings (e.g. heterogeneous node:
