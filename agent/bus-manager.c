@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* Owns the org.gpunodeagent.Agent1.Manager interface on /org/gpunodeagent/Agent1: the node-wide
- * properties (stage engine, readiness, labels, config), Reload/Reconcile/GetLabels and the
- * StageChanged signal. Documented in docs/dbus/org.gpunodeagent.Agent1.Manager.md. */
+ * properties (stage engine, readiness, labels, kernel and driver versions, config),
+ * Reload/Reconcile/GetLabels and the StageChanged signal. Their changes from NVML are announced by
+ * manager_bus_nvml_changed() in bus-gpu.c. Documented in docs/dbus/org.gpunodeagent.Agent1.Manager.md. */
 #include <systemd/sd-bus.h>
 
 #include "build-config.h"
@@ -80,6 +81,27 @@ static int property_get_kernel_release(sd_bus *bus, const char *path, const char
                                        sd_bus_error *error) {
         Manager *m = userdata;
         return sd_bus_message_append(reply, "s", m->kernel_release ?: "");
+}
+
+static int property_get_driver_version(sd_bus *bus, const char *path, const char *interface,
+                                       const char *property, sd_bus_message *reply, void *userdata,
+                                       sd_bus_error *error) {
+        Manager *m = userdata;
+        const char *v = m->nvml_snapshot ? m->nvml_snapshot->driver_version : NULL;
+        return sd_bus_message_append(reply, "s", v ?: "");
+}
+
+/* "12.4" as nvidia-smi prints it; nvmlSystemGetCudaDriverVersion answers 1000 × major + 10 × minor. */
+static int property_get_cuda_version(sd_bus *bus, const char *path, const char *interface,
+                                     const char *property, sd_bus_message *reply, void *userdata,
+                                     sd_bus_error *error) {
+        Manager *m = userdata;
+        int v = m->nvml_snapshot ? m->nvml_snapshot->cuda_version : 0;
+        char buf[32] = "";
+
+        if (v > 0)
+                snprintf(buf, sizeof buf, "%d.%d", v / 1000, (v % 1000) / 10);
+        return sd_bus_message_append(reply, "s", buf);
 }
 
 static int property_get_config_error(sd_bus *bus, const char *path, const char *interface,
@@ -170,6 +192,9 @@ static const sd_bus_vtable manager_vtable[] = {
         SD_BUS_PROPERTY("Labels", "a{ss}", property_get_labels, 0, SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
         SD_BUS_PROPERTY("KernelRelease", "s", property_get_kernel_release, 0,
                         SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
+        SD_BUS_PROPERTY("DriverVersion", "s", property_get_driver_version, 0,
+                        SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
+        SD_BUS_PROPERTY("CudaVersion", "s", property_get_cuda_version, 0, SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
         SD_BUS_PROPERTY("ConfigError", "s", property_get_config_error, 0, SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
         SD_BUS_PROPERTY("ConfigSources", "as", property_get_config_sources, 0,
                         SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),

@@ -23,6 +23,10 @@ void manager_bus_mark_dirty(Manager *m, const char *path, const char *interface,
  * GpuCount. old may be NULL. */
 void manager_bus_gpus_changed(Manager *m, const Inventory *old);
 
+/* The NVML snapshot changed (old may be NULL, m->nvml_snapshot may be NULL): marks DriverVersion,
+ * CudaVersion and the per-GPU NVML properties that differ. */
+void manager_bus_nvml_changed(Manager *m, const NvmlSnapshot *old);
+
 /* Emits StageChanged(s stage, s state, s message). */
 void manager_bus_emit_stage_changed(Manager *m, StageId id);
 

@@ -302,11 +302,28 @@ static int on_stage(sd_event_source *s, void *userdata) {
 
         manager_set_stage(m, id, STAGE_RUNNING, 0, NULL);
         r = d->run(m, &message);
+        if (r == STAGE_RUNNING)
+                return 0; /* it finishes from its own event source with manager_stage_complete() */
+        manager_stage_complete(m, id, r, message);
+        return 0;
+}
+
+void manager_stage_complete(Manager *m, StageId id, int r, const char *message) {
         if (r < 0)
                 manager_set_stage(m, id, STAGE_FAILED, r, message ?: strerror(-r));
         else
                 manager_set_stage(m, id, r == STAGE_SKIPPED ? STAGE_SKIPPED : STAGE_DONE, 0, message);
-        return 0;
+}
+
+void manager_stage_progress(Manager *m, StageId id, const char *text) {
+        StageResult *r = &m->stages[id];
+
+        if (r->state != STAGE_RUNNING || streq_ptr(r->message, text))
+                return;
+        free(r->message);
+        r->message = text ? strdup(text) : NULL;
+        (void) sd_notifyf(false, "STATUS=Running stage %s: %s", stage_to_string(id), strna(text));
+        manager_bus_mark_dirty(m, NULL, AGENT_MANAGER_INTERFACE, "Stages");
 }
 
 void manager_request_pass(Manager *m, const char *reason) {

@@ -3,6 +3,7 @@
  * the event loop, configuration reload, and teardown. The stage engine lives in manager-stage.c. */
 #include <signal.h>
 #include <sys/utsname.h>
+#include <time.h>
 #include <systemd/sd-daemon.h>
 
 #include "build-config.h"
@@ -75,6 +76,9 @@ Manager *manager_free(Manager *m) {
         config_free(m->config);
         free(m->config_error);
         inventory_free(m->inventory);
+        nvml_snapshot_free(m->nvml_snapshot);
+        gpu_nvml_close(m->nvml);
+        free(m->cdi_spec_text);
         label_set_free(m->labels);
         free(m->kernel_release);
         free(m);
@@ -113,12 +117,17 @@ static int on_device_event(sd_device_monitor *mon, sd_device *d, void *userdata)
         (void) sd_device_get_action(d, &action);
         log_debug("Device event %d on %s (%s).", (int) action, strna(syspath), strna(subsystem));
 
-        /* Only NVIDIA and Mellanox PCI functions matter; everything under "module" is ours to
-         * watch for later stages (driver load/unload). */
+        /* Only NVIDIA and Mellanox PCI functions matter, and of the modules only the driver's (NVML
+         * becomes usable when nvidia loads) and the InfiniBand core (peermem). */
         if (subsystem && streq(subsystem, "pci")) {
                 const char *vendor = NULL;
                 if (sd_device_get_sysattr_value(d, "vendor", &vendor) >= 0 && vendor &&
                     !startswith(vendor, "0x10de") && !startswith(vendor, "0x15b3"))
+                        return 0;
+        } else if (subsystem && streq(subsystem, "module")) {
+                const char *name = NULL;
+                if (sd_device_get_sysname(d, &name) >= 0 && name && !startswith(name, "nvidia") &&
+                    !streq(name, "ib_core"))
                         return 0;
         }
 
@@ -223,6 +232,7 @@ int manager_startup(Manager *m) {
                 (void) manager_setup_device_monitor(m);
         }
 
+        m->labels_timestamp_sec = (uint64_t) time(NULL);
         log_info("gpu-node-agent " GPU_NODE_AGENT_VERSION " starting (root %s, kernel %s).",
                  m->config->paths.root, m->kernel_release);
         manager_request_pass(m, "start-up");
@@ -260,6 +270,7 @@ int manager_reload(Manager *m, char **ret_error) {
         config_free(m->config);
         m->config = c;
         manager_apply_log_level(m);
+        m->labels_timestamp_sec = (uint64_t) time(NULL);
         if (m->config_error) {
                 m->config_error = mfree(m->config_error);
                 manager_bus_mark_dirty(m, NULL, AGENT_MANAGER_INTERFACE, "ConfigError");

@@ -9,6 +9,7 @@
 #include <systemd/sd-event.h>
 
 #include "config.h"
+#include "gpu-nvml.h"
 #include "label.h"
 #include "probe.h"
 #include "stage.h"
@@ -53,8 +54,12 @@ typedef struct Manager {
         char *config_error;              /* why the last load/reload failed, NULL if it did not */
 
         Inventory *inventory;            /* last successful probe, NULL before */
+        GpuNvml *nvml;                   /* loaded and initialised NVML, NULL while unavailable */
+        NvmlSnapshot *nvml_snapshot;     /* last successful read, NULL while NVML is unavailable */
+        char *cdi_spec_text;             /* last CDI spec written (or found current), NULL none */
         LabelSet *labels;                /* last written label set, NULL when none */
         uint64_t labels_expiry_usec;     /* expiry written with them (CLOCK_REALTIME), 0 none */
+        uint64_t labels_timestamp_sec;   /* gfd.timestamp: set at start-up and on each reload */
         char *kernel_release;
 
         StageResult stages[_STAGE_MAX];
@@ -88,6 +93,14 @@ int manager_reload(Manager *m, char **ret_error);
 
 /* The one stage transition function (STYLE.md rule 11). */
 void manager_set_stage(Manager *m, StageId id, StageState state, int error, const char *message);
+
+/* Finishes a stage whose handler returned STAGE_RUNNING (it works from its own event sources, e.g. a
+ * DKMS build): r as a handler's return value (STAGE_DONE, STAGE_SKIPPED or a negative errno). */
+void manager_stage_complete(Manager *m, StageId id, int r, const char *message);
+
+/* A running stage's progress ("building nvidia 550.54.15 for 6.1.0-27-amd64: 2m10s"): STATUS= and the
+ * Stages property, no state change. */
+void manager_stage_progress(Manager *m, StageId id, const char *text);
 
 /* Name of the Stage property: "starting", the running stage's name, or "ready" between passes. */
 const char *manager_stage_name(const Manager *m);

@@ -112,9 +112,16 @@ int stage_labels_run(Manager *m, char **ret_message) {
         (void) label_read_machine(m->config->paths.sys, &machine);
         LabelInput in = {
                 .inventory = m->inventory,
+                .nvml = m->nvml_snapshot,
                 .machine = machine,
                 .agent_state = labels_agent_state(m),
                 .version = GPU_NODE_AGENT_VERSION,
+                .kernel_release = m->kernel_release,
+                .mig_strategy = m->config->labels.mig_strategy,
+                .sharing = m->config->sharing.strategy,
+                .replicas = m->config->sharing.replicas,
+                .rename_by_default = m->config->sharing.rename_by_default,
+                .timestamp_sec = m->config->labels.timestamp ? m->labels_timestamp_sec : 0,
         };
         r = labels_compute(&in, &labels, &warnings);
         if (r < 0) {

@@ -4,6 +4,8 @@
 
 static const char *const stage_names[_STAGE_MAX] = {
         [STAGE_PROBE] = "probe",
+        [STAGE_NVML] = "nvml",
+        [STAGE_CDI] = "cdi",
         [STAGE_LABELS] = "labels",
 };
 
@@ -18,6 +20,8 @@ static const char *const stage_state_names[_STAGE_STATE_MAX] = {
 /* Order of this table = order of a pass. */
 static const StageDescriptor stage_table[_STAGE_MAX] = {
         { STAGE_PROBE, stage_probe_run, 0 },
+        { STAGE_NVML, stage_nvml_run, 1u << STAGE_PROBE },
+        { STAGE_CDI, stage_cdi_run, 1u << STAGE_NVML },
         { STAGE_LABELS, stage_labels_run, 1u << STAGE_PROBE },
 };
 

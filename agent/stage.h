@@ -11,6 +11,8 @@ typedef struct Manager Manager;
 
 typedef enum StageId {
         STAGE_PROBE,
+        STAGE_NVML,
+        STAGE_CDI,
         STAGE_LABELS,
         _STAGE_MAX,
         _STAGE_INVALID = -EINVAL,
@@ -35,8 +37,10 @@ typedef struct StageResult {
         unsigned failures;       /* consecutive failures, drives the retry backoff */
 } StageResult;
 
-/* A stage handler does the stage's work synchronously and returns STAGE_DONE or STAGE_SKIPPED, or a
- * negative errno for failure; *ret_message explains (optional for DONE). */
+/* A stage handler does the stage's work and returns STAGE_DONE or STAGE_SKIPPED, or a negative errno
+ * for failure; *ret_message explains (optional for DONE). Work that takes long (a child process) is
+ * started from the handler, which then returns STAGE_RUNNING and later calls manager_stage_complete()
+ * from the event source that sees the work end; the loop never blocks. */
 typedef int (*StageRunFunc)(Manager *m, char **ret_message);
 
 typedef struct StageDescriptor {
@@ -52,6 +56,8 @@ StageId stage_from_string(const char *s);
 const char *stage_state_to_string(StageState s);
 StageState stage_state_from_string(const char *s);
 
-/* The stage handlers (stage-probe.c, stage-labels.c). */
+/* The stage handlers (stage-*.c). */
 int stage_probe_run(Manager *m, char **ret_message);
+int stage_nvml_run(Manager *m, char **ret_message);
+int stage_cdi_run(Manager *m, char **ret_message);
 int stage_labels_run(Manager *m, char **ret_message);

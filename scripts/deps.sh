@@ -4,7 +4,8 @@
 GNA_PACKAGES=(
         gcc meson ninja-build pkg-config
         libsystemd-dev libkmod-dev libpci-dev libyaml-dev libcurl4-openssl-dev libcmocka-dev
-        dbus python3 valgrind util-linux systemd systemd-container kmod pciutils man-db
+        dbus python3 python3-jsonschema python3-yaml valgrind util-linux systemd systemd-container kmod pciutils
+        man-db
 )
 
 gna_install_deps() {

@@ -10,6 +10,8 @@ void ctl_status_done(AgentStatus *s) {
         free(s->state);
         free(s->kernel_release);
         free(s->config_error);
+        free(s->driver_version);
+        free(s->cuda_version);
         strv_free(s->config_sources);
         for (size_t i = 0; i < s->n_stages; i++) {
                 free(s->stages[i].name);
@@ -20,11 +22,22 @@ void ctl_status_done(AgentStatus *s) {
         *s = (AgentStatus) {};
 }
 
-void ctl_gpu_done(GpuInfo *g) {
+void ctl_gpu_done(CtlGpu *g) {
         free(g->pci_address);
         free(g->name);
         free(g->driver);
         free(g->link_speed);
+        free(g->nvml_name);
+        free(g->uuid);
+        free(g->compute_capability);
+        free(g->mig_mode);
+        free(g->mig_mode_pending);
+        for (size_t i = 0; i < g->n_mig_devices; i++) {
+                free(g->mig_devices[i].uuid);
+                free(g->mig_devices[i].profile);
+        }
+        free(g->mig_devices);
+        *g = (CtlGpu) {};
 }
 
 static int read_variant_string(sd_bus_message *m, char **ret) {
@@ -90,6 +103,10 @@ int ctl_parse_status(sd_bus_message *m, AgentStatus *st) {
                         r = read_variant_string(m, &st->kernel_release);
                 else if (streq(name, "ConfigError"))
                         r = read_variant_string(m, &st->config_error);
+                else if (streq(name, "DriverVersion"))
+                        r = read_variant_string(m, &st->driver_version);
+                else if (streq(name, "CudaVersion"))
+                        r = read_variant_string(m, &st->cuda_version);
                 else if (streq(name, "Ready"))
                         r = sd_bus_message_read(m, "v", "b", &st->ready);
                 else if (streq(name, "GpuCount"))
@@ -115,10 +132,39 @@ int ctl_parse_status(sd_bus_message *m, AgentStatus *st) {
         return sd_bus_message_exit_container(m);
 }
 
-static int parse_gpu(sd_bus_message *m, GpuInfo *g) {
+static int read_mig_devices(sd_bus_message *m, CtlGpu *g) {
+        const char *uuid, *profile;
+        uint32_t gi, ci;
         int r;
 
-        *g = (GpuInfo) { .numa_node = -1, .iommu_group = -1 };
+        r = sd_bus_message_enter_container(m, 'v', "a(ssuu)");
+        if (r < 0)
+                return r;
+        r = sd_bus_message_enter_container(m, 'a', "(ssuu)");
+        if (r < 0)
+                return r;
+        while ((r = sd_bus_message_read(m, "(ssuu)", &uuid, &profile, &gi, &ci)) > 0) {
+                CtlMigDevice *n = realloc(g->mig_devices, (g->n_mig_devices + 1) * sizeof(*n));
+                if (!n)
+                        return -ENOMEM;
+                g->mig_devices = n;
+                n[g->n_mig_devices++] = (CtlMigDevice) { .uuid = strdup(uuid), .profile = strdup(profile),
+                                                         .gi_id = gi, .ci_id = ci };
+                if (!n[g->n_mig_devices - 1].uuid || !n[g->n_mig_devices - 1].profile)
+                        return -ENOMEM;
+        }
+        if (r < 0)
+                return r;
+        r = sd_bus_message_exit_container(m);
+        if (r < 0)
+                return r;
+        return sd_bus_message_exit_container(m);
+}
+
+static int parse_gpu(sd_bus_message *m, CtlGpu *g) {
+        int r;
+
+        *g = (CtlGpu) { .numa_node = -1, .iommu_group = -1 };
         r = sd_bus_message_enter_container(m, 'a', "{sv}");
         if (r < 0)
                 return r;
@@ -154,6 +200,20 @@ static int parse_gpu(sd_bus_message *m, GpuInfo *g) {
                         r = sd_bus_message_read(m, "v", "i", &g->numa_node);
                 else if (streq(name, "IommuGroup"))
                         r = sd_bus_message_read(m, "v", "i", &g->iommu_group);
+                else if (streq(name, "NvmlName"))
+                        r = read_variant_string(m, &g->nvml_name);
+                else if (streq(name, "Uuid"))
+                        r = read_variant_string(m, &g->uuid);
+                else if (streq(name, "MemoryMiB"))
+                        r = sd_bus_message_read(m, "v", "t", &g->memory_mib);
+                else if (streq(name, "ComputeCapability"))
+                        r = read_variant_string(m, &g->compute_capability);
+                else if (streq(name, "MigMode"))
+                        r = read_variant_string(m, &g->mig_mode);
+                else if (streq(name, "MigModePending"))
+                        r = read_variant_string(m, &g->mig_mode_pending);
+                else if (streq(name, "MigDevices"))
+                        r = read_mig_devices(m, g);
                 else
                         r = sd_bus_message_skip(m, "v");
                 if (r < 0)
@@ -167,7 +227,7 @@ static int parse_gpu(sd_bus_message *m, GpuInfo *g) {
         return sd_bus_message_exit_container(m);
 }
 
-int ctl_parse_gpus(sd_bus_message *m, GpuInfo **gpus, size_t *n) {
+int ctl_parse_gpus(sd_bus_message *m, CtlGpu **gpus, size_t *n) {
         int r;
 
         r = sd_bus_message_enter_container(m, 'a', "{oa{sa{sv}}}");
@@ -187,7 +247,7 @@ int ctl_parse_gpus(sd_bus_message *m, GpuInfo **gpus, size_t *n) {
                         if (r < 0)
                                 return r;
                         if (streq(interface, AGENT_GPU_INTERFACE)) {
-                                GpuInfo *g = realloc(*gpus, (*n + 1) * sizeof(GpuInfo));
+                                CtlGpu *g = realloc(*gpus, (*n + 1) * sizeof(CtlGpu));
                                 if (!g)
                                         return -ENOMEM;
                                 *gpus = g;

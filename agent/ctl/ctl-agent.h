@@ -15,6 +15,7 @@ typedef struct StageInfo {
 
 typedef struct AgentStatus {
         char *version, *stage, *state, *kernel_release, *config_error;
+        char *driver_version, *cuda_version;  /* "" or NULL: NVML unavailable / agent too old */
         int ready;
         uint32_t gpu_count;
         char **config_sources;
@@ -22,18 +23,29 @@ typedef struct AgentStatus {
         size_t n_stages;
 } AgentStatus;
 
-typedef struct GpuInfo {
+typedef struct CtlMigDevice {
+        char *uuid, *profile;
+        uint32_t gi_id, ci_id;
+} CtlMigDevice;
+
+/* Named apart from the agent's own GpuInfo (gpu-nvml.h), which bus.h brings in. */
+typedef struct CtlGpu {
         uint32_t index;
         char *pci_address, *name, *driver, *link_speed;
         uint16_t vendor_id, device_id, subsystem_vendor_id, subsystem_device_id;
         uint32_t class_code, link_width;
         int32_t numa_node, iommu_group;
-} GpuInfo;
+        /* From NVML; "" / NULL / 0 when not known. */
+        char *nvml_name, *uuid, *compute_capability, *mig_mode, *mig_mode_pending;
+        uint64_t memory_mib;
+        CtlMigDevice *mig_devices;
+        size_t n_mig_devices;
+} CtlGpu;
 
 void ctl_status_done(AgentStatus *s);
-void ctl_gpu_done(GpuInfo *g);
+void ctl_gpu_done(CtlGpu *g);
 
 /* Parses a GetAll(org.gpunodeagent.Agent1.Manager) reply (a{sv}) into *st. */
 int ctl_parse_status(sd_bus_message *m, AgentStatus *st);
 /* Collects the org.gpunodeagent.Agent1.Gpu objects of a GetManagedObjects() reply, in reply order. */
-int ctl_parse_gpus(sd_bus_message *m, GpuInfo **gpus, size_t *n);
+int ctl_parse_gpus(sd_bus_message *m, CtlGpu **gpus, size_t *n);

@@ -39,6 +39,9 @@ CtlTable *ctl_table_free(CtlTable *t) {
                 free(t->cells[i]);
         free(t->cells);
         free(t->colors);
+        for (size_t i = 0; t->notes && i < t->n_rows; i++)
+                free(t->notes[i]);
+        free(t->notes);
         free(t);
         return NULL;
 }
@@ -53,6 +56,11 @@ int ctl_table_add_row(CtlTable *t, const char *const *cells) {
         if (!col)
                 return -ENOMEM;
         t->colors = col;
+        char **notes = realloc(t->notes, (t->n_rows + 1) * sizeof(char *));
+        if (!notes)
+                return -ENOMEM;
+        t->notes = notes;
+        t->notes[t->n_rows] = NULL;
 
         for (size_t i = 0; i < t->n_columns; i++) {
                 t->colors[base + i] = NULL;
@@ -70,6 +78,19 @@ int ctl_table_add_row(CtlTable *t, const char *const *cells) {
 void ctl_table_set_color(CtlTable *t, size_t column, const char *seq) {
         if (t->n_rows > 0 && column < t->n_columns)
                 t->colors[(t->n_rows - 1) * t->n_columns + column] = seq;
+}
+
+int ctl_table_add_note(CtlTable *t, const char *line) {
+        char **note, *n;
+
+        if (t->n_rows == 0)
+                return -EINVAL;
+        note = &t->notes[t->n_rows - 1];
+        if (asprintf(&n, "%s%s%s", *note ?: "", *note ? "\n" : "", line) < 0)
+                return -ENOMEM;
+        free(*note);
+        *note = n;
+        return 0;
 }
 
 size_t ctl_utf8_width(const char *s) {
@@ -104,7 +125,30 @@ void ctl_table_print(const CtlTable *t, FILE *f, bool header) {
                                 fprintf(f, "%*s", (int) (width[c] - ctl_utf8_width(cell) + 1), "");
                 }
                 fputc('\n', f);
+                if (t->notes[r])
+                        fprintf(f, "%s\n", t->notes[r]);
         }
+}
+
+void ctl_format_mib(uint64_t mib, char *buf, size_t n) {
+        if (mib == 0)
+                snprintf(buf, n, "%s", "");
+        else if (mib < 1024)
+                snprintf(buf, n, "%" PRIu64 " MiB", mib);
+        else if (mib < 10 * 1024) {
+                uint64_t tenths = (mib * 10 + 512) / 1024;  /* rounded: 7680 MiB is "7.5 GiB" */
+                snprintf(buf, n, "%" PRIu64 ".%" PRIu64 " GiB", tenths / 10, tenths % 10);
+        } else
+                /* Boards advertise a round size the driver never reports in full (81559 MiB on an
+                 * "80GB" H100): the nearest GiB is what a person recognises. */
+                snprintf(buf, n, "%" PRIu64 " GiB", (mib + 512) / 1024);
+}
+
+void ctl_shorten_id(const char *id, char *buf, size_t n) {
+        if (!id || ctl_utf8_width(id) <= 13)
+                snprintf(buf, n, "%s", id ?: "");
+        else
+                snprintf(buf, n, "%.12s…", id);
 }
 
 void ctl_json_string(FILE *f, const char *s) {

@@ -24,6 +24,7 @@ typedef struct CtlTable {
         char **cells;      /* row-major, header first, n_rows * n_columns strings */
         size_t n_rows;
         const char **colors; /* per cell, may be NULL: an ANSI sequence applied to that cell */
+        char **notes;      /* per row, NULL or free-form lines (joined by '\n') printed under it */
 } CtlTable;
 
 /* The header is the first row; it is printed only when header is true. */
@@ -33,6 +34,9 @@ CtlTable *ctl_table_free(CtlTable *t);
 int ctl_table_add_row(CtlTable *t, const char *const *cells);
 /* Sets the colour of the last added row's cell column. */
 void ctl_table_set_color(CtlTable *t, size_t column, const char *seq);
+/* Adds a free-form line under the last added row (a sub-list such as a GPU's MIG devices): printed
+ * as is, outside the columns, whether or not the header is. */
+int ctl_table_add_note(CtlTable *t, const char *line);
 void ctl_table_print(const CtlTable *t, FILE *f, bool header);
 
 static inline void ctl_table_freep(CtlTable **t) {
@@ -41,6 +45,12 @@ static inline void ctl_table_freep(CtlTable **t) {
 
 /* Display width of a UTF-8 string, counting code points (good enough for names and messages). */
 size_t ctl_utf8_width(const char *s);
+
+/* "80 GiB" (nearest GiB from 10 GiB up), "7.5 GiB", "512 MiB"; "" for 0 (unknown). */
+void ctl_format_mib(uint64_t mib, char *buf, size_t n);
+/* The first 12 characters of an id and "…" ("GPU-5a4b3c2d…", "MIG-0f1e2d3c…"), or the whole id
+ * when it is that short: enough to tell the devices of one node apart in a table. */
+void ctl_shorten_id(const char *id, char *buf, size_t n);
 
 /* JSON pieces. ctl_json_string() writes a quoted escaped string, or null for NULL. */
 void ctl_json_string(FILE *f, const char *s);

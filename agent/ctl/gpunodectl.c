@@ -138,6 +138,8 @@ static void print_status_json(const AgentStatus *st) {
         ctl_json_kv_bool(stdout, &first, "ready", st->ready);
         ctl_json_kv_uint(stdout, &first, "gpu_count", st->gpu_count);
         ctl_json_kv_string_or_null(stdout, &first, "kernel_release", st->kernel_release);
+        ctl_json_kv_string_or_null(stdout, &first, "driver_version", st->driver_version);
+        ctl_json_kv_string_or_null(stdout, &first, "cuda_version", st->cuda_version);
         ctl_json_kv_string_or_null(stdout, &first, "config_error", st->config_error);
         ctl_json_key(stdout, &first, "config_sources");
         putchar('[');
@@ -201,6 +203,12 @@ static int verb_status(sd_bus *bus, char **args) {
         printf("%12s: %s\n", "Ready", st.ready ? "yes" : "no");
         printf("%12s: %" PRIu32 "\n", "GPUs", st.gpu_count);
         printf("%12s: %s\n", "Kernel", isempty(st.kernel_release) ? "unknown" : st.kernel_release);
+        if (isempty(st.driver_version))
+                printf("%12s: %s\n", "Driver", "unavailable (see stage nvml)");
+        else if (isempty(st.cuda_version))
+                printf("%12s: %s\n", "Driver", st.driver_version);
+        else
+                printf("%12s: %s (CUDA %s)\n", "Driver", st.driver_version, st.cuda_version);
         if (strv_length(st.config_sources) == 0)
                 printf("%12s: %s\n", "Config", "built-in defaults (no configuration files)");
         STRV_FOREACH(s, st.config_sources)
@@ -221,14 +229,14 @@ static int verb_status(sd_bus *bus, char **args) {
 }
 
 static int gpu_compare(const void *a, const void *b) {
-        const GpuInfo *x = a, *y = b;
+        const CtlGpu *x = a, *y = b;
         return x->index < y->index ? -1 : x->index > y->index;
 }
 
-static void print_gpus_json(const GpuInfo *gpus, size_t n) {
+static void print_gpus_json(const CtlGpu *gpus, size_t n) {
         putchar('[');
         for (size_t i = 0; i < n; i++) {
-                const GpuInfo *g = &gpus[i];
+                const CtlGpu *g = &gpus[i];
                 bool first = true;
                 char id[16];
 
@@ -262,21 +270,86 @@ static void print_gpus_json(const GpuInfo *gpus, size_t n) {
                         ctl_json_kv_uint(stdout, &first, "link_width", g->link_width);
                 else
                         ctl_json_kv_null(stdout, &first, "link_width");
-                putchar('}');
+                ctl_json_kv_string_or_null(stdout, &first, "nvml_name", g->nvml_name);
+                ctl_json_kv_string_or_null(stdout, &first, "uuid", g->uuid);
+                if (g->memory_mib > 0)
+                        ctl_json_kv_uint(stdout, &first, "memory_mib", g->memory_mib);
+                else
+                        ctl_json_kv_null(stdout, &first, "memory_mib");
+                ctl_json_kv_string_or_null(stdout, &first, "compute_capability", g->compute_capability);
+                ctl_json_kv_string_or_null(stdout, &first, "mig_mode", g->mig_mode);
+                ctl_json_kv_string_or_null(stdout, &first, "mig_mode_pending", g->mig_mode_pending);
+                ctl_json_key(stdout, &first, "mig_devices");
+                putchar('[');
+                for (size_t j = 0; j < g->n_mig_devices; j++) {
+                        const CtlMigDevice *d = &g->mig_devices[j];
+                        bool first_dev = true;
+
+                        fputs(j > 0 ? ",{" : "{", stdout);
+                        ctl_json_kv_string_or_null(stdout, &first_dev, "uuid", d->uuid);
+                        ctl_json_kv_string_or_null(stdout, &first_dev, "profile", d->profile);
+                        ctl_json_kv_uint(stdout, &first_dev, "gi_id", d->gi_id);
+                        ctl_json_kv_uint(stdout, &first_dev, "ci_id", d->ci_id);
+                        putchar('}');
+                }
+                fputs("]}", stdout);
         }
         fputs("]\n", stdout);
 }
 
-static int print_gpus_table(const GpuInfo *gpus, size_t n) {
+/* "enabled", "disabled", "-" when the GPU cannot do MIG (or NVML did not say), and
+ * "disabled→enabled" while a change waits for a GPU reset. */
+static void format_mig(const CtlGpu *g, char *buf, size_t n) {
+        const char *cur = streq_ptr(g->mig_mode, "unsupported") ? "" : g->mig_mode ?: "";
+
+        if (!isempty(cur) && !isempty(g->mig_mode_pending) && !streq(cur, g->mig_mode_pending))
+                snprintf(buf, n, "%s→%s", cur, g->mig_mode_pending);
+        else
+                snprintf(buf, n, "%s", cur);
+}
+
+/* One line per MIG device under its GPU, as a tree, the profile names padded to one width. */
+static int add_mig_devices(CtlTable *t, const CtlGpu *g) {
+        size_t width = 0;
+        int r;
+
+        for (size_t i = 0; i < g->n_mig_devices; i++) {
+                size_t w = ctl_utf8_width(isempty(g->mig_devices[i].profile) ? "-" : g->mig_devices[i].profile);
+                if (w > width)
+                        width = w;
+        }
+
+        for (size_t i = 0; i < g->n_mig_devices; i++) {
+                const CtlMigDevice *d = &g->mig_devices[i];
+                const char *profile = isempty(d->profile) ? "-" : d->profile;
+                _cleanup_free_ char *line = NULL;
+                char uuid[64];
+
+                ctl_shorten_id(d->uuid, uuid, sizeof uuid);
+                line = strprintf("  %s %" PRIu32 ":%" PRIu32 " %s%*s %s",
+                                 i + 1 < g->n_mig_devices ? "├─" : "└─", d->gi_id, d->ci_id, profile,
+                                 (int) (width - ctl_utf8_width(profile)), "", isempty(uuid) ? "-" : uuid);
+                if (!line)
+                        return -ENOMEM;
+                r = ctl_table_add_note(t, line);
+                if (r < 0)
+                        return r;
+        }
+        return 0;
+}
+
+static int print_gpus_table(const CtlGpu *gpus, size_t n) {
         _cleanup_(ctl_table_freep) CtlTable *t = NULL;
         int r;
 
-        r = ctl_table_new(&t, 6, (const char *const[]) { "INDEX", "PCI", "NAME", "NUMA", "DRIVER", "LINK" });
+        r = ctl_table_new(&t, 10,
+                          (const char *const[]) { "INDEX", "PCI", "NAME", "UUID", "MEMORY", "CC", "MIG", "NUMA",
+                                                  "DRIVER", "LINK" });
         if (r < 0)
                 return r;
         for (size_t i = 0; i < n; i++) {
-                const GpuInfo *g = &gpus[i];
-                char index[16], numa[16] = "", link[96] = "";
+                const CtlGpu *g = &gpus[i];
+                char index[16], numa[16] = "", link[96] = "", uuid[64], memory[32], mig[64];
 
                 snprintf(index, sizeof index, "%" PRIu32, g->index);
                 if (g->numa_node >= 0)
@@ -287,7 +360,20 @@ static int print_gpus_table(const GpuInfo *gpus, size_t n) {
                         snprintf(link, sizeof link, "%s", g->link_speed);
                 else if (g->link_width > 0)
                         snprintf(link, sizeof link, "x%" PRIu32, g->link_width);
-                r = ctl_table_add_row(t, (const char *const[]) { index, g->pci_address, g->name, numa, g->driver, link });
+                ctl_shorten_id(g->uuid, uuid, sizeof uuid);
+                ctl_format_mib(g->memory_mib, memory, sizeof memory);
+                format_mig(g, mig, sizeof mig);
+                /* pci.ids names the chip; NVML's product name fills in when pci.ids does not know it. */
+                r = ctl_table_add_row(t, (const char *const[]) { index, g->pci_address,
+                                                                 isempty(g->name) ? g->nvml_name : g->name, uuid,
+                                                                 memory, g->compute_capability, mig, numa,
+                                                                 g->driver, link });
+                if (r < 0)
+                        return r;
+                /* A pending change needs a GPU reset before it takes effect: worth noticing. */
+                if (strstr(mig, "→"))
+                        ctl_table_set_color(t, 6, ANSI_YELLOW);
+                r = add_mig_devices(t, g);
                 if (r < 0)
                         return r;
         }
@@ -300,7 +386,7 @@ static int print_gpus_table(const GpuInfo *gpus, size_t n) {
 static int verb_gpus(sd_bus *bus, char **args) {
         _cleanup_(sd_bus_error_free) sd_bus_error error = SD_BUS_ERROR_NULL;
         _cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
-        GpuInfo *gpus = NULL;
+        CtlGpu *gpus = NULL;
         size_t n = 0;
         int r, ret = CTL_EXIT_OK;
 
@@ -316,7 +402,7 @@ static int verb_gpus(sd_bus *bus, char **args) {
                 ret = CTL_EXIT_NOT_OK;
                 goto finish;
         }
-        qsort(gpus, n, sizeof(GpuInfo), gpu_compare);
+        qsort(gpus, n, sizeof(CtlGpu), gpu_compare);
 
         if (arg_json)
                 print_gpus_json(gpus, n);
@@ -520,7 +606,7 @@ static int help(void) {
                "Query and control gpu-node-agent, the GPU node preparation daemon.\n\n"
                "Commands:\n"
                "  status                Show the agent's state, stages and configuration (default)\n"
-               "  gpus                  List the GPUs the agent found\n"
+               "  gpus                  List the GPUs: PCI and NVML facts, MIG mode and devices\n"
                "  labels                Show the node labels as key=value lines\n"
                "  reload                Reload the configuration (root or CAP_SYS_ADMIN)\n"
                "  reconcile             Run all stages again now (root or CAP_SYS_ADMIN)\n"

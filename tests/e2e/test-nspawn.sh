@@ -85,7 +85,7 @@ command -v systemd-nspawn >/dev/null || skip "systemd-nspawn is missing (Debian 
 command -v nsenter >/dev/null || skip "nsenter is missing (Debian package util-linux)"
 [ -x /lib/systemd/systemd ] || skip "the host has no /lib/systemd/systemd to boot (Debian package systemd)"
 command -v dbus-daemon >/dev/null || skip "dbus-daemon is missing, the container would have no system bus (Debian package dbus)"
-for v in GNA_AGENT GNA_CTL GNA_FIXTURE_NODES GNA_FIXTURE_PCI_IDS GNA_BUILD_ROOT GNA_MESON GNA_INSTALLED_UNIT; do
+for v in GNA_AGENT GNA_CTL GNA_FIXTURE_NODES GNA_FIXTURE_PCI_IDS GNA_BUILD_ROOT GNA_MESON GNA_INSTALLED_UNIT GNA_FAKE_NVML GNA_SOURCE_ROOT; do
         [ -n "${!v:-}" ] || { echo "FAIL: $v is not set; run this through meson test" >&2; exit 1; }
 done
 node_dir=$GNA_FIXTURE_NODES/$NODE
@@ -120,7 +120,12 @@ cat >"$WORK/e2e/agent.yaml" <<EOF
 paths:
   sys: /srv/node/sys
   proc: /srv/node/proc
+  dev: /srv/node/dev
   pci-ids: /srv/pci.ids
+nvml:
+  library: /srv/fake-nvml/libnvidia-ml.so.1
+cdi:
+  driver-root: /srv/node
 log:
   level: debug
 EOF
@@ -130,6 +135,8 @@ cat >"$WORK/e2e/50-e2e.conf" <<'EOF'
 [Service]
 WatchdogSec=3s
 Environment=ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+# The fake NVML (tests/fakes) stands in for the driver: the node's GPUs, its state in our StateDirectory.
+Environment=FAKE_NVML_DESCRIPTION=/srv/node/nvml.yaml FAKE_NVML_STATE=/var/lib/gpu-node-agent/fake-nvml.state FAKE_NVML_PROFILES=/srv/fake-nvml/mig-profiles.yaml
 EOF
 # A volatile /etc makes this a first boot, on which systemd applies the presets (Debian: "enable *")
 # and would start the agent before it is configured. Enabling is the test's job, as it is the job of
@@ -144,6 +151,8 @@ systemd-nspawn --boot --register=no --keep-unit --quiet --console=pipe \
         --overlay-ro="/usr:$dest/usr:/usr" \
         --bind-ro="$node_dir:/srv/node" \
         --bind-ro="$GNA_FIXTURE_PCI_IDS:/srv/pci.ids" \
+        --bind-ro="$GNA_FAKE_NVML:/srv/fake-nvml/libnvidia-ml.so.1" \
+        --bind-ro="$GNA_SOURCE_ROOT/tests/fixtures/mig-profiles.yaml:/srv/fake-nvml/mig-profiles.yaml" \
         --bind-ro="$WORK/e2e:/srv/e2e" \
         --bind-ro=/dev/null:/etc/systemd/system/systemd-firstboot.service \
         --bind-ro="$WORK/e2e/00-e2e.preset:/etc/systemd/system-preset/00-e2e.preset" \
@@ -211,7 +220,10 @@ features=$(in_ct cat "$FEATURE_FILE") || fail "the NFD feature file $FEATURE_FIL
 grep -qx "nvidia.com/gpu.present=true" <<<"$features" || fail "$FEATURE_FILE lacks nvidia.com/gpu.present=true: $features"
 grep -qx "nvidia.com/gpu.count=$NODE_GPUS" <<<"$features" || fail "$FEATURE_FILE lacks nvidia.com/gpu.count=$NODE_GPUS: $features"
 in_ct test -f /run/gpu-node-agent/ready || fail "/run/gpu-node-agent/ready was not written"
-log "feature file and ready file present"
+grep -qx "nvidia.com/gpu.product=NVIDIA-H100-80GB-HBM3" <<<"$features" || fail "$FEATURE_FILE lacks the NVML product name (nvml stage?): $features"
+spec=$(in_ct cat /run/cdi/nvidia.yaml) || fail "the CDI spec /run/cdi/nvidia.yaml was not written (ReadWritePaths=/run/cdi, tmpfiles?)"
+grep -q "kind: nvidia.com/gpu" <<<"$spec" || fail "/run/cdi/nvidia.yaml is not our spec: $spec"
+log "feature file, CDI spec and ready file present"
 
 # ---- reload: same process, still active ----
 pid=$(in_ct systemctl show -P MainPID "$UNIT")

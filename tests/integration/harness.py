@@ -18,6 +18,7 @@ AGENT = os.environ.get("GNA_AGENT", os.path.join(BUILD, "gpu-node-agent"))
 CTL = os.environ.get("GNA_CTL", os.path.join(BUILD, "gpunodectl"))
 NODES = os.environ.get("GNA_FIXTURE_NODES", os.path.join(BUILD, "tests/fixtures/nodes"))
 PCI_IDS = os.environ.get("GNA_FIXTURE_PCI_IDS", os.path.join(SRC, "tests/fixtures/pci.ids"))
+FAKE_NVML = os.environ.get("GNA_FAKE_NVML", os.path.join(BUILD, "tests/fakes/libnvidia-ml.so.1"))
 WRAPPER = shlex.split(os.environ.get("GNA_WRAPPER", ""))
 
 
@@ -115,7 +116,7 @@ class Notify:
 class Node:
     """A temporary config + output tree around a simulated node."""
 
-    def __init__(self, tmp, node, extra_yaml="", features=None):
+    def __init__(self, tmp, node, extra_yaml="", features=None, nvml_library=None):
         self.tmp = tmp
         self.node = os.path.join(NODES, node)
         check(os.path.isdir(self.node), "fixture node %s missing (build the tests first)" % self.node)
@@ -126,10 +127,15 @@ class Node:
         os.makedirs(self.run, exist_ok=True)
         os.makedirs(self.confd, exist_ok=True)
         self.config = os.path.join(tmp, "agent.yaml")
+        self.cdi_spec = os.path.join(self.run, "cdi/nvidia.yaml")
+        # The fake NVML reads the node's description; its state (MIG layout) lives with the test.
+        self.nvml_env = {"FAKE_NVML_DESCRIPTION": os.path.join(self.node, "nvml.yaml"),
+                         "FAKE_NVML_STATE": os.path.join(tmp, "nvml.state")}
         with open(self.config, "w") as f:
-            f.write("paths:\n  sys: %s/sys\n  proc: %s/proc\n  run: %s\n  state: %s\n  pci-ids: %s\n"
-                    "labels:\n  directory: %s\n%s" % (self.node, self.node, self.run, self.state, PCI_IDS,
-                                                     self.features, extra_yaml))
+            f.write("paths:\n  sys: %s/sys\n  proc: %s/proc\n  dev: %s/dev\n  run: %s\n  state: %s\n"
+                    "  pci-ids: %s\nnvml:\n  library: %s\nlabels:\n  directory: %s\ncdi:\n  driver-root: %s\n%s"
+                    % (self.node, self.node, self.node, self.run, self.state, PCI_IDS,
+                       nvml_library or FAKE_NVML, self.features, self.node, extra_yaml))
 
     def args(self):
         return ["--config", self.config, "--config-dir", self.confd]
@@ -147,6 +153,7 @@ class Agent:
             env["DBUS_SYSTEM_BUS_ADDRESS"] = bus.address
         if notify:
             env["NOTIFY_SOCKET"] = notify.path
+        env.update(node.nvml_env)
         env.update(extra_env or {})
         self.log_path = os.path.join(node.tmp, "agent-%d.log" % time.monotonic_ns())
         self.log = open(self.log_path, "w")
@@ -169,8 +176,10 @@ class Agent:
             raise Fail("agent did not exit within %ds after signal %d" % (timeout, sig))
 
 
-def run(cmd, bus=None, user=None, check_rc=None, timeout=60):
+def run(cmd, bus=None, user=None, check_rc=None, timeout=60, node=None):
     env = dict(os.environ)
+    if node:
+        env.update(node.nvml_env)
     if bus:
         env["DBUS_SYSTEM_BUS_ADDRESS"] = bus.address
     if user:

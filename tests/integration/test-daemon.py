@@ -83,8 +83,9 @@ def test_ready_status_properties():
             check(get_property(d.bus, "KernelRelease") == 's "%s"' % kver, "KernelRelease is not the node's")
             check(get_property(d.bus, "ConfigError") == 's ""', "ConfigError set on a valid config")
             stages = get_property(d.bus, "Stages")
-            check(stages.startswith('a(sstts) 2 "probe" "done"'), "Stages: " + stages)
-            check('"labels" "done"' in stages, "Stages: " + stages)
+            check(stages.startswith('a(sstts) 4 "probe" "done"'), "Stages: " + stages)
+            for name in ("nvml", "cdi", "labels"):
+                check('"%s" "done"' % name in stages, "Stages: " + stages)
             labels = get_property(d.bus, "Labels")
             check('"nvidia.com/gpu.count" "8"' in labels, "Labels: " + labels)
 
@@ -106,7 +107,7 @@ def test_ready_status_properties():
             gpus = gpus["gpus"] if isinstance(gpus, dict) else gpus
             check(len(gpus) == 8, "gpunodectl --json gpus listed %d GPUs" % len(gpus))
             lab = run([CTL, "labels"], bus=d.bus, check_rc=0).stdout
-            check("nvidia.com/gpu.product=NVIDIA-H100-SXM5-80GB" in lab, "gpunodectl labels:\n" + lab)
+            check("nvidia.com/gpu.product=NVIDIA-H100-80GB-HBM3" in lab, "gpunodectl labels:\n" + lab)
             run([CTL, "wait-ready", "--timeout", "10"], bus=d.bus, check_rc=0)
             stop_clean(d.agent, d.notify)
         finally:
@@ -215,18 +216,18 @@ def test_bus_name_taken():
 def test_check_config_and_oneshot():
     with TempDir() as tmp:
         node = Node(tmp, "h200")
-        p = run([AGENT, "--check-config"] + node.args(), check_rc=0)
+        p = run([AGENT, "--check-config"] + node.args(), check_rc=0, node=node)
         check("pci-ids: " in p.stdout and node.features in p.stdout, "--check-config output:\n" + p.stdout)
         with open(os.path.join(node.confd, "10-bad.yaml"), "w") as f:
             f.write("engine:\n  retry-min: soon\n")
-        p = run([AGENT, "--check-config"] + node.args(), check_rc=1)
+        p = run([AGENT, "--check-config"] + node.args(), check_rc=1, node=node)
         check("10-bad.yaml:2:" in p.stderr and "retry-min" in p.stderr, "--check-config error:\n" + p.stderr)
         # Invalid config at start-up: refuse to start, say why.
-        p = run([AGENT, "--oneshot"] + node.args(), check_rc=1)
+        p = run([AGENT, "--oneshot"] + node.args(), check_rc=1, node=node)
         check("10-bad.yaml:2:" in p.stderr, "start-up error:\n" + p.stderr)
         os.unlink(os.path.join(node.confd, "10-bad.yaml"))
 
-        p = run(WRAP + [AGENT, "--oneshot"] + node.args(), timeout=int(120 * SCALE))
+        p = run(WRAP + [AGENT, "--oneshot"] + node.args(), timeout=int(120 * SCALE), node=node)
         check(p.returncode == 0, "--oneshot on h200 exited %d:\n%s" % (p.returncode, p.stderr))
         with open(node.feature_file()) as f:
             check("nvidia.com/gpu.count=1\n" in f.read(), "oneshot feature file wrong")
@@ -236,13 +237,13 @@ def test_check_config_and_oneshot():
 def test_features_dir_unusable():
     with TempDir() as tmp:
         node = Node(tmp, "l40s", features=os.path.join(tmp, "missing-parent/features.d"))
-        p = run(WRAP + [AGENT, "--oneshot"] + node.args(), timeout=int(120 * SCALE))
+        p = run(WRAP + [AGENT, "--oneshot"] + node.args(), timeout=int(120 * SCALE), node=node)
         check(p.returncode == 1, "--oneshot with an unusable features dir exited %d" % p.returncode)
         check("missing-parent" in p.stderr, "error does not name the directory:\n" + p.stderr)
         check(not os.path.exists(os.path.join(node.run, "gpu-node-agent/ready")), "ready file despite a failure")
         # The parent exists: the directory is created.
         node2 = Node(os.path.join(tmp), "l40s", features=os.path.join(tmp, "features-new.d"))
-        run(WRAP + [AGENT, "--oneshot"] + node2.args(), check_rc=0, timeout=int(120 * SCALE))
+        run(WRAP + [AGENT, "--oneshot"] + node2.args(), check_rc=0, timeout=int(120 * SCALE), node=node2)
         check(os.path.isfile(node2.feature_file()), "features dir not created")
 
 

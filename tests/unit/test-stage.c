@@ -37,7 +37,8 @@ static void env_free(Env *e) {
 }
 
 /* A config that points every path at the simulated node and the outputs into a temp dir. */
-static void env_init(Env *e, const char *node, const char *sys_override, const char *features_override) {
+static void env_init_full(Env *e, const char *node, const char *sys_override, const char *features_override,
+                          const char *nvml_library) {
         _cleanup_free_ char *text = NULL, *node_dir = NULL;
 
         e->tmp = strdup("/tmp/gna-test-stage-XXXXXX");
@@ -51,19 +52,33 @@ static void env_init(Env *e, const char *node, const char *sys_override, const c
         node_dir = path_join(nodes_dir(), node);
 
         const char *pci_ids = getenv("GNA_FIXTURE_PCI_IDS") ?: "tests/fixtures/pci.ids";
+        const char *fake = getenv("GNA_FAKE_NVML");
+        assert_non_null(fake);
+        _cleanup_free_ char *desc = path_join(node_dir, "nvml.yaml"), *st = path_join(e->tmp, "nvml.state");
+        assert_int_equal(setenv("FAKE_NVML_DESCRIPTION", desc, 1), 0);
+        assert_int_equal(setenv("FAKE_NVML_STATE", st, 1), 0);
         text = strprintf("paths:\n"
                          "  sys: %s%s\n"
                          "  proc: %s/proc\n"
+                         "  dev: %s/dev\n"
                          "  run: %s\n"
                          "  state: %s/state\n"
                          "  pci-ids: %s\n"
+                         "nvml:\n"
+                         "  library: %s\n"
                          "labels:\n"
                          "  directory: %s\n"
+                         "cdi:\n"
+                         "  driver-root: %s\n"
                          "engine:\n"
                          "  retry-min: 1s\n",
-                         sys_override ? "" : node_dir, sys_override ?: "/sys", node_dir, e->run, e->tmp, pci_ids,
-                         e->features);
+                         sys_override ? "" : node_dir, sys_override ?: "/sys", node_dir, node_dir, e->run, e->tmp,
+                         pci_ids, nvml_library ?: fake, e->features, node_dir);
         assert_int_equal(write_file_atomic(e->config, NULL, text, strlen(text), 0644), 0);
+}
+
+static void env_init(Env *e, const char *node, const char *sys_override, const char *features_override) {
+        env_init_full(e, node, sys_override, features_override, NULL);
 }
 
 static int run_oneshot(Env *e, Manager **ret) {
@@ -97,10 +112,14 @@ static void test_string_tables(void **state) {
         assert_int_equal(stage_from_string("nope"), _STAGE_INVALID);
         assert_null(stage_to_string(_STAGE_MAX));
         assert_string_equal(stage_to_string(STAGE_PROBE), "probe");
+        assert_string_equal(stage_to_string(STAGE_NVML), "nvml");
+        assert_string_equal(stage_to_string(STAGE_CDI), "cdi");
         assert_string_equal(stage_to_string(STAGE_LABELS), "labels");
-        /* Labels depend on probe; probe on nothing. */
-        assert_int_equal(stage_descriptor(STAGE_LABELS)->depends, 1u << STAGE_PROBE);
+        /* Labels need only the probe (they fall back to PCI when NVML is down); CDI needs NVML. */
         assert_int_equal(stage_descriptor(STAGE_PROBE)->depends, 0);
+        assert_int_equal(stage_descriptor(STAGE_NVML)->depends, 1u << STAGE_PROBE);
+        assert_int_equal(stage_descriptor(STAGE_CDI)->depends, 1u << STAGE_NVML);
+        assert_int_equal(stage_descriptor(STAGE_LABELS)->depends, 1u << STAGE_PROBE);
 }
 
 static void test_full_pass_ready(void **state) {
@@ -112,9 +131,13 @@ static void test_full_pass_ready(void **state) {
         assert_int_equal(run_oneshot(&e, &m), 0);
 
         assert_int_equal(m->stages[STAGE_PROBE].state, STAGE_DONE);
+        assert_int_equal(m->stages[STAGE_NVML].state, STAGE_DONE);
+        assert_int_equal(m->stages[STAGE_CDI].state, STAGE_DONE);
         assert_int_equal(m->stages[STAGE_LABELS].state, STAGE_DONE);
         assert_int_equal(m->state, AGENT_READY);
         assert_true(manager_is_ready(m));
+        assert_non_null(m->nvml_snapshot);
+        assert_int_equal(m->nvml_snapshot->n_gpus, 8);
         assert_string_equal(manager_stage_name(m), "ready");
         assert_int_equal(m->inventory->n_gpus, 8);
         assert_string_equal(m->stages[STAGE_PROBE].message, "8 GPUs, 4 NVSwitches, 8 NICs");
@@ -128,7 +151,10 @@ static void test_full_pass_ready(void **state) {
         assert_true(exists(e.features, "gpu-node-agent"));
         state_path = path_join(agent_run, "state");
         assert_int_equal(read_full_file(state_path, 4096, &state_text, NULL), 0);
-        assert_string_equal(state_text, "STATE=ready\nREADY=yes\nGPU_COUNT=8\nSTAGE_probe=done\nSTAGE_labels=done\n");
+        assert_string_equal(state_text, "STATE=ready\nREADY=yes\nGPU_COUNT=8\nSTAGE_probe=done\nSTAGE_nvml=done\n"
+                                        "STAGE_cdi=done\nSTAGE_labels=done\n");
+        _cleanup_free_ char *spec = path_join(e.run, "cdi/nvidia.yaml");
+        assert_int_equal(access(spec, F_OK), 0);
 
         manager_free(m);
         env_free(&e);
@@ -145,6 +171,10 @@ static void test_probe_failure_blocks_labels(void **state) {
         assert_int_equal(m->stages[STAGE_PROBE].state, STAGE_FAILED);
         assert_true(m->stages[STAGE_PROBE].error > 0);
         assert_non_null(strstr(m->stages[STAGE_PROBE].message, "/nonexistent/gna-sys"));
+        assert_int_equal(m->stages[STAGE_NVML].state, STAGE_PENDING);
+        assert_string_equal(m->stages[STAGE_NVML].message, "waiting for stage probe (failed)");
+        assert_int_equal(m->stages[STAGE_CDI].state, STAGE_PENDING);
+        assert_string_equal(m->stages[STAGE_CDI].message, "waiting for stage nvml (pending)");
         assert_int_equal(m->stages[STAGE_LABELS].state, STAGE_PENDING);
         assert_string_equal(m->stages[STAGE_LABELS].message, "waiting for stage probe (failed)");
         assert_int_equal(m->state, AGENT_FAILED);
@@ -181,6 +211,30 @@ static void test_no_gpu_skips_labels(void **state) {
         env_free(&e);
 }
 
+static void test_nvml_missing_degrades(void **state) {
+        Env e = {};
+        Manager *m = NULL;
+        _cleanup_free_ char *features = NULL, *text = NULL;
+
+        /* The driver's library is not there: NVML fails with the reason, CDI waits, and the labels
+         * still go out — the PCI-only set, marked degraded. */
+        env_init_full(&e, "h200", NULL, NULL, "/nonexistent/libnvidia-ml.so.1");
+        assert_int_equal(run_oneshot(&e, &m), 1);
+        assert_int_equal(m->stages[STAGE_NVML].state, STAGE_FAILED);
+        assert_non_null(strstr(m->stages[STAGE_NVML].message, "/nonexistent/libnvidia-ml.so.1"));
+        assert_int_equal(m->stages[STAGE_CDI].state, STAGE_PENDING);
+        assert_int_equal(m->stages[STAGE_LABELS].state, STAGE_DONE);
+        assert_int_equal(m->state, AGENT_DEGRADED);
+        assert_null(m->nvml_snapshot);
+        features = path_join(e.features, "gpu-node-agent");
+        assert_int_equal(read_full_file(features, 65536, &text, NULL), 0);
+        assert_non_null(strstr(text, "nvidia.com/gpu-node-agent.state=degraded\n"));
+        assert_non_null(strstr(text, "nvidia.com/gpu.count=1\n"));
+        assert_null(strstr(text, "cuda.driver"));
+        manager_free(m);
+        env_free(&e);
+}
+
 static void test_labels_failure_degrades(void **state) {
         Env e = {};
         Manager *m = NULL;
@@ -207,6 +261,7 @@ int main(void) {
                 cmocka_unit_test(test_full_pass_ready),
                 cmocka_unit_test(test_probe_failure_blocks_labels),
                 cmocka_unit_test(test_no_gpu_skips_labels),
+                cmocka_unit_test(test_nvml_missing_degrades),
                 cmocka_unit_test(test_labels_failure_degrades),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
