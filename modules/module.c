@@ -1,0 +1,599 @@
+/* SPDX-License-Identifier: MIT */
+/* Owns the module context (libkmod on an explicit modules directory and modprobe.d list, its log
+ * routed to the caller), module lookup by kernel name with Debian's packaged names, modinfo, the
+ * kernel's state read from the configured sysfs, pre-load checks (vermagic, firmware) and the
+ * per-module status for D-Bus. Loading and unloading live in module-load.c. */
+#include <stdarg.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/utsname.h>
+#include <syslog.h>
+
+#include "fileio.h"
+#include "module-internal.h"
+#include "strv.h"
+
+static const char *const module_state_table[_MODULE_STATE_MAX] = {
+        [MODULE_STATE_LIVE] = "live",       [MODULE_STATE_COMING] = "coming",
+        [MODULE_STATE_GOING] = "going",     [MODULE_STATE_BUILTIN] = "builtin",
+        [MODULE_STATE_ABSENT] = "absent",   [MODULE_STATE_MISSING] = "missing",
+        [MODULE_STATE_STALE] = "stale",     [MODULE_STATE_FAILED] = "failed",
+};
+
+const char *module_state_to_string(ModuleState s) {
+        if (s < 0 || s >= _MODULE_STATE_MAX)
+                return NULL;
+        return module_state_table[s];
+}
+
+ModuleState module_state_from_string(const char *s) {
+        for (int i = 0; s && i < _MODULE_STATE_MAX; i++)
+                if (streq(module_state_table[i], s))
+                        return i;
+        return _MODULE_STATE_INVALID;
+}
+
+void module_debug(ModuleContext *c, const char *fmt, ...) {
+        _cleanup_free_ char *m = NULL;
+        va_list ap;
+
+        if (!c->log_func || c->log_max_priority < LOG_DEBUG)
+                return;
+        va_start(ap, fmt);
+        if (vasprintf(&m, fmt, ap) < 0)
+                m = NULL;
+        va_end(ap);
+        if (m)
+                c->log_func(c->log_userdata, LOG_DEBUG, m);
+}
+
+/* libkmod's log callback: one formatted line to the caller's function. */
+static void kmod_log_trampoline(void *data, int priority, const char *file, int line, const char *fn,
+                                const char *format, va_list args) {
+        ModuleContext *c = data;
+        _cleanup_free_ char *m = NULL;
+
+        if (!c->log_func || priority > c->log_max_priority)
+                return;
+        if (vasprintf(&m, format, args) < 0)
+                return;
+        strstrip_trailing(m);
+        c->log_func(c->log_userdata, priority, m);
+}
+
+char *module_name_normalize(const char *name) {
+        char *n = strdup(name);
+        for (char *p = n; p && *p; p++)
+                if (*p == '-')
+                        *p = '_';
+        return n;
+}
+
+char *module_name_display(const char *name) {
+        char *n = strdup(name);
+        /* NVIDIA's file names use dashes; the kernel's own modules (ib_core) keep underscores. */
+        if (!n || !startswith(n, "nvidia"))
+                return n;
+        for (char *p = n; *p; p++)
+                if (*p == '_')
+                        *p = '-';
+        return n;
+}
+
+char *module_sys_path(ModuleContext *c, const char *name, const char *sub) {
+        _cleanup_free_ char *n = module_name_normalize(name);
+        if (!n)
+                return NULL;
+        return sub ? strprintf("%s/module/%s/%s", c->sys_dir, n, sub) : strprintf("%s/module/%s", c->sys_dir, n);
+}
+
+int module_context_new(const ModuleContextConfig *config, ModuleContext **ret) {
+        static const char *const no_config[] = { NULL };
+        ModuleContext *c;
+        struct utsname u;
+
+        assert(config);
+        assert(ret);
+
+        if (isempty(config->modules_dir))
+                return -EINVAL;
+        c = calloc(1, sizeof(*c));
+        if (!c)
+                return -ENOMEM;
+        c->modules_dir = strdup(config->modules_dir);
+        c->sys_dir = strdup(config->sys_dir ?: "/sys");
+        c->firmware_dir = strdup(config->firmware_dir ?: "/lib/firmware");
+        if (config->kernel_release)
+                c->kernel_release = strdup(config->kernel_release);
+        else if (uname(&u) >= 0)
+                c->kernel_release = strdup(u.release);
+        if (!c->modules_dir || !c->sys_dir || !c->firmware_dir || !c->kernel_release) {
+                module_context_free(c);
+                return -ENOMEM;
+        }
+
+        /* Never NULL: libkmod would fall back to the host's /etc, /run, /lib modprobe.d. */
+        c->kmod = kmod_new(c->modules_dir, config->config_paths ?: no_config);
+        if (!c->kmod) {
+                module_context_free(c);
+                return -ENOMEM;
+        }
+        /* Until the caller routes it, libkmod's log (stderr by default) goes nowhere. */
+        c->log_max_priority = -1;
+        kmod_set_log_fn(c->kmod, kmod_log_trampoline, c);
+        kmod_set_log_priority(c->kmod, LOG_ERR);
+
+        *ret = c;
+        return 0;
+}
+
+ModuleContext *module_context_free(ModuleContext *c) {
+        if (!c)
+                return NULL;
+        kmod_unref(c->kmod);
+        free(c->modules_dir);
+        free(c->sys_dir);
+        free(c->firmware_dir);
+        free(c->kernel_release);
+        strv_free(c->failed_names);
+        strv_free(c->failed_messages);
+        return mfree(c);
+}
+
+void module_context_set_log(ModuleContext *c, ModuleLogFunc func, void *userdata, int max_priority) {
+        c->log_func = func;
+        c->log_userdata = userdata;
+        c->log_max_priority = func ? max_priority : -1;
+        kmod_set_log_priority(c->kmod, func ? max_priority : LOG_ERR);
+}
+
+const char *module_context_kernel_release(const ModuleContext *c) {
+        return c->kernel_release;
+}
+
+const char *module_context_modules_dir(const ModuleContext *c) {
+        return c->modules_dir;
+}
+
+struct kmod_ctx *module_context_get_kmod(ModuleContext *c) {
+        return c->kmod;
+}
+
+int module_get_state(ModuleContext *c, const char *name) {
+        _cleanup_free_ char *p = module_sys_path(c, name, "initstate"), *dir = module_sys_path(c, name, NULL),
+                            *s = NULL;
+        struct stat st;
+        int r;
+
+        if (!p || !dir)
+                return -ENOMEM;
+        r = read_one_line_file(p, &s);
+        if (r == -ENOENT) {
+                /* The kernel makes /sys/module/<name> for built-in modules too (with their
+                 * parameters) but gives initstate only to loadable ones. */
+                if (stat(dir, &st) >= 0 && S_ISDIR(st.st_mode))
+                        return MODULE_STATE_BUILTIN;
+                return MODULE_STATE_ABSENT;
+        }
+        if (r < 0)
+                return r;
+        if (streq(s, "live"))
+                return MODULE_STATE_LIVE;
+        if (streq(s, "coming"))
+                return MODULE_STATE_COMING;
+        if (streq(s, "going"))
+                return MODULE_STATE_GOING;
+        return -EBADMSG;
+}
+
+bool module_is_usable(ModuleContext *c, const char *name) {
+        int s = module_get_state(c, name);
+        return s == MODULE_STATE_LIVE || s == MODULE_STATE_BUILTIN;
+}
+
+ModuleInfo *module_info_free(ModuleInfo *i) {
+        if (!i)
+                return NULL;
+        free(i->kernel_name);
+        free(i->index_name);
+        free(i->filename);
+        free(i->version);
+        free(i->vermagic);
+        free(i->signer);
+        free(i->sig_key);
+        strv_free(i->depends);
+        strv_free(i->firmware);
+        return mfree(i);
+}
+
+static int set_string(char **field, const char *value) {
+        char *v = strdup(value);
+        if (!v)
+                return -ENOMEM;
+        free(*field);
+        *field = v;
+        return 0;
+}
+
+static int split_depends(ModuleInfo *info, const char *value) {
+        _cleanup_free_ char *copy = module_name_normalize(value);
+        char *save = NULL;
+
+        if (!copy)
+                return -ENOMEM;
+        for (char *w = strtok_r(copy, ",", &save); w; w = strtok_r(NULL, ",", &save))
+                if (*w && strv_extend(&info->depends, w) < 0)
+                        return -ENOMEM;
+        return 0;
+}
+
+int module_info_from_kmod(ModuleContext *c, struct kmod_module *mod, ModuleInfo **ret) {
+        _cleanup_(kmod_module_info_free_listp) struct kmod_list *list = NULL;
+        _cleanup_module_info_free_ ModuleInfo *info = NULL;
+        struct kmod_list *l;
+        const char *path = kmod_module_get_path(mod);
+        int r;
+
+        if (!path)
+                return -ENOENT;
+        info = calloc(1, sizeof(*info));
+        if (!info)
+                return -ENOMEM;
+        info->filename = strdup(path);
+        info->index_name = strdup(kmod_module_get_name(mod));
+        if (!info->filename || !info->index_name)
+                return -ENOMEM;
+
+        r = kmod_module_get_info(mod, &list);
+        if (r < 0)
+                return r;
+        kmod_list_foreach(l, list) {
+                const char *k = kmod_module_info_get_key(l), *v = kmod_module_info_get_value(l);
+                if (!k || !v)
+                        continue;
+                if (streq(k, "name"))
+                        r = set_string(&info->kernel_name, v);
+                else if (streq(k, "version"))
+                        r = set_string(&info->version, v);
+                else if (streq(k, "vermagic"))
+                        r = set_string(&info->vermagic, v);
+                else if (streq(k, "signer"))
+                        r = set_string(&info->signer, v);
+                else if (streq(k, "sig_key"))
+                        r = set_string(&info->sig_key, v);
+                else if (streq(k, "depends"))
+                        r = split_depends(info, v);
+                else if (streq(k, "firmware"))
+                        r = strv_extend(&info->firmware, v);
+                else
+                        r = 0;
+                if (r < 0)
+                        return r;
+        }
+        /* Modules from before name= was added (Linux 5.3) are known by their file name. */
+        r = set_string(&info->kernel_name, info->kernel_name ?: info->index_name);
+        if (r < 0)
+                return r;
+        for (char *p = info->kernel_name; *p; p++)
+                if (*p == '-')
+                        *p = '_';
+        module_debug(c, "modinfo %s: name=%s version=%s vermagic=%s", info->filename, info->kernel_name,
+                     strna(info->version), strna(info->vermagic));
+        *ret = TAKE_PTR(info);
+        return 0;
+}
+
+int module_info_from_path(ModuleContext *c, const char *path, ModuleInfo **ret) {
+        _cleanup_(kmod_module_unrefp) struct kmod_module *mod = NULL;
+        int r;
+
+        r = kmod_module_new_from_path(c->kmod, path, &mod);
+        if (r < 0)
+                return r;
+        return module_info_from_kmod(c, mod, ret);
+}
+
+/* Debian's nvidia-tesla-<branch> packages, newest branch first, found among modules.dep's keys
+ * (libkmod has no listing call but can dump the index). */
+static int find_tesla_branches(ModuleContext *c, char ***ret) {
+        _cleanup_close_ int fd = -1;
+        _cleanup_free_ char *text = NULL;
+        _cleanup_strv_free_ char **branches = NULL;
+        _cleanup_fclose_ FILE *f = NULL;
+        size_t size = 0;
+        char *save = NULL;
+
+        fd = memfd_create("modules-dep", MFD_CLOEXEC);
+        if (fd < 0)
+                return negative_errno();
+        if (kmod_dump_index(c->kmod, KMOD_INDEX_MODULES_DEP, fd) < 0) {
+                /* No index at all: nothing to find; the lookup reports the missing module. */
+                *ret = NULL;
+                return 0;
+        }
+        f = fdopen(TAKE_FD(fd), "re");
+        if (!f)
+                return negative_errno();
+        rewind(f);
+        if (getdelim(&text, &size, '\0', f) < 0) {
+                *ret = NULL;
+                return 0;
+        }
+        for (char *line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+                const char *p = line + strlen("nvidia_tesla_");
+                size_t n = 0;
+
+                if (!startswith(line, "nvidia_tesla_"))
+                        continue;
+                while (p[n] >= '0' && p[n] <= '9')
+                        n++;
+                if (n == 0 || (p[n] != ' ' && p[n] != '_'))
+                        continue;
+                _cleanup_free_ char *b = strndup(p, n);
+                if (!b)
+                        return -ENOMEM;
+                if (!strv_contains(branches, b) && strv_consume(&branches, TAKE_PTR(b)) < 0)
+                        return -ENOMEM;
+        }
+        /* Newest first: numerically, "535" > "470". */
+        for (size_t i = 1; branches && branches[i]; i++)
+                for (size_t j = i; j > 0 && atol(branches[j]) > atol(branches[j - 1]); j--) {
+                        char *t = branches[j];
+                        branches[j] = branches[j - 1];
+                        branches[j - 1] = t;
+                }
+        *ret = TAKE_PTR(branches);
+        return 0;
+}
+
+static int lookup_candidates(ModuleContext *c, const char *norm, char ***ret) {
+        _cleanup_strv_free_ char **l = NULL, **branches = NULL;
+        const char *suffix;
+        int r;
+
+        if (strv_extend(&l, norm) < 0)
+                return -ENOMEM;
+        if (startswith(norm, "nvidia") && (norm[6] == '\0' || norm[6] == '_')) {
+                suffix = norm + strlen("nvidia");
+                if (strv_extendf(&l, "nvidia_current%s", suffix) < 0 ||
+                    strv_extendf(&l, "nvidia_current_open%s", suffix) < 0)
+                        return -ENOMEM;
+                r = find_tesla_branches(c, &branches);
+                if (r < 0)
+                        return r;
+                STRV_FOREACH(b, branches)
+                        if (strv_extendf(&l, "nvidia_tesla_%s%s", *b, suffix) < 0)
+                                return -ENOMEM;
+        }
+        *ret = TAKE_PTR(l);
+        return 0;
+}
+
+int module_lookup(ModuleContext *c, const char *name, ModuleInfo **ret, char **ret_message) {
+        _cleanup_free_ char *norm = module_name_normalize(name), *display = module_name_display(name);
+        _cleanup_strv_free_ char **candidates = NULL;
+        int r;
+
+        if (!norm || !display)
+                return -ENOMEM;
+        r = lookup_candidates(c, norm, &candidates);
+        if (r < 0)
+                return r;
+        STRV_FOREACH(cand, candidates) {
+                _cleanup_(kmod_module_unrefp) struct kmod_module *mod = NULL;
+                _cleanup_module_info_free_ ModuleInfo *info = NULL;
+
+                r = kmod_module_new_from_name(c->kmod, *cand, &mod);
+                if (r < 0)
+                        return r;
+                if (!kmod_module_get_path(mod))
+                        continue; /* not in modules.dep */
+                r = module_info_from_kmod(c, mod, &info);
+                if (r < 0) {
+                        if (ret_message)
+                                *ret_message = strprintf(
+                                        "Cannot read kernel module %s (%s): %s; if the file was removed, run depmod %s.",
+                                        display, kmod_module_get_path(mod), strerror(-r), c->kernel_release);
+                        return r;
+                }
+                if (!streq(info->kernel_name, norm)) {
+                        module_debug(c, "%s is kernel module %s, not %s", info->filename, info->kernel_name, norm);
+                        continue;
+                }
+                module_debug(c, "kernel module %s is %s", norm, info->filename);
+                *ret = TAKE_PTR(info);
+                return 0;
+        }
+
+        if (ret_message) {
+                if (strv_length(candidates) > 1)
+                        *ret_message = strprintf(
+                                "No kernel module %s for kernel %s in %s (looked for %s.ko, nvidia-current%s.ko, "
+                                "nvidia-current-open%s.ko and nvidia-tesla-<branch>%s.ko); build it with DKMS: "
+                                "dkms autoinstall -k %s.",
+                                display, c->kernel_release, c->modules_dir, display, display + strlen("nvidia"),
+                                display + strlen("nvidia"), display + strlen("nvidia"), c->kernel_release);
+                else
+                        *ret_message = strprintf(
+                                "No kernel module %s for kernel %s in %s; install the package that provides it "
+                                "for this kernel, or check the module name.",
+                                display, c->kernel_release, c->modules_dir);
+        }
+        return -ENOENT;
+}
+
+char *module_vermagic_release(const char *vermagic) {
+        size_t n;
+        if (!vermagic)
+                return NULL;
+        vermagic += strspn(vermagic, " \t");
+        n = strcspn(vermagic, " \t");
+        return n > 0 ? strndup(vermagic, n) : NULL;
+}
+
+int module_check_vermagic(ModuleContext *c, const ModuleInfo *info, char **ret_message) {
+        _cleanup_free_ char *release = module_vermagic_release(info->vermagic), *dir = NULL;
+        const char *slash;
+
+        if (!release || streq(release, c->kernel_release))
+                return 0; /* without a vermagic the kernel's own check decides */
+        slash = strrchr(info->filename, '/');
+        dir = slash ? strndup(info->filename, slash - info->filename) : strdup(".");
+        if (ret_message)
+                *ret_message = strprintf("%s in %s was built for kernel %s, not the running %s; rebuild it with "
+                                         "DKMS: dkms autoinstall -k %s.",
+                                         slash ? slash + 1 : info->filename, strna(dir), release,
+                                         c->kernel_release, c->kernel_release);
+        return -ESTALE;
+}
+
+int module_check_firmware(ModuleContext *c, const ModuleInfo *info, char **ret_message) {
+        STRV_FOREACH(fw, info->firmware) {
+                static const char *const suffixes[] = { "", ".xz", ".zst" };
+                bool found = false;
+
+                for (size_t i = 0; i < ELEMENTSOF(suffixes) && !found; i++) {
+                        _cleanup_free_ char *p = strprintf("%s/%s%s", c->firmware_dir, *fw, suffixes[i]);
+                        if (!p)
+                                return -ENOMEM;
+                        found = access(p, F_OK) >= 0;
+                }
+                if (found)
+                        continue;
+                if (ret_message) {
+                        _cleanup_free_ char *display = module_name_display(info->kernel_name);
+                        _cleanup_free_ char *branch =
+                                info->version ? strndup(info->version, strcspn(info->version, ".")) : NULL;
+                        *ret_message = strprintf(
+                                "Kernel module %s needs the firmware file %s, which is missing from %s; install "
+                                "the GSP firmware package of driver %s (Debian: firmware-nvidia-gsp; NVIDIA's "
+                                "repositories: nvidia-firmware-%s).",
+                                strna(display), *fw, c->firmware_dir, info->version ?: "(unknown version)",
+                                branch ?: "<branch>");
+                }
+                return -ENOENT;
+        }
+        return 0;
+}
+
+int module_get_holders(ModuleContext *c, const char *name, char ***ret_holders, unsigned *ret_refcnt) {
+        _cleanup_free_ char *hp = module_sys_path(c, name, "holders"), *rp = module_sys_path(c, name, "refcnt"),
+                            *rc = NULL;
+        _cleanup_strv_free_ char **holders = NULL;
+        _cleanup_closedir_ DIR *d = NULL;
+        struct dirent *de;
+        unsigned refcnt = 0;
+
+        if (!hp || !rp)
+                return -ENOMEM;
+        d = opendir(hp);
+        if (!d && errno != ENOENT)
+                return negative_errno();
+        while (d && (de = readdir(d)))
+                if (de->d_name[0] != '.' && strv_extend(&holders, de->d_name) < 0)
+                        return -ENOMEM;
+        strv_sort(holders);
+        if (read_one_line_file(rp, &rc) >= 0)
+                refcnt = (unsigned) strtoul(rc, NULL, 10);
+        if (ret_holders)
+                *ret_holders = TAKE_PTR(holders);
+        if (ret_refcnt)
+                *ret_refcnt = refcnt;
+        return 0;
+}
+
+void module_failure_set(ModuleContext *c, const char *name, const char *message) {
+        _cleanup_free_ char *n = module_name_normalize(name);
+        size_t i = 0;
+
+        if (!n)
+                return;
+        for (; c->failed_names && c->failed_names[i]; i++)
+                if (streq(c->failed_names[i], n))
+                        break;
+        if (c->failed_names && c->failed_names[i]) {
+                char *m = message ? strdup(message) : NULL;
+                if (message && !m)
+                        return;
+                free(c->failed_messages[i]);
+                c->failed_messages[i] = m ?: strdup("");
+                return;
+        }
+        if (!message)
+                return;
+        /* Both lists grow together; on OOM the failure is simply not remembered. */
+        if (strv_extend(&c->failed_messages, message) < 0)
+                return;
+        if (strv_consume(&c->failed_names, TAKE_PTR(n)) < 0) {
+                size_t last = strv_length(c->failed_messages) - 1;
+                free(c->failed_messages[last]);
+                c->failed_messages[last] = NULL;
+        }
+}
+
+const char *module_failure_get(ModuleContext *c, const char *name) {
+        _cleanup_free_ char *n = module_name_normalize(name);
+
+        for (size_t i = 0; n && c->failed_names && c->failed_names[i]; i++)
+                if (streq(c->failed_names[i], n))
+                        return isempty(c->failed_messages[i]) ? NULL : c->failed_messages[i];
+        return NULL;
+}
+
+int module_status(ModuleContext *c, const char *name, ModuleStatus *ret) {
+        _cleanup_module_info_free_ ModuleInfo *info = NULL;
+        _cleanup_free_ char *display = module_name_display(name), *detail = NULL, *msg = NULL;
+        const char *failure;
+        int state, r;
+
+        if (!display)
+                return -ENOMEM;
+        state = module_get_state(c, name);
+        if (state < 0)
+                return state;
+
+        if (state != MODULE_STATE_ABSENT) {
+                _cleanup_free_ char *vp = module_sys_path(c, name, "version");
+                if (!vp)
+                        return -ENOMEM;
+                if (read_one_line_file(vp, &detail) < 0 && module_lookup(c, name, &info, NULL) >= 0 && info->version)
+                        detail = strdup(info->version);
+        } else if ((failure = module_failure_get(c, name))) {
+                state = MODULE_STATE_FAILED;
+                detail = strdup(failure);
+        } else {
+                r = module_lookup(c, name, &info, &msg);
+                if (r == -ENOENT) {
+                        state = MODULE_STATE_MISSING;
+                        detail = strprintf("no module for kernel %s", c->kernel_release);
+                } else if (r < 0) {
+                        state = MODULE_STATE_MISSING;
+                        detail = TAKE_PTR(msg);
+                } else {
+                        _cleanup_free_ char *release = module_vermagic_release(info->vermagic);
+                        if (release && !streq(release, c->kernel_release)) {
+                                state = MODULE_STATE_STALE;
+                                detail = strprintf("built for kernel %s", release);
+                        } else
+                                detail = strdup(info->version ?: "");
+                }
+        }
+
+        *ret = (ModuleStatus) {
+                .name = TAKE_PTR(display),
+                .state = state,
+                .detail = detail ? TAKE_PTR(detail) : strdup(""),
+        };
+        if (!ret->detail) {
+                module_status_done(ret);
+                return -ENOMEM;
+        }
+        return 0;
+}
+
+void module_status_done(ModuleStatus *s) {
+        if (!s)
+                return;
+        s->name = mfree(s->name);
+        s->detail = mfree(s->detail);
+}
