@@ -1,12 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 /* Owns the org.gpunodeagent.Agent1.Manager interface on /org/gpunodeagent/Agent1: the node-wide
- * properties (stage engine, readiness, labels, kernel and driver versions, config),
- * Reload/Reconcile/GetLabels and the StageChanged signal. Their changes from NVML are announced by
+ * properties (stage engine, readiness, labels, kernel and driver versions, kernel modules and DKMS,
+ * config), Reload/Reconcile/GetLabels/Unload and the StageChanged signal. Their changes from NVML are announced by
  * manager_bus_nvml_changed() in bus-gpu.c. Documented in docs/dbus/org.gpunodeagent.Agent1.Manager.md. */
 #include <systemd/sd-bus.h>
 
 #include "build-config.h"
 #include "bus.h"
+#include "driver-unload.h"
 #include "log.h"
 #include "strv.h"
 
@@ -104,6 +105,37 @@ static int property_get_cuda_version(sd_bus *bus, const char *path, const char *
         return sd_bus_message_append(reply, "s", buf);
 }
 
+/* m->module_rows holds "name\tstate\tdetail" (stage-driver.c); the detail may itself hold tabs. */
+static int property_get_modules(sd_bus *bus, const char *path, const char *interface, const char *property,
+                                sd_bus_message *reply, void *userdata, sd_bus_error *error) {
+        Manager *m = userdata;
+        int r;
+
+        r = sd_bus_message_open_container(reply, 'a', "(sss)");
+        if (r < 0)
+                return r;
+        STRV_FOREACH(row, m->module_rows) {
+                const char *p = *row;
+                size_t n1 = strcspn(p, "\t"), n2 = p[n1] ? strcspn(p + n1 + 1, "\t") : 0;
+                _cleanup_free_ char *name = strndup(p, n1),
+                                    *state = strndup(p[n1] ? p + n1 + 1 : "", n2);
+                const char *detail = p[n1] && p[n1 + 1 + n2] ? p + n1 + 1 + n2 + 1 : "";
+
+                if (!name || !state)
+                        return -ENOMEM;
+                r = sd_bus_message_append(reply, "(sss)", name, state, detail);
+                if (r < 0)
+                        return r;
+        }
+        return sd_bus_message_close_container(reply);
+}
+
+static int property_get_dkms_state(sd_bus *bus, const char *path, const char *interface, const char *property,
+                                   sd_bus_message *reply, void *userdata, sd_bus_error *error) {
+        Manager *m = userdata;
+        return sd_bus_message_append(reply, "s", m->dkms_state ?: "");
+}
+
 static int property_get_config_error(sd_bus *bus, const char *path, const char *interface,
                                      const char *property, sd_bus_message *reply, void *userdata,
                                      sd_bus_error *error) {
@@ -128,7 +160,8 @@ static int method_reload(sd_bus_message *msg, void *userdata, sd_bus_error *erro
                 return r;
 
         log_info("Reload requested over D-Bus by %s.", strna(sd_bus_message_get_sender(msg)));
-        /* manager_reload() announces ConfigError/ConfigSources itself, as SIGHUP goes the same way. */
+        /* manager_reload() is shared with SIGHUP: it ends a hold after Unload() and announces
+         * ConfigError/ConfigSources itself. */
         r = manager_reload(m, &err);
         if (r < 0)
                 return sd_bus_error_setf(error, AGENT_ERROR_INVALID_CONFIG,
@@ -148,6 +181,8 @@ static int method_reconcile(sd_bus_message *msg, void *userdata, sd_bus_error *e
 
         char reason[128];
         snprintf(reason, sizeof reason, "Reconcile() over D-Bus from %s", strna(sd_bus_message_get_sender(msg)));
+        /* After Unload() this is how the admin says "the new driver is in place, load it". */
+        manager_driver_unload_release(m);
         manager_request_pass(m, reason);
         return sd_bus_reply_method_return(msg, NULL);
 }
@@ -164,6 +199,17 @@ static int method_get_labels(sd_bus_message *msg, void *userdata, sd_bus_error *
         if (r < 0)
                 return r;
         return sd_bus_send(NULL, reply, NULL);
+}
+
+/* Answered later, from driver-unload.c, when the units are stopped and the modules removed. */
+static int method_unload(sd_bus_message *msg, void *userdata, sd_bus_error *error) {
+        Manager *m = userdata;
+        int r;
+
+        r = bus_check_privileged(msg, error);
+        if (r < 0)
+                return r;
+        return manager_driver_unload(m, msg, error);
 }
 
 void manager_bus_emit_stage_changed(Manager *m, StageId id) {
@@ -195,6 +241,8 @@ static const sd_bus_vtable manager_vtable[] = {
         SD_BUS_PROPERTY("DriverVersion", "s", property_get_driver_version, 0,
                         SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
         SD_BUS_PROPERTY("CudaVersion", "s", property_get_cuda_version, 0, SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
+        SD_BUS_PROPERTY("Modules", "a(sss)", property_get_modules, 0, SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
+        SD_BUS_PROPERTY("DkmsState", "s", property_get_dkms_state, 0, SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
         SD_BUS_PROPERTY("ConfigError", "s", property_get_config_error, 0, SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
         SD_BUS_PROPERTY("ConfigSources", "as", property_get_config_sources, 0,
                         SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
@@ -204,6 +252,8 @@ static const sd_bus_vtable manager_vtable[] = {
         SD_BUS_METHOD_WITH_ARGS("Reconcile", SD_BUS_NO_ARGS, SD_BUS_NO_RESULT, method_reconcile,
                                 SD_BUS_VTABLE_UNPRIVILEGED),
         SD_BUS_METHOD_WITH_ARGS("GetLabels", SD_BUS_NO_ARGS, SD_BUS_RESULT("a{ss}", labels), method_get_labels,
+                                SD_BUS_VTABLE_UNPRIVILEGED),
+        SD_BUS_METHOD_WITH_ARGS("Unload", SD_BUS_NO_ARGS, SD_BUS_RESULT("as", units, "as", modules), method_unload,
                                 SD_BUS_VTABLE_UNPRIVILEGED),
 
         SD_BUS_SIGNAL_WITH_ARGS("StageChanged", SD_BUS_ARGS("s", stage, "s", state, "s", message), 0),

@@ -8,6 +8,7 @@
 #include <systemd/sd-event.h>
 
 #include "bus.h"
+#include "driver-unload.h"
 #include "log.h"
 #include "strv.h"
 
@@ -34,6 +35,8 @@ struct BusDirty {
 static const sd_bus_error_map agent_error_map[] = {
         SD_BUS_ERROR_MAP(AGENT_ERROR_INVALID_CONFIG, EINVAL),
         SD_BUS_ERROR_MAP(AGENT_ERROR_ACCESS_DENIED, EACCES),
+        SD_BUS_ERROR_MAP(AGENT_ERROR_BUSY, EBUSY),
+        SD_BUS_ERROR_MAP(AGENT_ERROR_UNLOAD_FAILED, EIO),
         SD_BUS_ERROR_MAP_END,
 };
 

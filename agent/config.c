@@ -30,6 +30,7 @@ typedef enum ConfigType {
         CONFIG_DURATION,
         CONFIG_UINT,
         CONFIG_ENUM,      /* stored as the index into .values */
+        CONFIG_UNITS,     /* a list of systemd unit names (char **), replaced whole by a later file */
 } ConfigType;
 
 typedef enum PathBase {
@@ -58,6 +59,9 @@ static const char *const mig_strategy_names[_MIG_STRATEGY_MAX + 1] = {
         [MIG_STRATEGY_SINGLE] = "single",
         [MIG_STRATEGY_MIXED] = "mixed",
 };
+
+static const char *const auto_off_names[] = { "off", "auto", NULL };
+static const char *const mig_reset_names[] = { "never", "auto", NULL };
 
 static const char *const sharing_strategy_names[_SHARING_STRATEGY_MAX + 1] = {
         [SHARING_NONE] = "none",
@@ -98,6 +102,26 @@ static const ConfigKey config_keys[] = {
         { "sharing.strategy", CONFIG_ENUM,      CONFIG_OFF(sharing.strategy), "none", .values = sharing_strategy_names },
         { "sharing.replicas", CONFIG_UINT,      CONFIG_OFF(sharing.replicas), "1" },
         { "sharing.rename-by-default", CONFIG_BOOL, CONFIG_OFF(sharing.rename_by_default), "false" },
+        { "driver.enabled",   CONFIG_BOOL,      CONFIG_OFF(driver.enabled), "true" },
+        { "driver.version",   CONFIG_STRING,    CONFIG_OFF(driver.version), "" },
+        { "driver.modeset",   CONFIG_BOOL,      CONFIG_OFF(driver.modeset), "false" },
+        { "driver.peermem",   CONFIG_ENUM,      CONFIG_OFF(driver.peermem), "auto", .values = auto_off_names },
+        { "driver.parameters.nvidia", CONFIG_STRING, CONFIG_OFF(driver.parameters[DRIVER_MODULE_NVIDIA]), "" },
+        { "driver.parameters.nvidia-uvm", CONFIG_STRING, CONFIG_OFF(driver.parameters[DRIVER_MODULE_UVM]), "" },
+        { "driver.parameters.nvidia-modeset", CONFIG_STRING, CONFIG_OFF(driver.parameters[DRIVER_MODULE_MODESET]), "" },
+        { "driver.parameters.nvidia-peermem", CONFIG_STRING, CONFIG_OFF(driver.parameters[DRIVER_MODULE_PEERMEM]), "" },
+        { "driver.dkms.enabled", CONFIG_BOOL,   CONFIG_OFF(driver.dkms_enabled), "true" },
+        { "driver.dkms.program", CONFIG_LIBRARY, CONFIG_OFF(driver.dkms_program), "dkms" },
+        { "driver.dkms.module", CONFIG_STRING,  CONFIG_OFF(driver.dkms_module), "" },
+        { "driver.dkms.timeout", CONFIG_DURATION, CONFIG_OFF(driver.dkms_timeout_usec), "30min" },
+        { "devices.enabled",  CONFIG_BOOL,      CONFIG_OFF(devices.enabled), "true" },
+        { "fabric.persistenced", CONFIG_ENUM,   CONFIG_OFF(fabric.persistenced), "auto", .values = auto_off_names },
+        { "fabric.fabricmanager", CONFIG_ENUM,  CONFIG_OFF(fabric.fabricmanager), "auto", .values = auto_off_names },
+        { "fabric.timeout",   CONFIG_DURATION,  CONFIG_OFF(fabric.timeout_usec), "2min" },
+        { "mig.config-file",  CONFIG_PATH,      CONFIG_OFF(mig.config_file), "gpu-node-agent/mig-config.yaml", BASE_ETC },
+        { "mig.selected",     CONFIG_STRING,    CONFIG_OFF(mig.selected),   "" },
+        { "mig.reset",        CONFIG_ENUM,      CONFIG_OFF(mig.reset),      "auto", .values = mig_reset_names },
+        { "mig.hooks.stop-units", CONFIG_UNITS, CONFIG_OFF(mig.stop_units), "" },
         { "cdi.enabled",      CONFIG_BOOL,      CONFIG_OFF(cdi.enabled),    "true" },
         { "cdi.spec",         CONFIG_PATH,      CONFIG_OFF(cdi.spec),       "cdi/nvidia.yaml",  BASE_RUN },
         { "cdi.driver-root",  CONFIG_PATH,      CONFIG_OFF(cdi.driver_root), "",                BASE_ROOT },
@@ -292,6 +316,13 @@ static int value_parse(const ConfigKey *k, const char *s, Config *c, char **ret_
                         *(unsigned *) dst = (unsigned) v;
                 return 0;
         }
+        case CONFIG_UNITS:
+                /* One list item: a unit name as systemctl takes it, with its type suffix. */
+                if (isempty(s) || strchr(s, '/') || !strchr(s, '.') || strlen(s) > 255)
+                        return config_yaml_set_error(ret_msg, -EINVAL,
+                                                     "'%s' is not a systemd unit name; write it with its type, "
+                                                     "such as nvidia-dcgm.service", s);
+                return 0;
         case CONFIG_ENUM:
                 for (size_t i = 0; k->values[i]; i++)
                         if (strcasecmp(s, k->values[i]) == 0) {
@@ -315,6 +346,42 @@ static int value_parse(const ConfigKey *k, const char *s, Config *c, char **ret_
         return 0;
 }
 
+/* A list key: a YAML sequence of scalars ([] for none) replaces the list whole. */
+static int units_apply(const ConfigKey *k, const Node *item, const char *path, Config *c, char **error) {
+        _cleanup_strv_free_ char **l = NULL;
+        int r;
+
+        if (item->type != NODE_SEQUENCE)
+                return config_yaml_located_error(error, item->file, item->line, item->column,
+                                                 "%s: expected a list such as [nvidia-dcgm.service, kubelet.service], "
+                                                 "got %s", path, yaml_node_kind(item));
+        for (size_t j = 0; j < item->n_items; j++) {
+                const Node *e = item->items[j];
+                _cleanup_free_ char *msg = NULL;
+
+                if (e->type != NODE_SCALAR || e->null)
+                        return config_yaml_located_error(error, e->file, e->line, e->column,
+                                                         "%s: each item must be a unit name, got %s", path,
+                                                         yaml_node_kind(e));
+                r = value_parse(k, e->value, NULL, &msg);
+                if (r == -EINVAL && msg)
+                        return config_yaml_located_error(error, e->file, e->line, e->column, "%s: %s", path, msg);
+                if (r < 0)
+                        return r;
+                if (strv_contains(l, e->value))
+                        return config_yaml_located_error(error, e->file, e->line, e->column,
+                                                         "%s: '%s' is listed twice", path, e->value);
+                if (strv_extend(&l, e->value) < 0)
+                        return -ENOMEM;
+        }
+        if (c) {
+                char ***dst = config_field(c, k);
+                strv_free(*dst);
+                *dst = TAKE_PTR(l);
+        }
+        return 0;
+}
+
 /* Walks a mapping against the key table: unknown keys and values of the wrong type are errors that
  * name the file, line and column. With c NULL it only checks (each file on its own, before merging,
  * so a mistake is reported even when a later file overrides it); otherwise it also stores. */
@@ -329,6 +396,14 @@ static int tree_apply(const Node *n, const char *section, Config *c, char **erro
                         return -ENOMEM;
 
                 const ConfigKey *k = config_key_find(path);
+                if (k && k->type == CONFIG_UNITS) {
+                        if (item->null)
+                                continue;
+                        r = units_apply(k, item, path, c, error);
+                        if (r < 0)
+                                return r;
+                        continue;
+                }
                 if (k) {
                         if (item->null)
                                 continue; /* back to the default */
@@ -471,8 +546,8 @@ static int config_defaults(Config **ret) {
                 const ConfigKey *k = config_keys + i;
                 _cleanup_free_ char *msg = NULL;
 
-                if (k->base != BASE_NONE)
-                        continue; /* derived after merging, from the final root or etc */
+                if (k->base != BASE_NONE || k->type == CONFIG_UNITS)
+                        continue; /* derived after merging, from the final root or etc; lists start empty */
                 int r = value_parse(k, k->def, c, &msg);
                 assert(r != -EINVAL);
                 if (r < 0) {
@@ -641,6 +716,8 @@ Config *config_free(Config *c) {
         for (size_t i = 0; i < ELEMENTSOF(config_keys); i++)
                 if (config_type_is_string(config_keys[i].type))
                         free(*(char **) config_field(c, config_keys + i));
+                else if (config_keys[i].type == CONFIG_UNITS)
+                        strv_free(*(char ***) config_field(c, config_keys + i));
         strv_free(c->sources);
         free(c);
         return NULL;
@@ -725,6 +802,15 @@ int config_dump(const Config *c, FILE *f) {
                         break;
                 case CONFIG_ENUM:
                         fputs(k->values[*(const int *) v], f);
+                        break;
+                case CONFIG_UNITS:
+                        fputc('[', f);
+                        STRV_FOREACH(u, *(char **const *) v) {
+                                if (u != *(char **const *) v)
+                                        fputs(", ", f);
+                                dump_string(*u, f);
+                        }
+                        fputc(']', f);
                         break;
                 }
                 fputc('\n', f);

@@ -34,6 +34,25 @@
  *     strategy: none                               none | time-slicing | mps
  *     replicas: 1                                  >1 needs a strategy
  *     rename-by-default: false                     true: no "-SHARED" product suffix
+ *   driver:                                        the kernel modules (modules/)
+ *     enabled: true
+ *     version: ""                                  expected driver version, "" = whatever is installed
+ *     modeset: false                               also load nvidia-modeset
+ *     peermem: auto                                auto | off: nvidia-peermem when a ConnectX NIC and ib_core exist
+ *     parameters: {nvidia: "", nvidia-uvm: "", nvidia-modeset: "", nvidia-peermem: ""}
+ *     dkms: {enabled: true, program: dkms, module: "" (NAME/VERSION, "" = autoinstall), timeout: 30min}
+ *   devices:
+ *     enabled: true                                create /dev/nvidia* as nvidia-modprobe would
+ *   fabric:
+ *     persistenced: auto                           auto | off
+ *     fabricmanager: auto                          auto | off (NVSwitch systems)
+ *     timeout: 2min
+ *   mig:
+ *     config-file: <etc>/gpu-node-agent/mig-config.yaml   mig-parted v1 format
+ *     selected: ""                                 the config to apply; "" = MIG not managed
+ *     reset: auto                                  auto | never (never: report "reboot required")
+ *     hooks:
+ *       stop-units: []                             units stopped around a change, started again after
  *   cdi:
  *     enabled: true
  *     spec:     <run>/cdi/nvidia.yaml              the CDI spec we own (= /var/run/cdi/nvidia.yaml)
@@ -99,6 +118,44 @@ typedef struct ConfigSharing {
         bool rename_by_default;
 } ConfigSharing;
 
+typedef enum DriverModule {
+        DRIVER_MODULE_NVIDIA,
+        DRIVER_MODULE_UVM,
+        DRIVER_MODULE_MODESET,
+        DRIVER_MODULE_PEERMEM,
+        _DRIVER_MODULE_MAX,
+        _DRIVER_MODULE_INVALID = -EINVAL,
+} DriverModule;
+
+typedef struct ConfigDriver {
+        bool enabled;
+        char *version;                         /* expected driver version, "" = any */
+        bool modeset;                          /* also load nvidia-modeset */
+        int peermem;                           /* 0 off, 1 auto */
+        char *parameters[_DRIVER_MODULE_MAX];  /* extra module options, "" none */
+        bool dkms_enabled;
+        char *dkms_program;
+        char *dkms_module;                     /* NAME/VERSION, "" = dkms autoinstall */
+        uint64_t dkms_timeout_usec;
+} ConfigDriver;
+
+typedef struct ConfigDevices {
+        bool enabled;
+} ConfigDevices;
+
+typedef struct ConfigFabric {
+        int persistenced;                      /* 0 off, 1 auto (start when installed) */
+        int fabricmanager;                     /* 0 off, 1 auto (start on NVSwitch systems) */
+        uint64_t timeout_usec;
+} ConfigFabric;
+
+typedef struct ConfigMig {
+        char *config_file;                     /* mig-parted v1 file */
+        char *selected;                        /* config name, "" = MIG not managed */
+        int reset;                             /* 0 never, 1 auto */
+        char **stop_units;                     /* units stopped around a change */
+} ConfigMig;
+
 typedef struct ConfigCdi {
         bool enabled;
         char *spec;
@@ -115,6 +172,10 @@ typedef struct Config {
         ConfigNvml nvml;
         ConfigLabels labels;
         ConfigSharing sharing;
+        ConfigDriver driver;
+        ConfigDevices devices;
+        ConfigFabric fabric;
+        ConfigMig mig;
         ConfigCdi cdi;
         ConfigEngine engine;
         int log_level;           /* LOG_* from syslog.h */

@@ -5,6 +5,7 @@
 
 #include "build-config.h"
 #include "config.h"
+#include "driver.h"
 #include "log.h"
 #include "manager.h"
 #include "strv.h"
@@ -15,6 +16,7 @@ static char *arg_root = NULL;
 static bool arg_check_config = false;
 static bool arg_oneshot = false;
 static int arg_log_level = -1;
+static char *arg_prepare_kernel = NULL;
 
 static void help(void) {
         printf("gpu-node-agent [OPTIONS...]\n\n"
@@ -28,6 +30,9 @@ static void help(void) {
                "     --root=DIR          Host root: every host path resolves under DIR (overrides paths.root)\n"
                "     --check-config      Validate the configuration, print the merged result, exit\n"
                "     --oneshot           Run the stages once without D-Bus; exit 0 when all succeeded\n"
+               "     --prepare-kernel=KVER\n"
+               "                         Build (never load) the NVIDIA module for kernel KVER with DKMS,\n"
+               "                         as driver.dkms.* configures; exit 0 when it is ready\n"
                "     --log-level=LEVEL   emerg, alert, crit, err, warning, notice, info or debug\n\n"
                "See gpu-node-agent(8) and gpu-node-agent.yaml(5).\n");
 }
@@ -41,7 +46,8 @@ static int parse_log_level(const char *s) {
 }
 
 static int parse_argv(int argc, char *argv[]) {
-        enum { ARG_VERSION = 0x100, ARG_CONFIG_DIR, ARG_ROOT, ARG_CHECK_CONFIG, ARG_ONESHOT, ARG_LOG_LEVEL };
+        enum { ARG_VERSION = 0x100, ARG_CONFIG_DIR, ARG_ROOT, ARG_CHECK_CONFIG, ARG_ONESHOT, ARG_LOG_LEVEL,
+               ARG_PREPARE_KERNEL };
         static const struct option options[] = {
                 { "help", no_argument, NULL, 'h' },
                 { "version", no_argument, NULL, ARG_VERSION },
@@ -51,6 +57,7 @@ static int parse_argv(int argc, char *argv[]) {
                 { "check-config", no_argument, NULL, ARG_CHECK_CONFIG },
                 { "oneshot", no_argument, NULL, ARG_ONESHOT },
                 { "log-level", required_argument, NULL, ARG_LOG_LEVEL },
+                { "prepare-kernel", required_argument, NULL, ARG_PREPARE_KERNEL },
                 {}
         };
         int c;
@@ -87,6 +94,12 @@ static int parse_argv(int argc, char *argv[]) {
                                 return log_error_errno(EINVAL, "Unknown log level '%s': use emerg, alert, crit, "
                                                        "err, warning, notice, info or debug.", optarg);
                         break;
+                case ARG_PREPARE_KERNEL:
+                        if (isempty(optarg) || strchr(optarg, '/'))
+                                return log_error_errno(EINVAL, "--prepare-kernel needs a kernel release such as "
+                                                       "6.1.0-57-amd64, got '%s'.", optarg);
+                        arg_prepare_kernel = optarg;
+                        break;
                 case '?':
                         return -EINVAL;
                 default:
@@ -113,6 +126,35 @@ static int check_config(const ConfigLoadOptions *o) {
         return r;
 }
 
+/* The kernel postinst hook's entry point: the module for a kernel that is not running yet, built
+ * before the reboot into it. Blocking is fine here: there is no event loop to keep answering. */
+static int prepare_kernel(const ConfigLoadOptions *o, const char *kver) {
+        _cleanup_free_ char *error = NULL;
+        DkmsOptions d;
+        Config *c = NULL;
+        int r;
+
+        r = config_load(o, &c, &error);
+        if (r < 0) {
+                log_error("%s", error ?: strerror(-r));
+                return r;
+        }
+        if (!c->driver.dkms_enabled) {
+                log_notice("Not building the NVIDIA module for kernel %s: DKMS rebuilds are off "
+                           "(driver.dkms.enabled: false).", kver);
+                config_free(c);
+                return 0;
+        }
+        driver_dkms_options(c, &d);
+        log_info("Building the NVIDIA kernel module for kernel %s with DKMS (%s).", kver, d.program);
+        r = dkms_prepare_kernel(kver, &d, &error);
+        config_free(c);
+        if (r < 0)
+                return log_error_errno(r, "%s", error ?: strerror(-r));
+        log_info("The NVIDIA kernel module is ready for kernel %s.", kver);
+        return 0;
+}
+
 static int run(int argc, char *argv[]) {
         _cleanup_(manager_freep) Manager *m = NULL;
         int r;
@@ -136,6 +178,8 @@ static int run(int argc, char *argv[]) {
 
         if (arg_check_config)
                 return check_config(&o.config);
+        if (arg_prepare_kernel)
+                return prepare_kernel(&o.config, arg_prepare_kernel);
 
         r = manager_new(&o, &m);
         if (r < 0)

@@ -116,6 +116,10 @@ static void manager_update_status(const Manager *m) {
                                   (int) m->current_stage + 1, (int) _STAGE_MAX);
                 return;
         }
+        /* Between two stages of a pass the outcome is not known yet: keep "Running stage …" rather
+         * than flapping to the previous pass's result. */
+        if (m->pass_active)
+                return;
         for (int i = 0; i < _STAGE_MAX && !failed; i++)
                 if (m->stages[i].state == STAGE_FAILED) {
                         failed = &m->stages[i];

@@ -8,9 +8,13 @@
 
 #include "build-config.h"
 #include "bus.h"
+#include "devices.h"
+#include "driver-unload.h"
+#include "driver.h"
 #include "fileio.h"
 #include "log.h"
 #include "manager.h"
+#include "mig-manager.h"
 #include "strv.h"
 
 /* Device events arrive in bursts (a bind is remove+add+bind); one pass after they settle. */
@@ -59,6 +63,10 @@ Manager *manager_free(Manager *m) {
         if (!m)
                 return NULL;
 
+        /* An apply in flight holds fabric ops, event sources, a reset child and the NVML handle. */
+        mig_manager_free(m->mig);
+        manager_driver_done(m);
+        manager_fabric_done(m);
         manager_bus_disconnect(m);
         bus_dirty_free(m->bus_dirty);
         sd_device_monitor_unref(m->monitor);
@@ -252,6 +260,9 @@ int manager_reload(Manager *m, char **ret_error) {
         int r;
 
         (void) sd_notify(false, "RELOADING=1\nSTATUS=Reloading configuration.");
+        /* Reload (the method or SIGHUP) is one of the ways an admin says "load the driver again"
+         * after Unload(), as Reconcile() is. */
+        manager_driver_unload_release(m);
         log_info("Reloading configuration.");
 
         r = config_load(&m->options.config, &c, &error);

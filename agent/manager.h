@@ -57,6 +57,18 @@ typedef struct Manager {
         GpuNvml *nvml;                   /* loaded and initialised NVML, NULL while unavailable */
         NvmlSnapshot *nvml_snapshot;     /* last successful read, NULL while NVML is unavailable */
         char *cdi_spec_text;             /* last CDI spec written (or found current), NULL none */
+
+        /* Driver lifecycle (stage-driver.c, stage-devices.c, stage-fabric.c). */
+        struct ModuleContext *module_ctx;/* libkmod for the running kernel, created on first use */
+        struct DkmsRun *dkms_run;        /* a DKMS build in flight, NULL otherwise */
+        char *dkms_state;                /* DkmsState property: "idle", "building …", "failed: …", "built …" */
+        char **module_rows;              /* Modules property: "name\tstate\tdetail" per module, in load order */
+        struct FabricOp *fabric_op;      /* a unit start in flight */
+        char **started_units;            /* units we started (stopped again by Unload()) */
+        struct DriverUnload *unload;     /* Unload() in flight or done and holding (driver-unload.c) */
+
+        /* MIG management (agent/mig/, stage-mig.c). */
+        struct MigManager *mig;          /* owned by agent/mig; NULL until the mig stage first runs */
         LabelSet *labels;                /* last written label set, NULL when none */
         uint64_t labels_expiry_usec;     /* expiry written with them (CLOCK_REALTIME), 0 none */
         uint64_t labels_timestamp_sec;   /* gfd.timestamp: set at start-up and on each reload */
@@ -101,6 +113,12 @@ void manager_stage_complete(Manager *m, StageId id, int r, const char *message);
 /* A running stage's progress ("building nvidia 550.54.15 for 6.1.0-27-amd64: 2m10s"): STATUS= and the
  * Stages property, no state change. */
 void manager_stage_progress(Manager *m, StageId id, const char *text);
+
+/* Re-reads NVML (m->nvml must be open) into m->nvml_snapshot and publishes a change on D-Bus; the nvml
+ * stage's work, also called by the mig stage after a MIG change. On failure NVML is closed (reopened by
+ * the next nvml stage) and *ret_error says why. */
+void manager_nvml_close(Manager *m);
+int manager_nvml_refresh(Manager *m, char **ret_error);
 
 /* Name of the Stage property: "starting", the running stage's name, or "ready" between passes. */
 const char *manager_stage_name(const Manager *m);

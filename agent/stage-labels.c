@@ -8,6 +8,7 @@
 #include "fileio.h"
 #include "log.h"
 #include "manager.h"
+#include "mig-manager.h"
 #include "nfd.h"
 #include "strv.h"
 
@@ -122,6 +123,8 @@ int stage_labels_run(Manager *m, char **ret_message) {
                 .replicas = m->config->sharing.replicas,
                 .rename_by_default = m->config->sharing.rename_by_default,
                 .timestamp_sec = m->config->labels.timestamp ? m->labels_timestamp_sec : 0,
+                .mig_config = mig_manager_config(m->mig),
+                .mig_config_state = mig_manager_state(m->mig),
         };
         r = labels_compute(&in, &labels, &warnings);
         if (r < 0) {

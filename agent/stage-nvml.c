@@ -4,8 +4,10 @@
  * reported state: the stage fails with the reason, the node is degraded, and the stage is retried with
  * backoff and on every pass (driver module events, Reconcile()). */
 #include "bus.h"
+#include "driver-unload.h"
 #include "log.h"
 #include "manager.h"
+#include "mig-manager.h"
 #include "strv.h"
 
 static void nvml_publish(Manager *m, NvmlSnapshot *snap) {
@@ -32,16 +34,30 @@ static char *nvml_summary(const NvmlSnapshot *s) {
                          s->n_gpus, s->n_gpus == 1 ? "" : "s", mig_gpus, mig_devices, mig_devices == 1 ? "" : "s");
 }
 
+/* A MIG apply in flight holds the handle: it finishes (or rolls back) with it, and the next pass
+ * reopens NVML. */
+void manager_nvml_close(Manager *m) {
+        if (m->mig && mig_manager_busy(m->mig))
+                return;
+        m->nvml = gpu_nvml_close(m->nvml);
+}
+
 int stage_nvml_run(Manager *m, char **ret_message) {
-        _cleanup_(nvml_snapshot_freep) NvmlSnapshot *snap = NULL;
-        _cleanup_strv_free_ char **addresses = NULL;
         _cleanup_free_ char *error = NULL;
         int r;
 
         if (!m->inventory || m->inventory->n_gpus == 0) {
                 nvml_publish(m, NULL);
-                m->nvml = gpu_nvml_close(m->nvml);
+                manager_nvml_close(m);
                 *ret_message = strdup("no NVIDIA GPU");
+                return STAGE_SKIPPED;
+        }
+
+        /* Real NVML may call nvidia-modprobe and load the driver again behind the admin's back. */
+        if (manager_driver_unload_held(m)) {
+                nvml_publish(m, NULL);
+                manager_nvml_close(m);
+                *ret_message = strdup("the driver was unloaded with Unload(); Reconcile() or Reload() loads it again");
                 return STAGE_SKIPPED;
         }
 
@@ -55,23 +71,38 @@ int stage_nvml_run(Manager *m, char **ret_message) {
                 log_info("NVML initialised from %s.", m->config->nvml.library);
         }
 
-        for (size_t i = 0; i < m->inventory->n_gpus; i++)
+        r = manager_nvml_refresh(m, &error);
+        if (r < 0) {
+                *ret_message = TAKE_PTR(error);
+                return r;
+        }
+        *ret_message = nvml_summary(m->nvml_snapshot);
+        return STAGE_DONE;
+}
+
+int manager_nvml_refresh(Manager *m, char **ret_error) {
+        _cleanup_(nvml_snapshot_freep) NvmlSnapshot *snap = NULL;
+        _cleanup_strv_free_ char **addresses = NULL;
+        int r;
+
+        assert(m->nvml);
+        *ret_error = NULL;
+
+        for (size_t i = 0; m->inventory && i < m->inventory->n_gpus; i++)
                 if (strv_extend(&addresses, m->inventory->gpus[i].address) < 0)
                         return -ENOMEM;
 
-        r = gpu_nvml_read(m->nvml, addresses, &snap, &error);
+        r = gpu_nvml_read(m->nvml, addresses, &snap, ret_error);
         if (r < 0) {
                 /* Start from scratch next time: the driver may have been unloaded or reset. */
-                m->nvml = gpu_nvml_close(m->nvml);
+                manager_nvml_close(m);
                 nvml_publish(m, NULL);
-                *ret_message = TAKE_PTR(error);
                 return r;
         }
 
         if (!nvml_snapshot_equal(m->nvml_snapshot, snap))
                 STRV_FOREACH(w, snap->warnings)
                         log_warning("%s", *w);
-        *ret_message = nvml_summary(snap);
         nvml_publish(m, TAKE_PTR(snap));
-        return STAGE_DONE;
+        return 0;
 }

@@ -4,7 +4,11 @@
 
 static const char *const stage_names[_STAGE_MAX] = {
         [STAGE_PROBE] = "probe",
+        [STAGE_DRIVER] = "driver",
+        [STAGE_DEVICES] = "devices",
+        [STAGE_FABRIC] = "fabric",
         [STAGE_NVML] = "nvml",
+        [STAGE_MIG] = "mig",
         [STAGE_CDI] = "cdi",
         [STAGE_LABELS] = "labels",
 };
@@ -17,12 +21,20 @@ static const char *const stage_state_names[_STAGE_STATE_MAX] = {
         [STAGE_FAILED] = "failed",
 };
 
-/* Order of this table = order of a pass. */
+#define DEP(s) (1u << (s))
+
+/* Order of this table = order of a pass. The labels need only the probe: with the driver or NVML down
+ * they still go out (PCI-only, degraded). CDI describes whatever exists, so a failed MIG apply does not
+ * hold it back; it regenerates after the mig stage in the same pass. */
 static const StageDescriptor stage_table[_STAGE_MAX] = {
         { STAGE_PROBE, stage_probe_run, 0 },
-        { STAGE_NVML, stage_nvml_run, 1u << STAGE_PROBE },
-        { STAGE_CDI, stage_cdi_run, 1u << STAGE_NVML },
-        { STAGE_LABELS, stage_labels_run, 1u << STAGE_PROBE },
+        { STAGE_DRIVER, stage_driver_run, DEP(STAGE_PROBE) },
+        { STAGE_DEVICES, stage_devices_run, DEP(STAGE_DRIVER) },
+        { STAGE_FABRIC, stage_fabric_run, DEP(STAGE_DEVICES) },
+        { STAGE_NVML, stage_nvml_run, DEP(STAGE_DRIVER) },
+        { STAGE_MIG, stage_mig_run, DEP(STAGE_NVML) },
+        { STAGE_CDI, stage_cdi_run, DEP(STAGE_NVML) },
+        { STAGE_LABELS, stage_labels_run, DEP(STAGE_PROBE) },
 };
 
 const StageDescriptor *stage_descriptor(StageId id) {

@@ -11,7 +11,11 @@ typedef struct Manager Manager;
 
 typedef enum StageId {
         STAGE_PROBE,
+        STAGE_DRIVER,
+        STAGE_DEVICES,
+        STAGE_FABRIC,
         STAGE_NVML,
+        STAGE_MIG,
         STAGE_CDI,
         STAGE_LABELS,
         _STAGE_MAX,
@@ -58,6 +62,10 @@ StageState stage_state_from_string(const char *s);
 
 /* The stage handlers (stage-*.c). */
 int stage_probe_run(Manager *m, char **ret_message);
+int stage_driver_run(Manager *m, char **ret_message);
+int stage_devices_run(Manager *m, char **ret_message);
+int stage_fabric_run(Manager *m, char **ret_message);
 int stage_nvml_run(Manager *m, char **ret_message);
+int stage_mig_run(Manager *m, char **ret_message);
 int stage_cdi_run(Manager *m, char **ret_message);
 int stage_labels_run(Manager *m, char **ret_message);

@@ -71,10 +71,17 @@ char *module_load_error_message(ModuleContext *c, const ModuleInfo *info, int er
                                  display, file, options ?: "");
         case ENOEXEC:
                 release = module_vermagic_release(info->vermagic);
+                if (release && !streq(release, kver))
+                        return strprintf("Failed to load %s (%s): the kernel says it is not a module for this kernel "
+                                         "(ENOEXEC: built for %s, running %s); rebuild it with DKMS: dkms "
+                                         "autoinstall -k %s.",
+                                         display, file, release, kver, kver);
+                /* Same release: the headers or kernel configuration differed (vermagic flags). */
                 return strprintf("Failed to load %s (%s): the kernel says it is not a module for this kernel "
-                                 "(ENOEXEC: built for %s or against other headers); rebuild it with DKMS: dkms "
+                                 "(ENOEXEC: built against other headers or another kernel configuration; its "
+                                 "vermagic is \"%s\"); rebuild it with DKMS against linux-headers-%s: dkms "
                                  "autoinstall -k %s.",
-                                 display, file, release ? release : "another kernel", kver);
+                                 display, file, strna(info->vermagic), kver, kver);
         case ENOENT:
                 return strprintf("Failed to load %s (%s): the kernel could not resolve its symbols (ENOENT, "
                                  "\"Unknown symbol\" in dmesg): a module it needs is not loaded or was built "

@@ -1,5 +1,7 @@
 /* SPDX-License-Identifier: MIT */
-/* Owns the reply parsers declared in ctl-agent.h. */
+/* Owns the reply parsers and the D-Bus error reporting declared in ctl-agent.h. */
+#include <stdio.h>
+
 #include "ctl-agent.h"
 #include "bus.h"
 #include "strv.h"
@@ -12,7 +14,14 @@ void ctl_status_done(AgentStatus *s) {
         free(s->config_error);
         free(s->driver_version);
         free(s->cuda_version);
+        free(s->dkms_state);
         strv_free(s->config_sources);
+        for (size_t i = 0; i < s->n_modules; i++) {
+                free(s->modules[i].name);
+                free(s->modules[i].state);
+                free(s->modules[i].detail);
+        }
+        free(s->modules);
         for (size_t i = 0; i < s->n_stages; i++) {
                 free(s->stages[i].name);
                 free(s->stages[i].state);
@@ -81,6 +90,35 @@ static int read_stages(sd_bus_message *m, AgentStatus *st) {
         return sd_bus_message_exit_container(m);
 }
 
+static int read_modules(sd_bus_message *m, AgentStatus *st) {
+        const char *name, *state, *detail;
+        int r;
+
+        st->has_modules = true;
+        r = sd_bus_message_enter_container(m, 'v', "a(sss)");
+        if (r < 0)
+                return r;
+        r = sd_bus_message_enter_container(m, 'a', "(sss)");
+        if (r < 0)
+                return r;
+        while ((r = sd_bus_message_read(m, "(sss)", &name, &state, &detail)) > 0) {
+                CtlModule *n = realloc(st->modules, (st->n_modules + 1) * sizeof(*n));
+                if (!n)
+                        return -ENOMEM;
+                st->modules = n;
+                n[st->n_modules++] = (CtlModule) { .name = strdup(name), .state = strdup(state),
+                                                   .detail = strdup(detail) };
+                if (!n[st->n_modules - 1].name || !n[st->n_modules - 1].state || !n[st->n_modules - 1].detail)
+                        return -ENOMEM;
+        }
+        if (r < 0)
+                return r;
+        r = sd_bus_message_exit_container(m);
+        if (r < 0)
+                return r;
+        return sd_bus_message_exit_container(m);
+}
+
 int ctl_parse_status(sd_bus_message *m, AgentStatus *st) {
         int r;
 
@@ -107,6 +145,10 @@ int ctl_parse_status(sd_bus_message *m, AgentStatus *st) {
                         r = read_variant_string(m, &st->driver_version);
                 else if (streq(name, "CudaVersion"))
                         r = read_variant_string(m, &st->cuda_version);
+                else if (streq(name, "DkmsState"))
+                        r = read_variant_string(m, &st->dkms_state);
+                else if (streq(name, "Modules"))
+                        r = read_modules(m, st);
                 else if (streq(name, "Ready"))
                         r = sd_bus_message_read(m, "v", "b", &st->ready);
                 else if (streq(name, "GpuCount"))
@@ -273,4 +315,51 @@ int ctl_parse_gpus(sd_bus_message *m, CtlGpu **gpus, size_t *n) {
         if (r < 0)
                 return r;
         return sd_bus_message_exit_container(m);
+}
+
+int ctl_bus_error_exit(const char *method, const char *what, const sd_bus_error *e, int r) {
+        const char *msg = sd_bus_error_is_set(e) && e->message ? e->message : strerror(-r);
+
+        if (sd_bus_error_has_names(e, SD_BUS_ERROR_SERVICE_UNKNOWN, SD_BUS_ERROR_NAME_HAS_NO_OWNER)) {
+                fprintf(stderr,
+                        "gpunodectl: gpu-node-agent is not running: %s has no owner on the system bus. "
+                        "Start it with 'systemctl start gpu-node-agent'.\n",
+                        AGENT_BUS_NAME);
+                return CTL_EXIT_UNREACHABLE;
+        }
+        if (sd_bus_error_has_name(e, AGENT_ERROR_ACCESS_DENIED)) {
+                fprintf(stderr, "gpunodectl: %s\n", msg);
+                return CTL_EXIT_DENIED;
+        }
+        if (sd_bus_error_has_name(e, SD_BUS_ERROR_ACCESS_DENIED) || r == -EACCES || r == -EPERM) {
+                fprintf(stderr, "gpunodectl: %s requires root (or CAP_SYS_ADMIN); the bus refused the call: %s\n",
+                        method, msg);
+                return CTL_EXIT_DENIED;
+        }
+        if (sd_bus_error_has_names(e, SD_BUS_ERROR_NO_REPLY, SD_BUS_ERROR_TIMEOUT, SD_BUS_ERROR_DISCONNECTED) ||
+            r == -ETIMEDOUT || r == -ECONNRESET || r == -ENOTCONN) {
+                fprintf(stderr, "gpunodectl: %s: gpu-node-agent did not answer: %s\n", what, msg);
+                return CTL_EXIT_UNREACHABLE;
+        }
+        fprintf(stderr, "gpunodectl: %s: %s\n", what, msg);
+        return CTL_EXIT_NOT_OK;
+}
+
+int ctl_get_status(sd_bus *bus, AgentStatus *st) {
+        _cleanup_(sd_bus_error_free) sd_bus_error error = SD_BUS_ERROR_NULL;
+        _cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
+        int r;
+
+        r = sd_bus_call_method(bus, AGENT_BUS_NAME, AGENT_OBJECT_PATH, "org.freedesktop.DBus.Properties", "GetAll",
+                               &error, &reply, "s", AGENT_MANAGER_INTERFACE);
+        if (r < 0)
+                return ctl_bus_error_exit("GetAll", "Failed to read the agent status", &error, r);
+
+        r = ctl_parse_status(reply, st);
+        if (r < 0) {
+                fprintf(stderr, "gpunodectl: Unexpected reply to GetAll(%s) from the agent: %s\n",
+                        AGENT_MANAGER_INTERFACE, strerror(-r));
+                return CTL_EXIT_NOT_OK;
+        }
+        return CTL_EXIT_OK;
 }

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* Owns gpunodectl, the command-line client of gpu-node-agent's D-Bus API on the system bus: argument
- * parsing, the commands (status, gpus, labels, reload, reconcile, wait-ready), reading the Manager
- * and Gpu objects, and turning D-Bus errors into messages and the documented exit codes. */
+ * parsing, the commands (status, gpus, labels, reload, reconcile, wait-ready; the driver commands
+ * live in ctl-driver.c), reading the Manager and Gpu objects. */
 #include <getopt.h>
 #include <inttypes.h>
 #include <time.h>
@@ -11,74 +11,18 @@
 #include "bus.h"
 #include "config.h"
 #include "ctl-agent.h"
+#include "ctl-driver.h"
 #include "ctl-output.h"
 #include "strv.h"
 
-/* Documented in --help and gpunodectl(1); scripts depend on them. */
-enum {
-        CTL_EXIT_OK = 0,
-        CTL_EXIT_NOT_OK = 1,       /* the operation failed, or wait-ready timed out */
-        CTL_EXIT_USAGE = 2,
-        CTL_EXIT_UNREACHABLE = 3,  /* no system bus, or the agent is not running / not answering */
-        CTL_EXIT_DENIED = 4,
-};
-
 #define DEFAULT_TIMEOUT_USEC (90 * USEC_PER_SEC)
+/* driver unload answers only after systemd stopped the units, each allowed fabric.timeout. */
+#define DEFAULT_UNLOAD_TIMEOUT_USEC (10 * 60 * USEC_PER_SEC)
 
 static bool arg_json = false;
 static bool arg_legend = true;
 static uint64_t arg_timeout_usec = DEFAULT_TIMEOUT_USEC;
 static bool arg_timeout_set = false;
-
-/* Prints what went wrong in words and returns the exit code for it. what is the method for
- * permission errors ("Reload") and the context for the rest ("Failed to read the agent status"). */
-static int bus_error_exit(const char *method, const char *what, const sd_bus_error *e, int r) {
-        const char *msg = sd_bus_error_is_set(e) && e->message ? e->message : strerror(-r);
-
-        if (sd_bus_error_has_names(e, SD_BUS_ERROR_SERVICE_UNKNOWN, SD_BUS_ERROR_NAME_HAS_NO_OWNER)) {
-                fprintf(stderr,
-                        "gpunodectl: gpu-node-agent is not running: %s has no owner on the system bus. "
-                        "Start it with 'systemctl start gpu-node-agent'.\n",
-                        AGENT_BUS_NAME);
-                return CTL_EXIT_UNREACHABLE;
-        }
-        if (sd_bus_error_has_name(e, AGENT_ERROR_ACCESS_DENIED)) {
-                fprintf(stderr, "gpunodectl: %s\n", msg);
-                return CTL_EXIT_DENIED;
-        }
-        if (sd_bus_error_has_name(e, SD_BUS_ERROR_ACCESS_DENIED) || r == -EACCES || r == -EPERM) {
-                fprintf(stderr, "gpunodectl: %s requires root (or CAP_SYS_ADMIN); the bus refused the call: %s\n",
-                        method, msg);
-                return CTL_EXIT_DENIED;
-        }
-        if (sd_bus_error_has_names(e, SD_BUS_ERROR_NO_REPLY, SD_BUS_ERROR_TIMEOUT, SD_BUS_ERROR_DISCONNECTED) ||
-            r == -ETIMEDOUT || r == -ECONNRESET || r == -ENOTCONN) {
-                fprintf(stderr, "gpunodectl: %s: gpu-node-agent did not answer: %s\n", what, msg);
-                return CTL_EXIT_UNREACHABLE;
-        }
-        fprintf(stderr, "gpunodectl: %s: %s\n", what, msg);
-        return CTL_EXIT_NOT_OK;
-}
-
-/* Returns an exit code; on CTL_EXIT_OK *st is filled. */
-static int get_status(sd_bus *bus, AgentStatus *st) {
-        _cleanup_(sd_bus_error_free) sd_bus_error error = SD_BUS_ERROR_NULL;
-        _cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
-        int r;
-
-        r = sd_bus_call_method(bus, AGENT_BUS_NAME, AGENT_OBJECT_PATH, "org.freedesktop.DBus.Properties", "GetAll",
-                               &error, &reply, "s", AGENT_MANAGER_INTERFACE);
-        if (r < 0)
-                return bus_error_exit("GetAll", "Failed to read the agent status", &error, r);
-
-        r = ctl_parse_status(reply, st);
-        if (r < 0) {
-                fprintf(stderr, "gpunodectl: Unexpected reply to GetAll(%s) from the agent: %s\n",
-                        AGENT_MANAGER_INTERFACE, strerror(-r));
-                return CTL_EXIT_NOT_OK;
-        }
-        return CTL_EXIT_OK;
-}
 
 static const char *agent_state_color(const char *state) {
         if (streq_ptr(state, "ready"))
@@ -186,7 +130,7 @@ static int verb_status(sd_bus *bus, char **args) {
         _cleanup_(ctl_status_done) AgentStatus st = {};
         int r;
 
-        r = get_status(bus, &st);
+        r = ctl_get_status(bus, &st);
         if (r != CTL_EXIT_OK)
                 return r;
 
@@ -393,7 +337,7 @@ static int verb_gpus(sd_bus *bus, char **args) {
         r = sd_bus_call_method(bus, AGENT_BUS_NAME, AGENT_OBJECT_PATH, "org.freedesktop.DBus.ObjectManager",
                                "GetManagedObjects", &error, &reply, NULL);
         if (r < 0)
-                return bus_error_exit("GetManagedObjects", "Failed to list the GPUs", &error, r);
+                return ctl_bus_error_exit("GetManagedObjects", "Failed to list the GPUs", &error, r);
 
         r = ctl_parse_gpus(reply, &gpus, &n);
         if (r < 0) {
@@ -428,7 +372,7 @@ static int verb_labels(sd_bus *bus, char **args) {
         r = sd_bus_call_method(bus, AGENT_BUS_NAME, AGENT_OBJECT_PATH, AGENT_MANAGER_INTERFACE, "GetLabels", &error,
                                &reply, NULL);
         if (r < 0)
-                return bus_error_exit("GetLabels", "Failed to read the labels", &error, r);
+                return ctl_bus_error_exit("GetLabels", "Failed to read the labels", &error, r);
 
         r = sd_bus_message_enter_container(reply, 'a', "{ss}");
         if (r < 0)
@@ -459,7 +403,7 @@ static int call_simple(sd_bus *bus, const char *method, const char *what) {
         r = sd_bus_call_method(bus, AGENT_BUS_NAME, AGENT_OBJECT_PATH, AGENT_MANAGER_INTERFACE, method, &error,
                                NULL, NULL);
         if (r < 0)
-                return bus_error_exit(method, what, &error, r);
+                return ctl_bus_error_exit(method, what, &error, r);
         return CTL_EXIT_OK;
 }
 
@@ -504,7 +448,7 @@ static int wait_ready_report(sd_bus *bus, bool seen) {
                 return CTL_EXIT_UNREACHABLE;
         }
 
-        r = get_status(bus, &st);
+        r = ctl_get_status(bus, &st);
         if (r != CTL_EXIT_OK)
                 return r;
         if (st.ready) /* became ready at the very last moment */
@@ -579,7 +523,7 @@ static int verb_wait_ready(sd_bus *bus, char **args) {
                                                            SD_BUS_ERROR_DISCONNECTED))
                                 /* Not running yet (or restarting) is what we wait through; anything else,
                                  * such as a policy denial, will not go away by waiting. */
-                                return bus_error_exit("Get", "Failed to read the Ready property", &error, r);
+                                return ctl_bus_error_exit("Get", "Failed to read the Ready property", &error, r);
                 }
 
                 r = sd_bus_process(bus, NULL);
@@ -610,7 +554,10 @@ static int help(void) {
                "  labels                Show the node labels as key=value lines\n"
                "  reload                Reload the configuration (root or CAP_SYS_ADMIN)\n"
                "  reconcile             Run all stages again now (root or CAP_SYS_ADMIN)\n"
-               "  wait-ready            Wait until every stage succeeded\n\n"
+               "  wait-ready            Wait until every stage succeeded\n"
+               "  driver [status]       Show the kernel modules, DKMS state and driver version\n"
+               "  driver unload         Stop the driver's daemons and unload its modules, refused\n"
+               "                        with the list of processes while the GPU is in use (root)\n\n"
                "Options:\n"
                "  -h --help             Show this help\n"
                "     --version          Show the version\n"
@@ -618,10 +565,11 @@ static int help(void) {
                "     --no-legend        Do not print table headers and footers\n"
                "     --no-pager         Accepted for compatibility; output is never paged\n"
                "     --timeout=SEC      wait-ready: give up after SEC (default 90s, 0 waits forever);\n"
+               "                        driver unload: wait SEC for the answer (default 10min);\n"
                "                        units ms, s, min, h, d are accepted (\"2min\")\n\n"
                "Exit status:\n"
                "  0  success (wait-ready: the agent is ready)\n"
-               "  1  the operation failed, or wait-ready timed out\n"
+               "  1  the operation failed or was refused, or wait-ready timed out\n"
                "  2  invalid command line\n"
                "  3  the agent is not running or the system bus is unreachable\n"
                "  4  permission denied\n\n"
@@ -699,9 +647,19 @@ typedef struct Verb {
         int (*run)(sd_bus *bus, char **args);
 } Verb;
 
+static int verb_driver(sd_bus *bus, char **args) {
+        CtlDriverOptions o = {
+                .json = arg_json,
+                .legend = arg_legend,
+                .timeout_usec = arg_timeout_set ? arg_timeout_usec : DEFAULT_UNLOAD_TIMEOUT_USEC,
+        };
+        return ctl_driver(bus, args + 1, &o);
+}
+
 static const Verb verbs[] = {
         { "status", verb_status },       { "gpus", verb_gpus },           { "labels", verb_labels },
         { "reload", verb_reload },       { "reconcile", verb_reconcile }, { "wait-ready", verb_wait_ready },
+        { "driver", verb_driver },
 };
 
 int main(int argc, char **argv) {
@@ -722,13 +680,18 @@ int main(int argc, char **argv) {
                 fprintf(stderr, "gpunodectl: Unknown command '%s'. See gpunodectl --help.\n", name);
                 return CTL_EXIT_USAGE;
         }
-        if (optind + 1 < argc) {
+        if (verb->run == verb_driver) {
+                r = ctl_driver_check_args(optind + 1 < argc ? argv + optind + 1 : NULL);
+                if (r != CTL_EXIT_OK)
+                        return r;
+        } else if (optind + 1 < argc) {
                 fprintf(stderr, "gpunodectl: '%s' takes no arguments, got '%s'. See gpunodectl --help.\n", name,
                         argv[optind + 1]);
                 return CTL_EXIT_USAGE;
         }
-        if (arg_timeout_set && verb->run != verb_wait_ready) {
-                fprintf(stderr, "gpunodectl: --timeout only applies to wait-ready.\n");
+        bool unload = verb->run == verb_driver && optind + 1 < argc && streq(argv[optind + 1], "unload");
+        if (arg_timeout_set && verb->run != verb_wait_ready && !unload) {
+                fprintf(stderr, "gpunodectl: --timeout only applies to wait-ready and driver unload.\n");
                 return CTL_EXIT_USAGE;
         }
 

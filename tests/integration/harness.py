@@ -124,6 +124,9 @@ class Node:
         self.run = os.path.join(tmp, "run")
         self.state = os.path.join(tmp, "state")
         self.confd = os.path.join(tmp, "conf.d")
+        # The devices stage creates nodes here (never in the build's fixture tree).
+        self.dev = os.path.join(tmp, "dev")
+        os.makedirs(self.dev, exist_ok=True)
         os.makedirs(self.run, exist_ok=True)
         os.makedirs(self.confd, exist_ok=True)
         self.config = os.path.join(tmp, "agent.yaml")
@@ -132,9 +135,9 @@ class Node:
         self.nvml_env = {"FAKE_NVML_DESCRIPTION": os.path.join(self.node, "nvml.yaml"),
                          "FAKE_NVML_STATE": os.path.join(tmp, "nvml.state")}
         with open(self.config, "w") as f:
-            f.write("paths:\n  sys: %s/sys\n  proc: %s/proc\n  dev: %s/dev\n  run: %s\n  state: %s\n"
+            f.write("paths:\n  sys: %s/sys\n  proc: %s/proc\n  dev: %s\n  run: %s\n  state: %s\n"
                     "  pci-ids: %s\nnvml:\n  library: %s\nlabels:\n  directory: %s\ncdi:\n  driver-root: %s\n%s"
-                    % (self.node, self.node, self.node, self.run, self.state, PCI_IDS,
+                    % (self.node, self.node, self.dev, self.run, self.state, PCI_IDS,
                        nvml_library or FAKE_NVML, self.features, self.node, extra_yaml))
 
     def args(self):

@@ -83,7 +83,11 @@ def test_ready_status_properties():
             check(get_property(d.bus, "KernelRelease") == 's "%s"' % kver, "KernelRelease is not the node's")
             check(get_property(d.bus, "ConfigError") == 's ""', "ConfigError set on a valid config")
             stages = get_property(d.bus, "Stages")
-            check(stages.startswith('a(sstts) 4 "probe" "done"'), "Stages: " + stages)
+            names = ("probe", "driver", "devices", "fabric", "nvml", "mig", "cdi", "labels")
+            check(stages.startswith('a(sstts) %d "probe" "done"' % len(names)), "Stages: " + stages)
+            for name in names:
+                check('"%s" "done"' % name in stages or '"%s" "skipped"' % name in stages,
+                      "stage %s neither done nor skipped: %s" % (name, stages))
             for name in ("nvml", "cdi", "labels"):
                 check('"%s" "done"' % name in stages, "Stages: " + stages)
             labels = get_property(d.bus, "Labels")

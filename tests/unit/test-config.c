@@ -184,6 +184,21 @@ static void test_mapping_merge_scalar_replace(void **state) {
         assert_int_equal(c->labels.expiry_usec, 30 * USEC_PER_SEC);
         config_free(c);
 
+        /* A list is replaced whole, not appended to. */
+        free(put(root, VENDOR "/10-units.yaml", "mig:\n  hooks:\n    stop-units: [a.service, b.service]\n"));
+        c = load_root(root);
+        assert_int_equal(strv_length(c->mig.stop_units), 2);
+        config_free(c);
+        free(put(root, ADMIN "/15-units.yaml", "mig:\n  hooks:\n    stop-units: [c.service]\n"));
+        c = load_root(root);
+        assert_int_equal(strv_length(c->mig.stop_units), 1);
+        assert_string_equal(c->mig.stop_units[0], "c.service");
+        config_free(c);
+        free(put(root, ADMIN "/15-units.yaml", "mig:\n  hooks:\n    stop-units: []\n"));
+        c = load_root(root);
+        assert_int_equal(strv_length(c->mig.stop_units), 0);
+        config_free(c);
+
         /* A null replaces the whole mapping: the section is back to its defaults. */
         free(put(root, ADMIN "/20-reset.yaml", "labels: ~\nlog:\n  level: null\n"));
         c = load_root(root);
@@ -231,7 +246,7 @@ static void test_errors(void **state) {
                          "2:3: unknown key 'labels.fo' (valid keys under 'labels': enabled, directory, file, "
                          "expiry, mig-strategy, timestamp)");
         check_main_error(root, "log:\n  level: info\nlabel:\n  file: x\n", -EINVAL,
-                         "3:1: unknown key 'label' (valid top-level keys: paths, nvml, labels, sharing, cdi, engine, log)");
+                         "3:1: unknown key 'label' (valid top-level keys: paths, nvml, labels, sharing, driver, devices, fabric, mig, cdi, engine, log)");
         check_main_error(root, "labels:\n  enabled: maybe\n", -EINVAL,
                          "2:12: labels.enabled: expected a boolean (true/false), got 'maybe'");
         check_main_error(root, "labels:\n  enabled:\n    - true\n", -EINVAL,
@@ -267,6 +282,17 @@ static void test_errors(void **state) {
                          "3:13: sharing.replicas: must be at least 1 (1 = no sharing)");
         check_main_error(root, "labels:\n  mig-strategy: both\n", -EINVAL,
                          "2:17: labels.mig-strategy: expected one of none, single, mixed, got 'both'");
+        check_main_error(root, "mig:\n  hooks:\n    stop-units: kubelet.service\n", -EINVAL,
+                         "3:17: mig.hooks.stop-units: expected a list such as [nvidia-dcgm.service, "
+                         "kubelet.service], got a plain value");
+        check_main_error(root, "mig:\n  hooks:\n    stop-units: [kubelet]\n", -EINVAL,
+                         "3:18: mig.hooks.stop-units: 'kubelet' is not a systemd unit name; write it with its "
+                         "type, such as nvidia-dcgm.service");
+        check_main_error(root, "mig:\n  hooks:\n    stop-units: [a.service, a.service]\n", -EINVAL,
+                         "3:29: mig.hooks.stop-units: 'a.service' is listed twice");
+        check_main_error(root, "driver:\n  parameters:\n    nvidia-foo: x\n", -EINVAL,
+                         "3:5: unknown key 'driver.parameters.nvidia-foo' (valid keys under 'driver.parameters': "
+                         "nvidia, nvidia-uvm, nvidia-modeset, nvidia-peermem)");
         check_main_error(root, "engine:\n  retry-min: 0\n", -EINVAL,
                          "2:14: engine.retry-min: must be greater than 0, or a failed stage would be retried "
                          "in a busy loop");

@@ -68,6 +68,8 @@ static void env_init_full(Env *e, const char *node, const char *sys_override, co
                          "  library: %s\n"
                          "labels:\n"
                          "  directory: %s\n"
+                         "devices:\n"
+                         "  enabled: false\n" /* the node's dev tree is the build's fixture: read only */
                          "cdi:\n"
                          "  driver-root: %s\n"
                          "engine:\n"
@@ -115,9 +117,18 @@ static void test_string_tables(void **state) {
         assert_string_equal(stage_to_string(STAGE_NVML), "nvml");
         assert_string_equal(stage_to_string(STAGE_CDI), "cdi");
         assert_string_equal(stage_to_string(STAGE_LABELS), "labels");
-        /* Labels need only the probe (they fall back to PCI when NVML is down); CDI needs NVML. */
+        /* The order of a pass, and what waits for what: labels need only the probe (they fall back to
+         * PCI when the driver or NVML is down); NVML needs the driver; CDI and MIG need NVML. */
+        static const char *const order[] = { "probe", "driver", "devices", "fabric", "nvml", "mig", "cdi", "labels" };
+        assert_int_equal(ELEMENTSOF(order), _STAGE_MAX);
+        for (int i = 0; i < _STAGE_MAX; i++)
+                assert_string_equal(stage_to_string(i), order[i]);
         assert_int_equal(stage_descriptor(STAGE_PROBE)->depends, 0);
-        assert_int_equal(stage_descriptor(STAGE_NVML)->depends, 1u << STAGE_PROBE);
+        assert_int_equal(stage_descriptor(STAGE_DRIVER)->depends, 1u << STAGE_PROBE);
+        assert_int_equal(stage_descriptor(STAGE_DEVICES)->depends, 1u << STAGE_DRIVER);
+        assert_int_equal(stage_descriptor(STAGE_FABRIC)->depends, 1u << STAGE_DEVICES);
+        assert_int_equal(stage_descriptor(STAGE_NVML)->depends, 1u << STAGE_DRIVER);
+        assert_int_equal(stage_descriptor(STAGE_MIG)->depends, 1u << STAGE_NVML);
         assert_int_equal(stage_descriptor(STAGE_CDI)->depends, 1u << STAGE_NVML);
         assert_int_equal(stage_descriptor(STAGE_LABELS)->depends, 1u << STAGE_PROBE);
 }
@@ -151,7 +162,8 @@ static void test_full_pass_ready(void **state) {
         assert_true(exists(e.features, "gpu-node-agent"));
         state_path = path_join(agent_run, "state");
         assert_int_equal(read_full_file(state_path, 4096, &state_text, NULL), 0);
-        assert_string_equal(state_text, "STATE=ready\nREADY=yes\nGPU_COUNT=8\nSTAGE_probe=done\nSTAGE_nvml=done\n"
+        assert_string_equal(state_text, "STATE=ready\nREADY=yes\nGPU_COUNT=8\nSTAGE_probe=done\nSTAGE_driver=done\nSTAGE_devices=skipped\n"
+                                        "STAGE_fabric=skipped\nSTAGE_nvml=done\nSTAGE_mig=skipped\n"
                                         "STAGE_cdi=done\nSTAGE_labels=done\n");
         _cleanup_free_ char *spec = path_join(e.run, "cdi/nvidia.yaml");
         assert_int_equal(access(spec, F_OK), 0);
@@ -171,8 +183,10 @@ static void test_probe_failure_blocks_labels(void **state) {
         assert_int_equal(m->stages[STAGE_PROBE].state, STAGE_FAILED);
         assert_true(m->stages[STAGE_PROBE].error > 0);
         assert_non_null(strstr(m->stages[STAGE_PROBE].message, "/nonexistent/gna-sys"));
+        assert_int_equal(m->stages[STAGE_DRIVER].state, STAGE_PENDING);
+        assert_string_equal(m->stages[STAGE_DRIVER].message, "waiting for stage probe (failed)");
         assert_int_equal(m->stages[STAGE_NVML].state, STAGE_PENDING);
-        assert_string_equal(m->stages[STAGE_NVML].message, "waiting for stage probe (failed)");
+        assert_string_equal(m->stages[STAGE_NVML].message, "waiting for stage driver (pending)");
         assert_int_equal(m->stages[STAGE_CDI].state, STAGE_PENDING);
         assert_string_equal(m->stages[STAGE_CDI].message, "waiting for stage nvml (pending)");
         assert_int_equal(m->stages[STAGE_LABELS].state, STAGE_PENDING);

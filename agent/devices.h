@@ -1,0 +1,18 @@
+/* SPDX-License-Identifier: MIT */
+/* The devices and fabric stages' entry points for the rest of the agent (stage-devices.c,
+ * stage-fabric.c): re-making the device nodes outside a pass (the mig stage, after a MIG change
+ * added or removed capability nodes) and the fabric stage's teardown. */
+#pragma once
+
+#include "manager.h"
+
+/* The devices stage's work: plans the /dev/nvidia* nodes from <paths.proc> (with the capability
+ * nodes of the MIG devices in m->nvml_snapshot, when there is one) and makes <paths.dev> match.
+ * Returns STAGE_DONE (or STAGE_SKIPPED: devices.enabled is false, no GPU, the driver was unloaded
+ * with Unload()) with a message saying what was done, or a negative errno with a sentence saying
+ * what failed and what to do. *ret_message is always set (NULL only on OOM). */
+int manager_devices_refresh(Manager *m, char **ret_message);
+
+/* Cancels a unit start of the fabric stage that is still in flight (no callback after this) and
+ * forgets the units the agent started; also ends an Unload() in flight. Called by manager_free(). */
+void manager_fabric_done(Manager *m);

@@ -1,0 +1,282 @@
+/* SPDX-License-Identifier: MIT */
+/* Owns Unload(): taking the NVIDIA driver out of the kernel for a driver upgrade, as specs/driver.md
+ * "Unload" says. First the units the fabric stage started are stopped (nvidia-persistenced keeps the
+ * GPU open), one after the other on the event loop; then, in one go so that no stage can open the
+ * GPU in between, NVML is closed (our own handle holds /dev/nvidia*), the holders are collected —
+ * processes with a /dev/nvidia* node open and modules holding nvidia other than the driver's own —
+ * and either the call is refused with that list, or the modules are removed holders first, never
+ * forced. Afterwards the driver, devices and fabric stages keep their hands off ("held") until
+ * Reconcile(), Reload() or a restart: a device event must not load the old driver again in the middle
+ * of an upgrade. The method call is answered when all that is done. */
+#include <unistd.h>
+
+#include "bus.h"
+#include "devices.h"
+#include "driver-unload.h"
+#include "driver.h"
+#include "fabric.h"
+#include "gpu-holders.h"
+#include "log.h"
+#include "mig-manager.h"
+#include "module.h"
+#include "strv.h"
+
+typedef struct DriverUnload {
+        Manager *manager;
+        sd_bus_message *request; /* the Unload() call to answer; NULL when not running */
+        FabricOp *op;            /* the unit stop in flight */
+        char **to_stop;          /* units still to stop, in stop order */
+        char **stopped;
+        bool held;               /* the driver is (being) unloaded: the stages leave it alone */
+} DriverUnload;
+
+static const char *const unload_modules[] = { DRIVER_UNLOAD_MODULES, NULL };
+
+static DriverUnload *driver_unload_free(DriverUnload *u) {
+        if (!u)
+                return NULL;
+        fabric_op_free(u->op);
+        sd_bus_message_unref(u->request);
+        strv_free(u->to_stop);
+        strv_free(u->stopped);
+        return mfree(u);
+}
+
+bool manager_driver_unload_held(const Manager *m) {
+        return m->unload && m->unload->held;
+}
+
+void manager_driver_unload_release(Manager *m) {
+        if (!m->unload || m->unload->request)
+                return;
+        log_info("Driver hold after Unload() released: the driver stage may load the driver again.");
+        m->unload = driver_unload_free(m->unload);
+}
+
+void manager_driver_unload_free(Manager *m) {
+        m->unload = driver_unload_free(m->unload);
+}
+
+/* Answers the call with an error and lets the stages bring back what was stopped. */
+static void unload_fail(DriverUnload *u, const char *name, const char *message) {
+        Manager *m = u->manager;
+        _cleanup_(sd_bus_error_free) sd_bus_error error = SD_BUS_ERROR_NULL;
+
+        /* A refusal is the method working as intended; a failure is not. */
+        if (streq(name, AGENT_ERROR_BUSY))
+                log_warning("Unload() refused: %s", message);
+        else
+                log_error("Unload() failed: %s", message);
+        (void) sd_bus_error_set(&error, name, message);
+        if (sd_bus_reply_method_error(u->request, &error) < 0)
+                log_debug("Could not send the Unload() error reply (the caller left?).");
+        m->unload = driver_unload_free(u);
+        manager_request_pass(m, "Unload() did not complete");
+}
+
+/* The Modules rows describe states that just changed. */
+static void unload_refresh_module_rows(Manager *m, ModuleContext *ctx) {
+        _cleanup_strv_free_ char **rows = NULL;
+
+        STRV_FOREACH(row, m->module_rows) {
+                _cleanup_free_ char *name = strndup(*row, strcspn(*row, "\t"));
+                ModuleStatus st = {};
+
+                if (!name || module_status(ctx, name, &st) < 0 ||
+                    strv_extendf(&rows, "%s\t%s\t%s", st.name, module_state_to_string(st.state) ?: "",
+                                 st.detail ?: "") < 0) {
+                        module_status_done(&st);
+                        return (void) log_oom();
+                }
+                module_status_done(&st);
+        }
+        strv_free(m->module_rows);
+        m->module_rows = TAKE_PTR(rows);
+        manager_bus_mark_dirty(m, NULL, AGENT_MANAGER_INTERFACE, "Modules");
+}
+
+static void unload_reply(DriverUnload *u, char **removed) {
+        _cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
+        int r;
+
+        r = sd_bus_message_new_method_return(u->request, &reply);
+        if (r >= 0)
+                r = sd_bus_message_append_strv(reply, u->stopped);
+        if (r >= 0)
+                r = sd_bus_message_append_strv(reply, removed);
+        if (r >= 0)
+                r = sd_bus_send(NULL, reply, NULL);
+        if (r < 0)
+                log_debug("Could not send the Unload() reply: %s", strerror(-r));
+}
+
+/* Drops what NVML said: it is closed, and the driver it described is going away. */
+static void unload_forget_nvml(Manager *m) {
+        NvmlSnapshot *old = m->nvml_snapshot;
+
+        m->nvml = gpu_nvml_close(m->nvml);
+        if (!old)
+                return;
+        m->nvml_snapshot = NULL;
+        manager_bus_nvml_changed(m, old);
+        nvml_snapshot_free(old);
+}
+
+/* Whether a module holding nvidia is one we remove anyway (as the kernel names it: '_'). */
+static bool unload_is_ours(const char *module) {
+        for (size_t i = 0; unload_modules[i]; i++) {
+                const char *a = unload_modules[i], *b = module;
+                for (; *a && *b; a++, b++)
+                        if (*a != *b && !((*a == '-' || *a == '_') && (*b == '-' || *b == '_')))
+                                break;
+                if (!*a && !*b)
+                        return true;
+        }
+        return false;
+}
+
+static void unload_modules_now(DriverUnload *u) {
+        Manager *m = u->manager;
+        _cleanup_(gpu_holders_done) GpuHolders holders = {};
+        _cleanup_strv_free_ char **loaded = NULL, **removed = NULL, **others = NULL;
+        _cleanup_free_ char *message = NULL;
+        ModuleContext *ctx = NULL;
+        int r;
+
+        /* Our own NVML handle keeps /dev/nvidia* open; so would a stage that opened it again, which
+         * is why everything from here on happens in this one callback. */
+        m->nvml = gpu_nvml_close(m->nvml);
+
+        r = gpu_holders_collect(m->config->paths.proc, m->config->paths.sys, m->config->paths.dev, getpid(),
+                                &holders);
+        if (r < 0) {
+                message = strprintf("Cannot find out what holds the GPU (under %s and %s): %s", m->config->paths.proc,
+                                    m->config->paths.sys, strerror(-r));
+                return unload_fail(u, AGENT_ERROR_UNLOAD_FAILED, message ?: "Out of memory.");
+        }
+        STRV_FOREACH(h, holders.modules)
+                if (!unload_is_ours(*h) && strv_extend(&others, *h) < 0)
+                        return unload_fail(u, AGENT_ERROR_UNLOAD_FAILED, "Out of memory.");
+        strv_free(holders.modules);
+        holders.modules = TAKE_PTR(others);
+        if (gpu_holders_busy(&holders)) {
+                message = gpu_holders_to_string(&holders);
+                return unload_fail(u, AGENT_ERROR_BUSY, message ?: "The GPU is in use.");
+        }
+
+        r = manager_module_context(m, &ctx);
+        if (r < 0) {
+                message = strprintf("Cannot open the kernel module database for %s: %s", strna(m->kernel_release),
+                                    strerror(-r));
+                return unload_fail(u, AGENT_ERROR_UNLOAD_FAILED, message ?: "Out of memory.");
+        }
+        for (size_t i = 0; unload_modules[i]; i++) {
+                int s = module_get_state(ctx, unload_modules[i]);
+                if ((s == MODULE_STATE_LIVE || s == MODULE_STATE_COMING || s == MODULE_STATE_GOING) &&
+                    strv_extend(&loaded, unload_modules[i]) < 0)
+                        return unload_fail(u, AGENT_ERROR_UNLOAD_FAILED, "Out of memory.");
+        }
+
+        r = module_unload(ctx, (char *const *) unload_modules, &message);
+        unload_refresh_module_rows(m, ctx);
+        if (r < 0)
+                return unload_fail(u, r == -EBUSY || r == -EAGAIN ? AGENT_ERROR_BUSY : AGENT_ERROR_UNLOAD_FAILED,
+                                   message ?: strerror(-r));
+
+        STRV_FOREACH(n, loaded)
+                if (module_get_state(ctx, *n) == MODULE_STATE_ABSENT && strv_extend(&removed, *n) < 0)
+                        return unload_fail(u, AGENT_ERROR_UNLOAD_FAILED, "Out of memory.");
+
+        _cleanup_free_ char *units = strv_join(u->stopped, ", "), *mods = strv_join(removed, ", ");
+        log_info("Unload() done: stopped %s; removed %s. The driver stays unloaded until Reconcile() or Reload().",
+                 isempty(units) ? "no units" : units, isempty(mods) ? "no modules (none was loaded)" : mods);
+        unload_forget_nvml(m);
+        unload_reply(u, removed);
+        u->request = sd_bus_message_unref(u->request);
+}
+
+static void unload_next(DriverUnload *u);
+
+static void on_unit_stopped(FabricOp *op, int r, const char *message, void *userdata) {
+        DriverUnload *u = userdata;
+        Manager *m = u->manager;
+        _cleanup_free_ char *unit = u->to_stop[0], *text = NULL;
+
+        /* message may live in op: use it before op goes. */
+        if (r < 0)
+                text = strprintf("Cannot stop %s: %s", unit, strna(message));
+        u->op = fabric_op_free(op);
+        memmove(u->to_stop, u->to_stop + 1, strv_length(u->to_stop) * sizeof(char *));
+        if (r < 0)
+                return unload_fail(u, AGENT_ERROR_UNLOAD_FAILED, text ?: "Out of memory.");
+        log_info("Stopped %s for Unload().", unit);
+        /* Stopped now: the fabric stage starts it again (and records it) when the driver comes back. */
+        char **l = m->started_units;
+        for (size_t i = 0; l && l[i]; i++)
+                if (streq(l[i], unit)) {
+                        free(l[i]);
+                        memmove(l + i, l + i + 1, strv_length(l + i + 1) * sizeof(char *) + sizeof(char *));
+                        break;
+                }
+        if (strv_extend(&u->stopped, unit) < 0)
+                return unload_fail(u, AGENT_ERROR_UNLOAD_FAILED, "Out of memory.");
+        unload_next(u);
+}
+
+static void unload_next(DriverUnload *u) {
+        Manager *m = u->manager;
+        _cleanup_free_ char *text = NULL;
+        int r;
+
+        if (!u->to_stop || !u->to_stop[0])
+                return unload_modules_now(u);
+
+        r = fabric_unit_stop(m->bus, u->to_stop[0], m->config->fabric.timeout_usec, on_unit_stopped, u, &u->op);
+        if (r < 0) {
+                text = strprintf("Cannot stop %s: %s", u->to_stop[0], strerror(-r));
+                unload_fail(u, AGENT_ERROR_UNLOAD_FAILED, text ?: "Out of memory.");
+        }
+}
+
+int manager_driver_unload(Manager *m, sd_bus_message *request, sd_bus_error *error) {
+        DriverUnload *u;
+        size_t n;
+
+        if (m->unload && m->unload->request)
+                return sd_bus_error_set(error, AGENT_ERROR_BUSY, "Another Unload() is running; wait for it to finish.");
+        /* These stages may be loading the driver (a DKMS build can take minutes) or starting its
+         * daemons; pulling it out from under them would leave a half-done state behind. */
+        if (m->mig && mig_manager_busy(m->mig))
+                return sd_bus_error_set(error, AGENT_ERROR_BUSY,
+                                        "A MIG configuration is being applied; retry Unload() when it finished "
+                                        "(watch the MigConfigState property).");
+        if (m->current_stage == STAGE_DRIVER || m->current_stage == STAGE_DEVICES || m->current_stage == STAGE_FABRIC)
+                return sd_bus_error_setf(error, AGENT_ERROR_BUSY,
+                                         "The agent is running the %s stage; retry Unload() when it finished "
+                                         "(gpunodectl wait-ready, or watch the Stage property).",
+                                         stage_to_string(m->current_stage));
+
+        if (!m->unload) {
+                m->unload = calloc(1, sizeof(DriverUnload));
+                if (!m->unload)
+                        return -ENOMEM;
+        }
+        u = m->unload;
+        u->manager = m;
+        u->held = true;
+        u->stopped = strv_free(u->stopped);
+        /* Stopped in the reverse order of their start. */
+        n = strv_length(m->started_units);
+        u->to_stop = strv_free(u->to_stop);
+        for (size_t i = n; i > 0; i--)
+                if (strv_extend(&u->to_stop, m->started_units[i - 1]) < 0) {
+                        m->unload = driver_unload_free(u);
+                        return -ENOMEM;
+                }
+        u->request = sd_bus_message_ref(request);
+
+        log_info("Unload() requested by %s: stopping %zu unit%s, then removing the driver's modules.",
+                 strna(sd_bus_message_get_sender(request)), n, n == 1 ? "" : "s");
+        unload_next(u);
+        return 1;
+}

@@ -1,0 +1,351 @@
+/* SPDX-License-Identifier: MIT */
+/* Owns the NVML side of applying a plan to one GPU: each step as NVML calls (GPU and compute instances
+ * looked up by id, GPU instances created at the planned placement), the journal record of every write,
+ * and the plan back to a recorded layout that rollback and journal recovery run. Synchronous: NVML
+ * answers these in milliseconds; the slow part, a GPU reset, is the caller's (a child process). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "mig-apply.h"
+#include "mig-state.h"
+#include "strv.h"
+
+#define MAX_CIS 16
+
+int mig_gpu_mode_is(GpuNvml *n, nvmlDevice_t d, bool want, bool *ret) {
+        unsigned current = 0, pending = 0;
+        int r;
+
+        r = gpu_nvml_device_get_mig_mode(n, d, &current, &pending);
+        if (r < 0)
+                return r;
+        *ret = (current == NVML_DEVICE_MIG_ENABLE) == want;
+        return 0;
+}
+
+int mig_gpu_run_init(GpuNvml *n, const MigGpuPlan *plan, MigGpuRun *ret) {
+        MigGpuRun run = { .plan = plan };
+        int r;
+
+        r = mig_state_device(n, plan->pci_address, &run.device);
+        if (r < 0)
+                return r;
+        run.created = calloc(plan->n_steps ?: 1, sizeof *run.created);
+        if (!run.created)
+                return -ENOMEM;
+        *ret = run;
+        return 0;
+}
+
+void mig_gpu_run_done(MigGpuRun *run) {
+        if (!run)
+                return;
+        free(run->created);
+        *run = (MigGpuRun) {};
+}
+
+/* A compute instance by id; drivers without nvmlGpuInstanceGetComputeInstanceById are asked per CI
+ * profile. */
+static int find_ci(GpuNvml *n, nvmlGpuInstance_t gi, unsigned ci_id, nvmlComputeInstance_t *ret) {
+        int r;
+
+        r = gpu_nvml_gpu_instance_get_compute_instance_by_id(n, gi, ci_id, ret);
+        if (r != -ENOSYS)
+                return r;
+        for (unsigned idx = 0; idx < NVML_COMPUTE_INSTANCE_PROFILE_COUNT; idx++) {
+                nvmlComputeInstanceProfileInfo_v2_t info = {};
+                nvmlComputeInstance_t cis[MAX_CIS];
+                unsigned count = ELEMENTSOF(cis);
+
+                r = gpu_nvml_gpu_instance_get_compute_instance_profile_info(
+                        n, gi, idx, NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED, &info);
+                if (r == -EOPNOTSUPP || r == -EINVAL || r == -ENOENT)
+                        continue;
+                if (r < 0)
+                        return r;
+                r = gpu_nvml_gpu_instance_get_compute_instances(n, gi, info.id, cis, &count);
+                if (r == -EOPNOTSUPP || r == -EINVAL)
+                        continue;
+                if (r < 0)
+                        return r;
+                for (unsigned k = 0; k < count; k++) {
+                        nvmlComputeInstanceInfo_t ci = {};
+                        r = gpu_nvml_compute_instance_get_info(n, cis[k], &ci);
+                        if (r < 0)
+                                return r;
+                        if (ci.id == ci_id) {
+                                *ret = cis[k];
+                                return 0;
+                        }
+                }
+        }
+        return -ENOENT;
+}
+
+static char *step_failed(GpuNvml *n, const MigGpuRun *run, const MigStep *s, const char *what) {
+        const char *p = s->profile ? s->profile : "";
+
+        switch (s->kind) {
+        case MIG_STEP_SET_MODE:
+                return strprintf("GPU %u (%s): %s MIG mode failed: %s", run->plan->gpu, run->plan->pci_address,
+                                 s->enable ? "enabling" : "disabling", what);
+        case MIG_STEP_RESET_GPU:
+                return strprintf("GPU %u (%s): the MIG mode change is still not active: %s", run->plan->gpu,
+                                 run->plan->pci_address, what);
+        case MIG_STEP_DESTROY_CI:
+                return strprintf("GPU %u (%s): destroying compute instance %u of GPU instance %u failed: %s",
+                                 run->plan->gpu, run->plan->pci_address, s->ci_id, s->gi_id, what);
+        case MIG_STEP_DESTROY_GI:
+                return strprintf("GPU %u (%s): destroying GPU instance %u%s%s failed: %s", run->plan->gpu,
+                                 run->plan->pci_address, s->gi_id, *p ? " " : "", p, what);
+        case MIG_STEP_CREATE_GI:
+                return strprintf("GPU %u (%s): creating GPU instance %s (profile id %u) at placement %u+%u "
+                                 "failed: %s", run->plan->gpu, run->plan->pci_address, p, s->profile_id, s->start,
+                                 s->size, what);
+        case MIG_STEP_CREATE_CI:
+                return strprintf("GPU %u (%s): creating compute instance %s (CI profile id %u) failed: %s",
+                                 run->plan->gpu, run->plan->pci_address, p, s->profile_id, what);
+        case _MIG_STEP_KIND_MAX:
+        case _MIG_STEP_KIND_INVALID:
+                break;
+        }
+        (void) n;
+        return strprintf("GPU %s: unknown step: %s", run->plan->pci_address, what);
+}
+
+static unsigned step_gi(const MigGpuRun *run, const MigStep *s) {
+        if (s->gi_step >= 0 && (size_t) s->gi_step < run->plan->n_steps)
+                return run->created[s->gi_step];
+        return s->gi_id;
+}
+
+/* One step; r < 0 with *ret_error on failure. 1 = the MIG mode waits for a reset. */
+static int run_step(GpuNvml *n, MigGpuRun *run, size_t i, MigJournal *j, char **ret_error) {
+        const MigStep *s = &run->plan->steps[i];
+        nvmlGpuInstance_t gi = NULL;
+        nvmlComputeInstance_t ci = NULL;
+        nvmlGpuInstanceInfo_t gi_info = {};
+        nvmlComputeInstanceInfo_t ci_info = {};
+        bool active = false;
+        int r = 0, rj;
+
+        switch (s->kind) {
+        case MIG_STEP_SET_MODE:
+                r = gpu_nvml_device_set_mig_mode(n, run->device, s->enable ? NVML_DEVICE_MIG_ENABLE
+                                                                           : NVML_DEVICE_MIG_DISABLE);
+                if (r >= 0 || r == -ERESTART) {
+                        run->wrote = run->mode_changed = true;
+                        rj = j ? mig_journal_step(j, run->plan->pci_address, s, 0, 0, r) : 0;
+                        if (rj < 0)
+                                return rj;
+                }
+                if (r == -ERESTART)
+                        return MIG_GPU_RUN_NEEDS_RESET;
+                /* Some drivers answer SUCCESS and still keep the change pending: ask. */
+                if (r >= 0) {
+                        r = mig_gpu_mode_is(n, run->device, s->enable, &active);
+                        if (r >= 0 && !active)
+                                return MIG_GPU_RUN_NEEDS_RESET;
+                }
+                break;
+
+        case MIG_STEP_RESET_GPU: {
+                unsigned current = 0, pending = 0;
+
+                /* Done already (the SET_MODE before took effect, or a reset just ran): nothing to wait for. */
+                r = gpu_nvml_device_get_mig_mode(n, run->device, &current, &pending);
+                if (r >= 0 && current != pending)
+                        return MIG_GPU_RUN_NEEDS_RESET;
+                break;
+        }
+
+        case MIG_STEP_DESTROY_CI:
+                r = gpu_nvml_device_get_gpu_instance_by_id(n, run->device, s->gi_id, &gi);
+                if (r >= 0)
+                        r = find_ci(n, gi, s->ci_id, &ci);
+                if (r >= 0)
+                        r = gpu_nvml_compute_instance_destroy(n, ci);
+                if (r >= 0) {
+                        run->wrote = true;
+                        rj = j ? mig_journal_step(j, run->plan->pci_address, s, s->gi_id, s->ci_id, 0) : 0;
+                        if (rj < 0)
+                                return rj;
+                }
+                break;
+
+        case MIG_STEP_DESTROY_GI:
+                r = gpu_nvml_device_get_gpu_instance_by_id(n, run->device, s->gi_id, &gi);
+                if (r >= 0)
+                        r = gpu_nvml_gpu_instance_destroy(n, gi);
+                if (r >= 0) {
+                        run->wrote = true;
+                        rj = j ? mig_journal_step(j, run->plan->pci_address, s, s->gi_id, 0, 0) : 0;
+                        if (rj < 0)
+                                return rj;
+                }
+                break;
+
+        case MIG_STEP_CREATE_GI: {
+                nvmlGpuInstancePlacement_t pl = { .start = s->start, .size = s->size };
+
+                r = gpu_nvml_device_create_gpu_instance_with_placement(n, run->device, s->profile_id, &pl, &gi);
+                if (r >= 0) {
+                        run->wrote = true;
+                        r = gpu_nvml_gpu_instance_get_info(n, gi, &gi_info);
+                }
+                if (r >= 0) {
+                        run->created[i] = gi_info.id;
+                        rj = j ? mig_journal_step(j, run->plan->pci_address, s, gi_info.id, 0, 0) : 0;
+                        if (rj < 0)
+                                return rj;
+                }
+                break;
+        }
+
+        case MIG_STEP_CREATE_CI: {
+                unsigned gi_id = step_gi(run, s);
+
+                r = gpu_nvml_device_get_gpu_instance_by_id(n, run->device, gi_id, &gi);
+                if (r >= 0)
+                        r = gpu_nvml_gpu_instance_create_compute_instance(n, gi, s->profile_id, &ci);
+                if (r >= 0) {
+                        run->wrote = true;
+                        r = gpu_nvml_compute_instance_get_info(n, ci, &ci_info);
+                }
+                if (r >= 0) {
+                        run->created[i] = ci_info.id;
+                        rj = j ? mig_journal_step(j, run->plan->pci_address, s, gi_id, ci_info.id, 0) : 0;
+                        if (rj < 0)
+                                return rj;
+                }
+                break;
+        }
+
+        case _MIG_STEP_KIND_MAX:
+        case _MIG_STEP_KIND_INVALID:
+                r = -EINVAL;
+                break;
+        }
+
+        if (r < 0) {
+                if (j)
+                        (void) mig_journal_step(j, run->plan->pci_address, s, step_gi(run, s), s->ci_id, r);
+                *ret_error = step_failed(n, run, s, gpu_nvml_last_error(n));
+        }
+        return r;
+}
+
+int mig_gpu_run_steps(GpuNvml *n, MigGpuRun *run, MigJournal *j, char **ret_error) {
+        int r;
+
+        while (run->next < run->plan->n_steps) {
+                size_t i = run->next++;
+
+                r = run_step(n, run, i, j, ret_error);
+                if (r != 0)
+                        return r;
+        }
+        return 0;
+}
+
+/* ---- back to a recorded layout ---- */
+
+static int add_step(MigGpuPlan *p, MigStep s) {
+        MigStep *l = realloc(p->steps, (p->n_steps + 1) * sizeof *l);
+        if (!l)
+                return -ENOMEM;
+        p->steps = l;
+        l[p->n_steps] = s;
+        return (int) p->n_steps++;
+}
+
+static const MigGiState *find_gi(const MigGpuState *g, const MigGiState *like, const bool *used) {
+        for (size_t i = 0; i < g->n_gis; i++)
+                if (!used[i] && g->gis[i].profile_id == like->profile_id && g->gis[i].start == like->start)
+                        return &g->gis[i];
+        return NULL;
+}
+
+int mig_restore_plan(const MigGpuState *now, const MigGpuState *target, MigGpuPlan *ret) {
+        _cleanup_(mig_gpu_plan_done) MigGpuPlan p = { .gpu = target->index };
+        _cleanup_free_ bool *kept_now = calloc(now->n_gis + 1, sizeof(bool));
+        _cleanup_free_ const MigGiState **match = calloc(target->n_gis + 1, sizeof(MigGiState *));
+        int r;
+
+        if (!kept_now || !match)
+                return -ENOMEM;
+        memcpy(p.pci_address, target->pci_address, sizeof p.pci_address);
+
+        if (mig_state_layout_equal(now, target) && now->mig_pending == target->mig_current) {
+                *ret = p;
+                p = (MigGpuPlan) {};
+                return 0;
+        }
+
+        /* GIs that are where they were, with the same CIs, stay. */
+        if (now->mig_current && target->mig_current)
+                for (size_t i = 0; i < target->n_gis; i++) {
+                        const MigGiState *g = find_gi(now, &target->gis[i], kept_now);
+                        if (!g)
+                                continue;
+                        MigGpuState one_now = { .mig_current = true, .gis = (MigGiState *) g, .n_gis = 1 };
+                        MigGpuState one_target = { .mig_current = true, .gis = (MigGiState *) &target->gis[i], .n_gis = 1 };
+                        if (!mig_state_layout_equal(&one_now, &one_target))
+                                continue;
+                        kept_now[g - now->gis] = true;
+                        match[i] = g;
+                }
+
+        for (int pass = 0; now->mig_current && pass < 2; pass++)
+                for (size_t i = 0; i < now->n_gis; i++) {
+                        const MigGiState *g = &now->gis[i];
+                        if (kept_now[i])
+                                continue;
+                        for (size_t k = 0; pass == 0 && k < g->n_cis; k++) {
+                                r = add_step(&p, (MigStep) { .kind = MIG_STEP_DESTROY_CI, .gi_id = g->id,
+                                                             .ci_id = g->ci_ids[k], .gi_step = -1 });
+                                if (r < 0)
+                                        return r;
+                        }
+                        if (pass == 1) {
+                                r = add_step(&p, (MigStep) { .kind = MIG_STEP_DESTROY_GI, .gi_id = g->id, .gi_step = -1 });
+                                if (r < 0)
+                                        return r;
+                        }
+                }
+
+        if (now->mig_current != target->mig_current || now->mig_pending != target->mig_current) {
+                r = add_step(&p, (MigStep) { .kind = MIG_STEP_SET_MODE, .enable = target->mig_current, .gi_step = -1 });
+                if (r >= 0)
+                        r = add_step(&p, (MigStep) { .kind = MIG_STEP_RESET_GPU, .gi_step = -1 });
+                if (r < 0)
+                        return r;
+                p.needs_reset = true;
+        }
+
+        if (!target->mig_current)
+                goto done;
+
+        for (size_t i = 0; i < target->n_gis; i++) {
+                const MigGiState *t = &target->gis[i];
+                int gi_step;
+
+                if (match[i])
+                        continue;
+                gi_step = add_step(&p, (MigStep) { .kind = MIG_STEP_CREATE_GI, .profile_id = t->profile_id,
+                                                   .start = t->start, .size = t->size, .gi_step = -1 });
+                if (gi_step < 0)
+                        return gi_step;
+                for (size_t k = 0; k < t->n_cis; k++) {
+                        r = add_step(&p, (MigStep) { .kind = MIG_STEP_CREATE_CI, .profile_id = t->ci_profile_ids[k],
+                                                     .gi_step = gi_step });
+                        if (r < 0)
+                                return r;
+                }
+        }
+
+done:
+        *ret = p;
+        p = (MigGpuPlan) {};
+        return 0;
+}

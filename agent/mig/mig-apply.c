@@ -1,0 +1,667 @@
+/* SPDX-License-Identifier: MIT */
+/* Owns the asynchronous MIG apply (see mig-apply.h): the phases (hook units down, busy check, one GPU per
+ * event-loop iteration, hook units up), the GPU reset child process, rollback of a failing GPU, the
+ * journal's begin/end, and the result. Nothing here blocks the loop for longer than one GPU's NVML calls. */
+#include <fcntl.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/pidfd.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "fabric.h"
+#include "fileio.h"
+#include "mig-apply.h"
+#include "mig-state.h"
+#include "strv.h"
+
+#define POLL_CHILD_USEC (50 * USEC_PER_MSEC)
+
+DEFINE_CLEANUP_FUNC(FabricOp *, fabric_op_free);
+
+static const char *const config_state_table[_MIG_CONFIG_STATE_MAX] = {
+        [MIG_CONFIG_SUCCESS] = "success",
+        [MIG_CONFIG_PENDING] = "pending",
+        [MIG_CONFIG_REBOOTING] = "rebooting",
+        [MIG_CONFIG_FAILED] = "failed",
+};
+
+const char *mig_config_state_to_string(MigConfigState s) {
+        if (s < 0 || s >= _MIG_CONFIG_STATE_MAX)
+                return NULL;
+        return config_state_table[s];
+}
+
+MigConfigState mig_config_state_from_string(const char *s) {
+        for (int i = 0; s && i < _MIG_CONFIG_STATE_MAX; i++)
+                if (streq(config_state_table[i], s))
+                        return (MigConfigState) i;
+        return _MIG_CONFIG_STATE_INVALID;
+}
+
+typedef enum Phase {
+        PHASE_STOP_UNITS,
+        PHASE_BUSY,
+        PHASE_GPUS,
+        PHASE_START_UNITS,
+        PHASE_DONE,
+} Phase;
+
+struct MigApply {
+        MigApplyOptions o;            /* strings below are our copies */
+        char **stop_units;
+        char *reset_program;
+        char *journal_path;
+
+        MigPlan *plan;
+        MigGpuState *before;
+        size_t n_before;
+        MigJournal *journal;
+        MigApplyFinished cb;
+        void *userdata;
+
+        Phase phase;
+        sd_event_source *defer;
+        FabricOp *op;
+        size_t unit_index;
+        char **stopped;               /* hook units stopped, in stop order */
+
+        size_t gpu;                   /* plan->gpus index */
+        MigGpuRun run, rollback_run;
+        MigGpuPlan rollback;
+        bool run_active, rolling_back;
+        bool reset_done;              /* the current run had its reset: still pending now is a failure */
+        char *gpu_error;
+
+        pid_t pid;
+        int pidfd, out_fd;
+        sd_event_source *child_source, *child_timeout;
+        uint64_t child_started;
+
+        char **lines;                 /* per GPU and per problem: the result message */
+        char **log;
+        int error;
+        bool failed, rebooting, changed;
+};
+
+static void schedule(MigApply *a);
+
+static void fail(MigApply *a, int r, char *line) {
+        if (a->error == 0)
+                a->error = r < 0 ? r : -EIO;
+        a->failed = true;
+        if (line) {
+                (void) strv_extend(&a->log, line);
+                (void) strv_consume(&a->lines, line);
+        }
+}
+
+static void note(MigApply *a, char *line) {
+        if (line)
+                (void) strv_consume(&a->log, line);
+}
+
+static const MigGpuState *before_of(MigApply *a, const MigGpuPlan *p) {
+        return mig_state_find(a->before, a->n_before, p->pci_address);
+}
+
+/* ---- the GPU reset child ---- */
+
+static void child_disconnect(MigApply *a) {
+        a->child_source = sd_event_source_disable_unref(a->child_source);
+        a->child_timeout = sd_event_source_disable_unref(a->child_timeout);
+        if (a->pidfd >= 0)
+                a->pidfd = (close(a->pidfd), -1);
+        if (a->out_fd >= 0)
+                a->out_fd = (close(a->out_fd), -1);
+}
+
+static void child_kill(MigApply *a) {
+        if (a->pid <= 0)
+                return;
+        (void) kill(-a->pid, SIGKILL);
+        (void) waitpid(a->pid, NULL, 0);
+        a->pid = 0;
+}
+
+/* The last non-empty line the reset program printed, for the message. */
+static char *child_output(MigApply *a) {
+        char buf[4096];
+        ssize_t n;
+        char *end, *start;
+
+        if (a->out_fd < 0 || lseek(a->out_fd, 0, SEEK_SET) < 0)
+                return strdup("");
+        n = read(a->out_fd, buf, sizeof buf - 1);
+        if (n <= 0)
+                return strdup("");
+        buf[n] = '\0';
+        end = buf + n;
+        while (end > buf && (end[-1] == '\n' || end[-1] == ' '))
+                *--end = '\0';
+        start = strrchr(buf, '\n');
+        return strdup(start ? start + 1 : buf);
+}
+
+static void child_finished(MigApply *a, bool timed_out) {
+        _cleanup_free_ char *out = NULL;
+        const MigGpuPlan *p = &a->plan->gpus[a->gpu];
+        siginfo_t si = {};
+        int status = -1;
+
+        if (timed_out)
+                (void) kill(-a->pid, SIGKILL);
+        if (a->pid > 0) {
+                while (waitid(P_PID, a->pid, &si, WEXITED) < 0 && errno == EINTR)
+                        ;
+                status = si.si_code == CLD_EXITED ? si.si_status : -1;
+                a->pid = 0;
+        }
+        out = child_output(a);
+        child_disconnect(a);
+
+        if (status != 0) {
+                free(a->gpu_error);
+                a->gpu_error = timed_out
+                        ? strprintf("GPU %u (%s): the GPU reset (%s -r -i) did not finish within %" PRIu64 "s",
+                                    p->gpu, p->pci_address, a->reset_program,
+                                    (a->o.reset_timeout_usec ?: MIG_RESET_TIMEOUT_USEC) / USEC_PER_SEC)
+                        : strprintf("GPU %u (%s): the GPU reset (%s -r -i) failed with %s %d%s%s", p->gpu,
+                                    p->pci_address, a->reset_program,
+                                    si.si_code == CLD_EXITED ? "exit status" : "signal", si.si_status,
+                                    out && *out ? ": " : "", out ? out : "");
+        } else
+                note(a, strprintf("GPU %u (%s): reset to activate the MIG mode change.", p->gpu, p->pci_address));
+        schedule(a);
+}
+
+static int on_child_pidfd(sd_event_source *s, int fd, uint32_t revents, void *userdata) {
+        child_finished(userdata, false);
+        return 0;
+}
+
+static int on_child_timer(sd_event_source *s, uint64_t usec, void *userdata) {
+        MigApply *a = userdata;
+        siginfo_t si = {};
+        uint64_t limit = a->o.reset_timeout_usec ?: MIG_RESET_TIMEOUT_USEC;
+
+        if (usec >= a->child_started + limit) {
+                child_finished(a, true);
+                return 0;
+        }
+        if (a->pidfd < 0 &&
+            (waitid(P_PID, a->pid, &si, WEXITED | WNOHANG | WNOWAIT) < 0 || si.si_pid == a->pid)) {
+                child_finished(a, false);
+                return 0;
+        }
+        if (a->pidfd >= 0)
+                return sd_event_source_set_time(s, a->child_started + limit);
+        return sd_event_source_set_time(s, usec + POLL_CHILD_USEC);
+}
+
+static int spawn_reset(MigApply *a, const char *pci_address, char **ret_error) {
+        _cleanup_close_ int out = -1;
+        unsigned domain, bus, dev, fn;
+        char bus_id[32];
+        char *argv[] = { a->reset_program, (char *) "-r", (char *) "-i", bus_id, NULL };
+        posix_spawn_file_actions_t fa;
+        posix_spawnattr_t attr;
+        sigset_t none, all;
+        pid_t pid;
+        int r;
+
+        if (sscanf(pci_address, "%x:%x:%x.%x", &domain, &bus, &dev, &fn) != 4)
+                return -EINVAL;
+        snprintf(bus_id, sizeof bus_id, "%08X:%02X:%02X.%X", domain, bus, dev, fn);
+
+        out = memfd_create("mig-reset-output", MFD_CLOEXEC);
+        if (out < 0)
+                return negative_errno();
+
+        sigemptyset(&none);
+        sigfillset(&all);
+        posix_spawnattr_init(&attr);
+        /* Own process group (a timeout kills all of it), default signals and an empty mask: the daemon
+         * blocks the signals it handles through sd-event. */
+        posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+        posix_spawnattr_setpgroup(&attr, 0);
+        posix_spawnattr_setsigmask(&attr, &none);
+        posix_spawnattr_setsigdefault(&attr, &all);
+        posix_spawn_file_actions_init(&fa);
+        posix_spawn_file_actions_addopen(&fa, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+        posix_spawn_file_actions_adddup2(&fa, out, STDOUT_FILENO);
+        posix_spawn_file_actions_adddup2(&fa, out, STDERR_FILENO);
+        r = strchr(a->reset_program, '/') ? posix_spawn(&pid, a->reset_program, &fa, &attr, argv, environ)
+                                          : posix_spawnp(&pid, a->reset_program, &fa, &attr, argv, environ);
+        posix_spawn_file_actions_destroy(&fa);
+        posix_spawnattr_destroy(&attr);
+        if (r != 0) {
+                *ret_error = strprintf("Cannot run %s to reset GPU %s: %s (install nvidia-smi, or reset the GPU "
+                                       "yourself and apply again)", a->reset_program, pci_address, strerror(r));
+                return -r;
+        }
+        a->pid = pid;
+        a->out_fd = TAKE_FD(out);
+        (void) sd_event_now(a->o.event, CLOCK_MONOTONIC, &a->child_started);
+
+        a->pidfd = pidfd_open(pid, 0);
+        if (a->pidfd >= 0) {
+                r = sd_event_add_io(a->o.event, &a->child_source, a->pidfd, EPOLLIN, on_child_pidfd, a);
+                if (r < 0)
+                        goto fail;
+        }
+        /* Without pidfds (valgrind) the timer polls; with them it is only the timeout. */
+        r = sd_event_add_time(a->o.event, &a->child_timeout, CLOCK_MONOTONIC,
+                              a->pidfd >= 0 ? a->child_started + (a->o.reset_timeout_usec ?: MIG_RESET_TIMEOUT_USEC)
+                                            : a->child_started + POLL_CHILD_USEC,
+                              0, on_child_timer, a);
+        if (r < 0)
+                goto fail;
+        return 0;
+
+fail:
+        child_kill(a);
+        child_disconnect(a);
+        *ret_error = strprintf("Cannot watch the GPU reset of %s: %s", pci_address, strerror(-r));
+        return r;
+}
+
+/* ---- one GPU ---- */
+
+static void gpu_finish(MigApply *a, const char *result) {
+        const MigGpuPlan *p = &a->plan->gpus[a->gpu];
+
+        if (a->journal)
+                (void) mig_journal_gpu_end(a->journal, p->pci_address, result);
+        a->changed = a->changed || a->run.wrote || a->rollback_run.wrote;
+        mig_gpu_run_done(&a->run);
+        mig_gpu_run_done(&a->rollback_run);
+        mig_gpu_plan_done(&a->rollback);
+        a->run_active = a->rolling_back = a->reset_done = false;
+        a->gpu_error = mfree(a->gpu_error);
+        a->gpu++;
+}
+
+static int start_rollback(MigApply *a, char **ret_error) {
+        const MigGpuPlan *p = &a->plan->gpus[a->gpu];
+        const MigGpuState *prev = before_of(a, p);
+        _cleanup_(mig_gpu_state_done) MigGpuState now = {};
+        int r;
+
+        if (!prev)
+                return -ENOENT;
+        r = mig_state_read_gpu(a->o.nvml, p->pci_address, p->gpu, &now, ret_error);
+        if (r < 0)
+                return r;
+        r = mig_restore_plan(&now, prev, &a->rollback);
+        if (r < 0)
+                return r;
+        r = mig_gpu_run_init(a->o.nvml, &a->rollback, &a->rollback_run);
+        if (r < 0)
+                return r;
+        a->rolling_back = true;
+        a->reset_done = false;
+        return 0;
+}
+
+/* Runs the current GPU as far as it goes now. Returns true when it is finished. */
+static bool gpu_step(MigApply *a) {
+        const MigGpuPlan *p = &a->plan->gpus[a->gpu];
+        _cleanup_free_ char *err = NULL;
+        int r;
+
+        if (!a->run_active) {
+                r = mig_gpu_run_init(a->o.nvml, p, &a->run);
+                if (r < 0) {
+                        fail(a, r, strprintf("GPU %u (%s): NVML does not answer for it: %s", p->gpu, p->pci_address,
+                                             strerror(-r)));
+                        gpu_finish(a, "failed");
+                        return true;
+                }
+                a->run_active = true;
+        }
+
+        for (;;) {
+                MigGpuRun *run = a->rolling_back ? &a->rollback_run : &a->run;
+
+                if (a->gpu_error)
+                        r = -EIO; /* the reset failed */
+                else
+                        r = mig_gpu_run_steps(a->o.nvml, run, a->journal, &err);
+
+                if (r == MIG_GPU_RUN_NEEDS_RESET) {
+                        if (!a->o.reset_auto) {
+                                a->rebooting = true;
+                                (void) strv_consume(&a->lines, strprintf(
+                                        "GPU %u (%s): the MIG mode change waits for a GPU reset or a reboot "
+                                        "(mig.reset: never)%s", p->gpu, p->pci_address,
+                                        a->rolling_back ? " to finish the rollback" : ""));
+                                gpu_finish(a, "rebooting");
+                                return true;
+                        }
+                        if (a->reset_done) {
+                                err = strprintf("GPU %u (%s): the MIG mode change is still pending after the GPU "
+                                                "reset", p->gpu, p->pci_address);
+                                r = -EIO;
+                        } else {
+                                r = spawn_reset(a, p->pci_address, &err);
+                                if (r >= 0) {
+                                        a->reset_done = true;
+                                        return false; /* child_finished() schedules us again */
+                                }
+                        }
+                }
+                if (r >= 0)
+                        break;
+
+                /* A failure: of the apply (roll back) or of the rollback (give up, report both). */
+                if (!err && a->gpu_error)
+                        err = TAKE_PTR(a->gpu_error);
+                a->gpu_error = mfree(a->gpu_error);
+                if (a->rolling_back || a->o.restore) {
+                        fail(a, r, strprintf("%s%s", strna(err), a->rolling_back ? "; the rollback to the previous "
+                                                                                    "layout failed too" : ""));
+                        gpu_finish(a, "failed");
+                        return true;
+                }
+                fail(a, r, TAKE_PTR(err));
+                r = start_rollback(a, &err);
+                if (r < 0) {
+                        fail(a, r, strprintf("GPU %u (%s): cannot roll back to the previous layout: %s", p->gpu,
+                                             p->pci_address, err ? err : strerror(-r)));
+                        gpu_finish(a, "failed");
+                        return true;
+                }
+        }
+
+        if (a->rolling_back) {
+                (void) strv_consume(&a->lines, strprintf("GPU %u (%s): rolled back to the previous layout", p->gpu,
+                                                         p->pci_address));
+                gpu_finish(a, "rolled-back");
+                return true;
+        }
+
+        _cleanup_(mig_gpu_state_done) MigGpuState now = {};
+        _cleanup_free_ char *summary = NULL;
+        if (mig_state_read_gpu(a->o.nvml, p->pci_address, p->gpu, &now, NULL) >= 0)
+                summary = mig_state_layout_summary(&now);
+        (void) strv_consume(&a->lines, strprintf("GPU %u (%s): %s", p->gpu, p->pci_address, strna(summary)));
+        gpu_finish(a, "done");
+        return true;
+}
+
+/* ---- hook units ---- */
+
+/* The fabric callbacks' info and message live in op: it is freed only once they are used. */
+static void on_unit_stopped(FabricOp *op, int r, const char *message, void *userdata) {
+        MigApply *a = userdata;
+        const char *unit = a->stop_units[a->unit_index];
+        _cleanup_(fabric_op_freep) FabricOp *done = TAKE_PTR(a->op);
+
+        if (r < 0) {
+                fail(a, r, strprintf("Stopping %s before the MIG change failed: %s; nothing was changed",
+                                     unit, strna(message)));
+                a->phase = PHASE_START_UNITS;
+                a->unit_index = strv_length(a->stopped);
+        } else {
+                note(a, strprintf("Stopped %s for the MIG change.", unit));
+                (void) strv_extend(&a->stopped, unit);
+                if (a->journal)
+                        (void) mig_journal_unit(a->journal, unit);
+                a->unit_index++;
+        }
+        schedule(a);
+}
+
+static void on_unit_query(FabricOp *op, int r, const FabricUnitInfo *info, const char *message, void *userdata) {
+        MigApply *a = userdata;
+        const char *unit = a->stop_units[a->unit_index];
+        _cleanup_(fabric_op_freep) FabricOp *done = TAKE_PTR(a->op);
+
+        if (r >= 0 && info->installed &&
+            (streq_ptr(info->active_state, "active") || streq_ptr(info->active_state, "activating") ||
+             streq_ptr(info->active_state, "reloading"))) {
+                r = fabric_unit_stop(a->o.bus, unit, a->o.unit_timeout_usec, on_unit_stopped, a, &a->op);
+                if (r >= 0)
+                        return;
+                message = strerror(-r);
+        }
+        if (r < 0) {
+                on_unit_stopped(NULL, r, message, a);
+                return;
+        }
+        /* Not running (or not installed): nothing to stop, and nothing to start afterwards. */
+        a->unit_index++;
+        schedule(a);
+}
+
+static void on_unit_started(FabricOp *op, int r, const char *message, void *userdata) {
+        MigApply *a = userdata;
+        const char *unit = a->stopped[a->unit_index];
+        _cleanup_(fabric_op_freep) FabricOp *done = TAKE_PTR(a->op);
+
+        if (r < 0)
+                fail(a, r, strprintf("Starting %s again after the MIG change failed: %s", unit, strna(message)));
+        else
+                note(a, strprintf("Started %s again.", unit));
+        schedule(a);
+}
+
+/* ---- the phases ---- */
+
+static void finish(MigApply *a) {
+        _cleanup_free_ char *message = NULL;
+        MigApplyResult res = {
+                .state = a->failed ? MIG_CONFIG_FAILED : a->rebooting ? MIG_CONFIG_REBOOTING : MIG_CONFIG_SUCCESS,
+                .error = a->error,
+                .changed = a->changed,
+                .log = a->log,
+        };
+
+        if (a->journal) {
+                (void) mig_journal_end(a->journal, mig_config_state_to_string(res.state));
+                a->journal = mig_journal_free(a->journal);
+        }
+        message = a->lines ? strv_join(a->lines, "; ") : strdup(a->plan->n_gpus == 0 ? "no change needed" : "done");
+        res.message = message;
+        if (a->cb) {
+                MigApplyFinished cb = a->cb;
+                a->cb = NULL;
+                cb(a, &res, a->userdata); /* may free a */
+        }
+}
+
+static void advance(MigApply *a) {
+        switch (a->phase) {
+
+        case PHASE_STOP_UNITS:
+                if (!a->o.bus) {
+                        if (strv_length(a->stop_units) > 0)
+                                note(a, strprintf("No D-Bus connection (--oneshot): the hook units (%s) are not "
+                                                  "stopped around the MIG change.", strv_length(a->stop_units) == 1
+                                                  ? a->stop_units[0] : "mig.hooks.stop-units"));
+                        a->phase = PHASE_BUSY;
+                        break;
+                }
+                if (a->unit_index < strv_length(a->stop_units)) {
+                        int r = fabric_unit_query(a->o.bus, a->stop_units[a->unit_index], on_unit_query, a, &a->op);
+                        if (r < 0)
+                                on_unit_query(NULL, r, NULL, strerror(-r), a);
+                        return;
+                }
+                a->phase = PHASE_BUSY;
+                break;
+
+        case PHASE_BUSY:
+                a->phase = PHASE_GPUS;
+                for (size_t i = 0; !a->o.force && i < a->plan->n_gpus; i++) {
+                        const MigGpuPlan *p = &a->plan->gpus[i];
+                        nvmlDevice_t d;
+                        unsigned procs = 0;
+
+                        if (mig_state_device(a->o.nvml, p->pci_address, &d) < 0 ||
+                            mig_state_processes(a->o.nvml, d, &procs) < 0 || procs == 0)
+                                continue;
+                        fail(a, -EBUSY, strprintf("GPU %u (%s) still has %u compute process%s after the hook units "
+                                                  "stopped; nothing was changed (stop the workloads, or apply with "
+                                                  "force)", p->gpu, p->pci_address, procs, procs == 1 ? "" : "es"));
+                        a->phase = PHASE_START_UNITS;
+                }
+                a->unit_index = strv_length(a->stopped);
+                break;
+
+        case PHASE_GPUS:
+                if (a->gpu < a->plan->n_gpus) {
+                        if (!gpu_step(a))
+                                return; /* a reset child runs */
+                        if (a->gpu < a->plan->n_gpus)
+                                break;  /* the next GPU from the next iteration: D-Bus gets its turn */
+                }
+                a->phase = PHASE_START_UNITS;
+                a->unit_index = strv_length(a->stopped);
+                break;
+
+        case PHASE_START_UNITS:
+                if (a->unit_index > 0 && a->o.bus) {
+                        a->unit_index--;
+                        FabricStartOptions so = { .timeout_usec = a->o.unit_timeout_usec };
+                        int r = fabric_unit_start(a->o.bus, a->stopped[a->unit_index], &so, on_unit_started, a, &a->op);
+                        if (r < 0)
+                                on_unit_started(NULL, r, strerror(-r), a);
+                        return;
+                }
+                a->phase = PHASE_DONE;
+                break;
+
+        case PHASE_DONE:
+                finish(a);
+                return;
+        }
+        schedule(a);
+}
+
+static int on_defer(sd_event_source *s, void *userdata) {
+        MigApply *a = userdata;
+
+        (void) sd_event_source_set_enabled(s, SD_EVENT_OFF);
+        advance(a);
+        return 0;
+}
+
+static void schedule(MigApply *a) {
+        (void) sd_event_source_set_enabled(a->defer, SD_EVENT_ONESHOT);
+}
+
+int mig_apply_start(const MigApplyOptions *o, MigPlan *plan, MigGpuState *before, size_t n_before,
+                    MigApplyFinished cb, void *userdata, MigApply **ret, char **ret_error) {
+        _cleanup_(mig_apply_freep) MigApply *a = NULL;
+        MigGpuState *journaled = NULL;
+        size_t n_journaled = 0;
+        int r;
+
+        assert(o && o->event && o->nvml && plan && cb && ret && ret_error);
+
+        a = calloc(1, sizeof *a);
+        if (!a) {
+                mig_plan_free(plan);
+                mig_gpu_states_free(before, n_before);
+                return -ENOMEM;
+        }
+        a->pidfd = a->out_fd = -1;
+        a->plan = plan;
+        a->before = before;
+        a->n_before = n_before;
+        a->o = *o;
+        a->cb = cb;
+        a->userdata = userdata;
+        a->stop_units = strv_copy(o->stop_units);
+        a->stopped = strv_copy(o->stopped_units);
+        a->reset_program = strdup(o->reset_program ?: MIG_RESET_PROGRAM_DEFAULT);
+        if (!a->stop_units || !a->stopped || !a->reset_program ||
+            (o->journal_path && !(a->journal_path = strdup(o->journal_path))))
+                return -ENOMEM;
+        a->o.stop_units = a->o.stopped_units = NULL;
+        a->o.reset_program = a->reset_program;
+        a->o.journal_path = a->journal_path;
+
+        for (size_t i = 0; !o->force && i < plan->n_gpus; i++) {
+                const MigGpuState *g = before_of(a, &plan->gpus[i]);
+                if (g && g->busy) {
+                        *ret_error = strprintf("GPU %u (%s) has compute processes running; nothing was changed. Stop "
+                                               "the workloads on it, or apply with force.", g->index, g->pci_address);
+                        return -EBUSY;
+                }
+        }
+
+        r = sd_event_add_defer(o->event, &a->defer, on_defer, a);
+        if (r < 0)
+                return r;
+        (void) sd_event_source_set_description(a->defer, "mig-apply");
+
+        if (plan->n_gpus == 0) {
+                /* Nothing to change: no journal, no hooks, no writes (only units an interrupted apply left
+                 * stopped are started again). */
+                a->phase = PHASE_START_UNITS;
+                a->unit_index = strv_length(a->stopped);
+                *ret = TAKE_PTR(a);
+                return 0;
+        }
+
+        if (a->journal_path) {
+                journaled = calloc(plan->n_gpus, sizeof *journaled);
+                if (!journaled)
+                        return -ENOMEM;
+                for (size_t i = 0; i < plan->n_gpus; i++) {
+                        const MigGpuState *g = before_of(a, &plan->gpus[i]);
+                        if (!g)
+                                continue;
+                        r = mig_state_copy_layout(g, &journaled[n_journaled]);
+                        if (r < 0) {
+                                mig_gpu_states_free(journaled, n_journaled);
+                                return r;
+                        }
+                        n_journaled++;
+                }
+                r = mig_journal_begin(a->journal_path, plan->config_name, journaled, n_journaled, &a->journal);
+                mig_gpu_states_free(journaled, n_journaled);
+                for (size_t i = 0; r >= 0 && a->stopped[i]; i++)
+                        r = mig_journal_unit(a->journal, a->stopped[i]);
+                if (r < 0) {
+                        *ret_error = strprintf("Cannot write the MIG journal %s: %s; nothing was changed.",
+                                               a->journal_path, strerror(-r));
+                        return r;
+                }
+        }
+
+        a->phase = PHASE_STOP_UNITS;
+        *ret = TAKE_PTR(a);
+        return 0;
+}
+
+MigApply *mig_apply_free(MigApply *a) {
+        if (!a)
+                return NULL;
+        child_kill(a);
+        child_disconnect(a);
+        fabric_op_free(a->op);
+        sd_event_source_disable_unref(a->defer);
+        mig_journal_free(a->journal);
+        mig_gpu_run_done(&a->run);
+        mig_gpu_run_done(&a->rollback_run);
+        mig_gpu_plan_done(&a->rollback);
+        mig_plan_free(a->plan);
+        mig_gpu_states_free(a->before, a->n_before);
+        strv_free(a->stop_units);
+        strv_free(a->stopped);
+        free(a->reset_program);
+        free(a->journal_path);
+        free(a->gpu_error);
+        strv_free(a->lines);
+        strv_free(a->log);
+        return mfree(a);
+}

@@ -1,0 +1,107 @@
+/* SPDX-License-Identifier: MIT */
+/* Owns carrying out a MIG plan on the node (mig-apply.c: the asynchronous apply; mig-apply-gpu.c: the
+ * NVML steps of one GPU and the plan back to a recorded layout):
+ *
+ *   journal begin → stop the hook units (over sd-bus, one after the other, only those active) → refuse if a
+ *   GPU of the plan has compute processes (unless forced) → per GPU, one GPU per event-loop iteration:
+ *   destroy CIs, destroy GIs, set the MIG mode, reset the GPU when the mode is pending (a child process,
+ *   mig.reset auto) or stop there with "reboot required" (never), create GIs with their placement, create
+ *   CIs → start the stopped units again (always, in reverse order) → journal end.
+ *
+ * A step that fails rolls that GPU back to the layout it had before (destroy what was created, re-create
+ * what was destroyed, the MIG mode back) and the apply goes on with the other GPUs; the result reports
+ * the failure and the rollback's outcome. Library code: results are a negative errno plus sentences; the
+ * caller logs. */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <systemd/sd-bus.h>
+#include <systemd/sd-event.h>
+
+#include "gpu-nvml-internal.h"
+#include "mig-journal.h"
+#include "mig-types.h"
+
+#define MIG_RESET_PROGRAM_DEFAULT "nvidia-smi"
+#define MIG_RESET_TIMEOUT_USEC (120 * USEC_PER_SEC)
+
+/* nvidia.com/mig.config.state */
+typedef enum MigConfigState {
+        MIG_CONFIG_SUCCESS,         /* the node has the config's geometry */
+        MIG_CONFIG_PENDING,         /* an apply is in flight */
+        MIG_CONFIG_REBOOTING,       /* a MIG mode change waits for a GPU reset or reboot (mig.reset: never) */
+        MIG_CONFIG_FAILED,
+        _MIG_CONFIG_STATE_MAX,
+        _MIG_CONFIG_STATE_INVALID = -EINVAL,
+} MigConfigState;
+
+const char *mig_config_state_to_string(MigConfigState s);
+MigConfigState mig_config_state_from_string(const char *s);
+
+typedef struct MigApply MigApply;
+
+typedef struct MigApplyOptions {
+        sd_event *event;
+        sd_bus *bus;                /* NULL (--oneshot): hook units are not stopped, which is logged */
+        GpuNvml *nvml;              /* must stay open until the apply finished or was freed */
+        char **stop_units;          /* mig.hooks.stop-units */
+        char **stopped_units;       /* already stopped by an earlier, interrupted apply: started at the end */
+        bool reset_auto;            /* mig.reset */
+        const char *reset_program;  /* run as PROGRAM -r -i <bus id>; NULL = MIG_RESET_PROGRAM_DEFAULT */
+        uint64_t reset_timeout_usec;/* 0 = MIG_RESET_TIMEOUT_USEC */
+        uint64_t unit_timeout_usec; /* 0 = the fabric layer's default */
+        const char *journal_path;   /* NULL: no journal */
+        bool force;                 /* apply even while compute processes run */
+        bool restore;               /* a return to recorded layouts: a failing GPU is not rolled back again */
+} MigApplyOptions;
+
+typedef struct MigApplyResult {
+        MigConfigState state;       /* SUCCESS, REBOOTING or FAILED */
+        int error;                  /* the first failure, 0 none */
+        bool changed;               /* something was written through NVML */
+        const char *message;        /* one line: what happened per GPU, failures and rollbacks */
+        char **log;                 /* one line per notable event, for the log */
+} MigApplyResult;
+
+/* Called once, from the event loop, unless the apply is freed first. res is valid during the call. */
+typedef void (*MigApplyFinished)(MigApply *a, const MigApplyResult *res, void *userdata);
+
+/* Starts applying plan (taken, also on failure) to the GPUs whose states before are in before (taken:
+ * they are the rollback targets and the journal's record). An empty plan is allowed (then nothing is
+ * written and no unit stopped). Fails at once (nothing done, no callback) with -EBUSY and a sentence when a
+ * GPU of the plan has compute processes and o->force is false, or when the journal cannot be written. */
+int mig_apply_start(const MigApplyOptions *o, MigPlan *plan, MigGpuState *before, size_t n_before,
+                    MigApplyFinished cb, void *userdata, MigApply **ret, char **ret_error);
+
+/* Cancels (kills a reset child, no callback; the journal stays for the next start) and frees. */
+MigApply *mig_apply_free(MigApply *a);
+DEFINE_CLEANUP_FUNC(MigApply *, mig_apply_free);
+
+/* ---- one GPU (mig-apply-gpu.c) ---- */
+
+typedef struct MigGpuRun {
+        const MigGpuPlan *plan;
+        nvmlDevice_t device;
+        size_t next;                /* the next step */
+        unsigned *created;          /* per step: id of the GI (CREATE_GI) or CI (CREATE_CI) it created */
+        bool wrote;                 /* an NVML write succeeded */
+        bool mode_changed;
+} MigGpuRun;
+
+#define MIG_GPU_RUN_NEEDS_RESET 1
+
+int mig_gpu_run_init(GpuNvml *n, const MigGpuPlan *plan, MigGpuRun *ret);
+void mig_gpu_run_done(MigGpuRun *run);
+
+/* Runs steps from run->next: 0 when all are done, MIG_GPU_RUN_NEEDS_RESET when the MIG mode change waits for a
+ * GPU reset (run->next is the step after it), or a negative errno with a sentence naming the GPU, step and
+ * NVML's error. Every write is journaled when j is given. */
+int mig_gpu_run_steps(GpuNvml *n, MigGpuRun *run, MigJournal *j, char **ret_error);
+
+/* The plan that turns now into the layout of target (both of the same GPU): destroy the CIs and GIs target
+ * lacks, the MIG mode, re-create target's GIs at their placements and their CIs. Empty when equal. */
+int mig_restore_plan(const MigGpuState *now, const MigGpuState *target, MigGpuPlan *ret);
+
+/* The MIG mode the GPU has now: current == want. */
+int mig_gpu_mode_is(GpuNvml *n, nvmlDevice_t d, bool want, bool *ret);

@@ -1,0 +1,522 @@
+/* SPDX-License-Identifier: MIT */
+/* Owns the MigManager (see mig-manager.h): selection, the one apply in flight, journal recovery, the
+ * mig.config/mig.config.state result, assert and export. This is where MIG events are logged. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "fileio.h"
+#include "log.h"
+#include "manager.h"
+#include "mig-config.h"
+#include "mig-manager.h"
+#include "mig-plan.h"
+#include "mig-state.h"
+#include "strv.h"
+
+struct MigManager {
+        Manager *manager;
+        char *reset_program;          /* NULL = nvidia-smi */
+
+        char *config_name;            /* mig.config */
+        char *applying;               /* the config of the apply in flight */
+        MigConfigState state;         /* mig.config.state, valid when config_name is set */
+        char *message;
+        char *unmanaged;              /* "GPUs 2, 3 are not covered by …" for the message, or NULL */
+
+        MigApply *apply;
+        MigApplyDone cb;
+        void *userdata;
+
+        /* The last explicit request, and the config values it overrode. */
+        char *request_name, *request_file, *request_base_name, *request_base_file;
+
+        MigChanged changed_cb;
+        void *changed_userdata;
+
+        bool journal_checked;         /* recovery runs once per MigManager (= per start) */
+        bool recovering;
+        char *recovery_note;          /* what recovery found and did, until taken */
+};
+
+int mig_manager_new(Manager *m, MigManager **ret) {
+        MigManager *mm;
+        const char *p = getenv("GNA_MIG_RESET_PROGRAM");
+
+        mm = calloc(1, sizeof *mm);
+        if (!mm)
+                return -ENOMEM;
+        mm->manager = m;
+        if (p && *p && !(mm->reset_program = strdup(p))) {
+                free(mm);
+                return -ENOMEM;
+        }
+        *ret = mm;
+        return 0;
+}
+
+MigManager *mig_manager_free(MigManager *mm) {
+        if (!mm)
+                return NULL;
+        mig_apply_free(mm->apply);
+        free(mm->reset_program);
+        free(mm->config_name);
+        free(mm->applying);
+        free(mm->message);
+        free(mm->unmanaged);
+        free(mm->request_name);
+        free(mm->request_file);
+        free(mm->request_base_name);
+        free(mm->request_base_file);
+        free(mm->recovery_note);
+        return mfree(mm);
+}
+
+void mig_manager_set_changed_callback(MigManager *mm, MigChanged cb, void *userdata) {
+        mm->changed_cb = cb;
+        mm->changed_userdata = userdata;
+}
+
+const char *mig_manager_config(const MigManager *mm) {
+        return mm ? mm->config_name : NULL;
+}
+
+const char *mig_manager_state(const MigManager *mm) {
+        return mm && mm->config_name ? mig_config_state_to_string(mm->state) : NULL;
+}
+
+const char *mig_manager_message(const MigManager *mm) {
+        return mm ? mm->message : NULL;
+}
+
+bool mig_manager_busy(const MigManager *mm) {
+        return mm && mm->apply;
+}
+
+static void set_result(MigManager *mm, const char *name, MigConfigState state, const char *message) {
+        bool changed = !streq_ptr(mm->config_name, name) || mm->state != state;
+
+        if (!streq_ptr(mm->config_name, name)) {
+                free(mm->config_name);
+                mm->config_name = name ? strdup(name) : NULL;
+        }
+        mm->state = state;
+        if (message) {
+                free(mm->message);
+                mm->message = strdup(message);
+        }
+        if (changed && mm->changed_cb)
+                mm->changed_cb(mm, mm->changed_userdata);
+}
+
+void mig_manager_selected(MigManager *mm, const char **ret_name, const char **ret_file) {
+        const ConfigMig *c = &mm->manager->config->mig;
+
+        if (mm->request_name && streq_ptr(mm->request_base_name, c->selected) &&
+            streq_ptr(mm->request_base_file, c->config_file)) {
+                *ret_name = mm->request_name;
+                *ret_file = mm->request_file ?: c->config_file;
+                return;
+        }
+        *ret_name = c->selected ?: "";
+        *ret_file = c->config_file;
+}
+
+static char *journal_path(MigManager *mm) {
+        return path_join(mm->manager->config->paths.state, MIG_JOURNAL_FILE);
+}
+
+static int gpu_addresses(MigManager *mm, char ***ret) {
+        const Inventory *inv = mm->manager->inventory;
+        _cleanup_strv_free_ char **l = NULL;
+
+        /* The inventory's GPU numbering (every NVIDIA GPU in PCI order, also those NVML cannot see) is
+         * mig-parted's; without one, NVML's list. */
+        *ret = NULL;
+        if (!inv)
+                return 0;
+        for (size_t i = 0; i < inv->n_gpus; i++)
+                if (strv_extend(&l, inv->gpus[i].address) < 0)
+                        return -ENOMEM;
+        if (!l && !(l = calloc(1, sizeof(char *))))
+                return -ENOMEM;
+        *ret = TAKE_PTR(l);
+        return 0;
+}
+
+static int read_states(MigManager *mm, MigGpuState **ret, size_t *ret_n, char **ret_error) {
+        _cleanup_strv_free_ char **addresses = NULL;
+        int r;
+
+        if (!mm->manager->nvml) {
+                *ret_error = strdup("NVML is not available (see the nvml stage); the MIG layout cannot be read.");
+                return -ENODEV;
+        }
+        r = gpu_addresses(mm, &addresses);
+        if (r < 0)
+                return r;
+        return mig_state_read(mm->manager->nvml, addresses, ret, ret_n, ret_error);
+}
+
+static int load_config(const char *file, const char *name, MigConfigFile **ret_file, const MigConfig **ret,
+                       char **ret_error) {
+        _cleanup_(mig_config_file_freep) MigConfigFile *f = NULL;
+        int r;
+
+        if (isempty(file)) {
+                *ret_error = strdup("No MIG configuration file is set (mig.config-file).");
+                return -ENOENT;
+        }
+        r = mig_config_file_load(file, &f, ret_error);
+        if (r < 0)
+                return r;
+        r = mig_config_file_find(f, name, ret, ret_error);
+        if (r < 0)
+                return r;
+        *ret_file = TAKE_PTR(f);
+        return 0;
+}
+
+static char *unmanaged_note(const MigPlan *plan, const char *name) {
+        _cleanup_strv_free_ char **l = NULL;
+
+        if (plan->n_unmanaged == 0)
+                return NULL;
+        for (size_t i = 0; i < plan->n_unmanaged; i++)
+                if (strv_extendf(&l, "%u", plan->unmanaged[i]) < 0)
+                        return NULL;
+        _cleanup_free_ char *joined = strv_join(l, ", ");
+        return strprintf("GPU%s %s unmanaged (no entry of %s covers %s)", plan->n_unmanaged == 1 ? "" : "s",
+                         strna(joined), name, plan->n_unmanaged == 1 ? "it" : "them");
+}
+
+static void on_apply_finished(MigApply *a, const MigApplyResult *res, void *userdata) {
+        MigManager *mm = userdata;
+        _cleanup_free_ char *message = NULL, *name = TAKE_PTR(mm->applying);
+        const char *state = mig_config_state_to_string(res->state);
+        _cleanup_free_ char *f1 = strprintf("MIG_CONFIG=%s", strna(name));
+        _cleanup_free_ char *f2 = strprintf("MIG_CONFIG_STATE=%s", state);
+        const char *fields[] = { f1, f2, NULL };
+        MigApplyDone cb = mm->cb;
+        void *ud = mm->userdata;
+
+        STRV_FOREACH(l, res->log)
+                log_info("%s", *l);
+        message = mm->unmanaged ? strprintf("%s; %s", res->message, mm->unmanaged) : strdup(res->message);
+        log_struct(res->state == MIG_CONFIG_FAILED ? LOG_ERR : LOG_INFO, f1 && f2 ? fields : NULL,
+                   "MIG config %s: %s: %s", strna(name), state, strna(message));
+        set_result(mm, name, res->state, message);
+        if (mm->recovering) {
+                char *note = strprintf("%s: %s", strna(mm->recovery_note), strna(message));
+                free(mm->recovery_note);
+                mm->recovery_note = note;
+                mm->recovering = false;
+        }
+
+        /* res belongs to a: done with it. The callback may start the next apply. */
+        MigApplyOutcome o = {
+                .error = res->error,
+                .config = name,
+                .state = state,
+                .message = message,
+                .changed = res->changed,
+        };
+        mm->apply = mig_apply_free(a);
+        mm->cb = NULL;
+        mm->userdata = NULL;
+        if (cb)
+                cb(mm, &o, ud);
+}
+
+static MigApplyOptions apply_options(MigManager *mm, const char *journal, bool force) {
+        const Config *c = mm->manager->config;
+
+        return (MigApplyOptions) {
+                .event = mm->manager->event,
+                .bus = mm->manager->bus,
+                .nvml = mm->manager->nvml,
+                .stop_units = c->mig.stop_units,
+                .reset_auto = c->mig.reset != 0,
+                .reset_program = mm->reset_program,
+                .unit_timeout_usec = c->fabric.timeout_usec,
+                .journal_path = journal,
+                .force = force,
+        };
+}
+
+static int apply_internal(MigManager *mm, const char *name, const char *file, bool force, MigApplyDone cb,
+                          void *userdata, char **ret_error) {
+        _cleanup_(mig_config_file_freep) MigConfigFile *cf = NULL;
+        _cleanup_(mig_plan_freep) MigPlan *plan = NULL;
+        _cleanup_free_ char *journal = NULL;
+        const MigConfig *config = NULL;
+        MigGpuState *states = NULL;
+        size_t n_states = 0;
+        int r;
+
+        if (mm->apply) {
+                *ret_error = strprintf("A MIG apply (%s) is already running; try again when it has finished.",
+                                       strna(mm->config_name));
+                return -EBUSY;
+        }
+
+        r = load_config(file, name, &cf, &config, ret_error);
+        if (r >= 0)
+                r = read_states(mm, &states, &n_states, ret_error);
+        if (r >= 0) {
+                r = mig_plan_build(config, states, n_states, &plan, ret_error);
+                if (r < 0)
+                        mig_gpu_states_free(states, n_states);
+        }
+        if (r < 0) {
+                if (!*ret_error)
+                        *ret_error = strprintf("Cannot apply MIG config %s: %s.", name, strerror(-r));
+                set_result(mm, name, MIG_CONFIG_FAILED, *ret_error);
+                return r;
+        }
+
+        free(mm->unmanaged);
+        mm->unmanaged = unmanaged_note(plan, name);
+        if (!plan->config_name && !(plan->config_name = strdup(name))) {
+                mig_gpu_states_free(states, n_states);
+                return -ENOMEM;
+        }
+
+        journal = journal_path(mm);
+        if (!journal) {
+                mig_gpu_states_free(states, n_states);
+                return -ENOMEM;
+        }
+        MigApplyOptions o = apply_options(mm, journal, force);
+        size_t n_gpus = plan->n_gpus;
+        r = mig_apply_start(&o, TAKE_PTR(plan), states, n_states, on_apply_finished, mm, &mm->apply, ret_error);
+        if (r < 0) {
+                set_result(mm, name, MIG_CONFIG_FAILED, *ret_error);
+                return r;
+        }
+        mm->cb = cb;
+        mm->userdata = userdata;
+        free(mm->applying);
+        mm->applying = strdup(name);
+        if (n_gpus > 0) {
+                log_info("Applying MIG config %s to %zu GPU%s.", name, n_gpus, n_gpus == 1 ? "" : "s");
+                set_result(mm, name, MIG_CONFIG_PENDING, NULL);
+        }
+        return 0;
+}
+
+static int replace(char **p, const char *s) {
+        char *c = NULL;
+        if (s && !(c = strdup(s)))
+                return -ENOMEM;
+        free(*p);
+        *p = c;
+        return 0;
+}
+
+int mig_manager_apply(MigManager *mm, const char *name, const char *config_file, bool force, MigApplyDone cb,
+                      void *userdata, char **ret_error) {
+        const ConfigMig *c = &mm->manager->config->mig;
+        const char *file = config_file ?: c->config_file;
+        int r;
+
+        assert(mm && name && ret_error);
+        *ret_error = NULL;
+
+        r = apply_internal(mm, name, file, force, cb, userdata, ret_error);
+        if (r < 0 && r != -EBUSY && r != -EINVAL && r != -ENODEV)
+                return r;
+        /* The request is what the node should have from now on, also when it failed for a reason the
+         * next pass may not have (busy GPUs). A busy apply is not a new request. */
+        if (r != -EBUSY &&
+            (replace(&mm->request_name, name) < 0 || replace(&mm->request_file, config_file) < 0 ||
+             replace(&mm->request_base_name, c->selected) < 0 || replace(&mm->request_base_file, c->config_file) < 0))
+                return -ENOMEM;
+        return r;
+}
+
+int mig_manager_apply_selected(MigManager *mm, MigApplyDone cb, void *userdata, char **ret_error) {
+        const char *name, *file;
+
+        *ret_error = NULL;
+        mig_manager_selected(mm, &name, &file);
+        if (isempty(name)) {
+                /* Not managed (any more): no mig.config labels. */
+                set_result(mm, NULL, MIG_CONFIG_SUCCESS, NULL);
+                return -ENODATA;
+        }
+        return apply_internal(mm, name, file, false, cb, userdata, ret_error);
+}
+
+/* ---- recovery ---- */
+
+int mig_manager_recover(MigManager *mm, MigApplyDone cb, void *userdata, char **ret_message) {
+        _cleanup_(mig_journal_contents_freep) MigJournalContents *c = NULL;
+        _cleanup_(mig_plan_freep) MigPlan *plan = NULL;
+        _cleanup_free_ char *path = journal_path(mm), *error = NULL;
+        MigGpuState *before = NULL;
+        int r;
+
+        *ret_message = NULL;
+        if (!path)
+                return -ENOMEM;
+        if (mm->journal_checked)
+                return 0;
+        r = mig_journal_load(path, &c, &error);
+        mm->journal_checked = true;
+        if (r == -ENOENT)
+                return 0;
+        if (r < 0) {
+                /* Keep it for a person to look at, out of the way of the next apply. */
+                _cleanup_free_ char *broken = strprintf("%s.broken", path);
+                if (broken)
+                        (void) rename(path, broken);
+                *ret_message = strprintf("%s; moved to %s.broken, nothing was rolled back", strna(error), path);
+                mm->recovery_note = strdup(*ret_message);
+                return r;
+        }
+        if (c->ended) {
+                (void) mig_journal_remove(path);
+                return 0;
+        }
+        if (!mm->manager->nvml) {
+                mm->journal_checked = false;
+                *ret_message = strprintf("An interrupted apply of MIG config %s was found, but NVML is not "
+                                         "available to roll it back; it is tried again on the next pass.", c->config);
+                return -ENODEV;
+        }
+
+        plan = calloc(1, sizeof *plan);
+        if (!plan || !(plan->config_name = strdup(c->config)))
+                return -ENOMEM;
+        plan->gpus = calloc(c->n_previous ?: 1, sizeof *plan->gpus);
+        if (!plan->gpus)
+                return -ENOMEM;
+        for (size_t i = 0; i < c->n_previous; i++) {
+                MigGpuState *prev = &c->previous[i];
+                _cleanup_(mig_gpu_state_done) MigGpuState now = {};
+                MigGpuPlan p = {};
+
+                if (strv_contains(c->finished, prev->pci_address))
+                        continue;
+                r = mig_state_read_gpu(mm->manager->nvml, prev->pci_address, prev->index, &now, &error);
+                if (r < 0) {
+                        *ret_message = strprintf("An interrupted apply of MIG config %s was found, but GPU %s cannot "
+                                                 "be read: %s", c->config, prev->pci_address,
+                                                 error ? error : strerror(-r));
+                        return r;
+                }
+                r = mig_restore_plan(&now, prev, &p);
+                if (r < 0)
+                        return r;
+                if (p.n_steps == 0) {
+                        mig_gpu_plan_done(&p);
+                        continue;
+                }
+                plan->gpus[plan->n_gpus++] = p;
+        }
+
+        if (plan->n_gpus == 0 && strv_length(c->units) == 0) {
+                (void) mig_journal_remove(path);
+                *ret_message = strprintf("An interrupted apply of MIG config %s was found (%zu step%s journaled); "
+                                         "the GPUs it had not finished were still in their previous layout.",
+                                         c->config, c->n_steps, c->n_steps == 1 ? "" : "s");
+                log_warning("%s", *ret_message);
+                mm->recovery_note = strdup(*ret_message);
+                return 0;
+        }
+
+        /* The previous layouts are both the targets and the journal's record, should this be interrupted too. */
+        before = TAKE_PTR(c->previous);
+        MigApplyOptions o = apply_options(mm, path, true);
+        o.stop_units = NULL;
+        o.stopped_units = c->units;
+        o.restore = true;
+        r = mig_apply_start(&o, TAKE_PTR(plan), before, c->n_previous, on_apply_finished, mm, &mm->apply, &error);
+        c->n_previous = 0;
+        if (r < 0) {
+                *ret_message = TAKE_PTR(error);
+                return r;
+        }
+        mm->cb = cb;
+        mm->userdata = userdata;
+        free(mm->applying);
+        mm->applying = strdup(c->config);
+        *ret_message = strprintf("An interrupted apply of MIG config %s was found (%zu step%s journaled); rolling "
+                                 "the GPUs it had not finished back to their previous layout.", c->config, c->n_steps,
+                                 c->n_steps == 1 ? "" : "s");
+        log_warning("%s", *ret_message);
+        mm->recovery_note = strdup(*ret_message);
+        mm->recovering = true;
+        set_result(mm, c->config, MIG_CONFIG_PENDING, NULL);
+        return 1;
+}
+
+char *mig_manager_take_recovery_note(MigManager *mm) {
+        return TAKE_PTR(mm->recovery_note);
+}
+
+/* ---- assert and export ---- */
+
+int mig_manager_assert(MigManager *mm, const char *name, const char *config_file, char **ret_report) {
+        _cleanup_(mig_config_file_freep) MigConfigFile *cf = NULL;
+        _cleanup_(mig_plan_freep) MigPlan *plan = NULL;
+        _cleanup_strv_free_ char **lines = NULL;
+        const MigConfig *config = NULL;
+        MigGpuState *states = NULL;
+        size_t n_states = 0;
+        int r;
+
+        *ret_report = NULL;
+        r = load_config(config_file ?: mm->manager->config->mig.config_file, name, &cf, &config, ret_report);
+        if (r >= 0)
+                r = read_states(mm, &states, &n_states, ret_report);
+        if (r < 0)
+                return r;
+        r = mig_plan_build(config, states, n_states, &plan, ret_report);
+        if (r < 0) {
+                mig_gpu_states_free(states, n_states);
+                return r;
+        }
+
+        for (size_t i = 0; i < plan->n_gpus; i++) {
+                const MigGpuPlan *p = &plan->gpus[i];
+                const MigGpuState *g = mig_state_find(states, n_states, p->pci_address);
+                _cleanup_strv_free_ char **steps = NULL;
+                _cleanup_free_ char *have = g ? mig_state_layout_summary(g) : NULL, *joined = NULL;
+
+                for (size_t k = 0; k < p->n_steps; k++)
+                        if (strv_consume(&steps, mig_step_to_string(&p->steps[k])) < 0)
+                                goto oom;
+                joined = strv_join(steps, ", ");
+                if (strv_extendf(&lines, "GPU %u (%s) does not match %s: it has %s; applying it would: %s", p->gpu,
+                                 p->pci_address, name, strna(have), strna(joined)) < 0)
+                        goto oom;
+        }
+        if (plan->n_gpus == 0 && strv_extendf(&lines, "The GPUs match MIG config %s.", name) < 0)
+                goto oom;
+        if (plan->n_unmanaged > 0) {
+                _cleanup_free_ char *note = unmanaged_note(plan, name);
+                if (!note || strv_extend(&lines, note) < 0)
+                        goto oom;
+        }
+        mig_gpu_states_free(states, n_states);
+        *ret_report = strv_join(lines, "\n");
+        return *ret_report ? plan->n_gpus == 0 : -ENOMEM;
+oom:
+        mig_gpu_states_free(states, n_states);
+        return -ENOMEM;
+}
+
+int mig_manager_export(MigManager *mm, char **ret_yaml) {
+        _cleanup_free_ char *error = NULL;
+        MigGpuState *states = NULL;
+        size_t n = 0;
+        int r;
+
+        r = read_states(mm, &states, &n, &error);
+        if (r < 0)
+                return r;
+        r = mig_export_yaml(states, n, "current", ret_yaml);
+        mig_gpu_states_free(states, n);
+        return r;
+}

@@ -1,0 +1,500 @@
+/* SPDX-License-Identifier: MIT */
+/* Owns reading MIG state through NVML (see mig-state.h). Profile names come from what the GPU reports
+ * (slices, memory, the profile index's attribute suffix) through the same formula the labels use
+ * (gpu_mig_profile_name), never from a table of ours. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mig-state.h"
+#include "strv.h"
+
+#define MAX_GI_PROFILE_INDEX 64   /* newer drivers add indices; stop at NVML's "no such index" */
+#define MAX_PLACEMENTS 32
+#define MAX_INSTANCES 16          /* GIs per profile, CIs per GI: 8 on every GPU so far */
+
+/* NVML's CI profile index constants by compute slice count (nvml.h). */
+static const struct {
+        unsigned index, slices;
+} ci_profile_indices[] = {
+        { NVML_COMPUTE_INSTANCE_PROFILE_1_SLICE, 1 }, { NVML_COMPUTE_INSTANCE_PROFILE_2_SLICE, 2 },
+        { NVML_COMPUTE_INSTANCE_PROFILE_3_SLICE, 3 }, { NVML_COMPUTE_INSTANCE_PROFILE_4_SLICE, 4 },
+        { NVML_COMPUTE_INSTANCE_PROFILE_6_SLICE, 6 }, { NVML_COMPUTE_INSTANCE_PROFILE_7_SLICE, 7 },
+        { NVML_COMPUTE_INSTANCE_PROFILE_8_SLICE, 8 },
+};
+
+static int failed(GpuNvml *n, const char *pci_address, int r, char **ret_error) {
+        if (ret_error && !*ret_error)
+                *ret_error = strprintf("Cannot read the MIG state of GPU %s: %s.", pci_address, gpu_nvml_last_error(n));
+        return r;
+}
+
+int mig_state_device(GpuNvml *n, const char *pci_address, nvmlDevice_t *ret) {
+        unsigned domain, bus, dev, fn;
+        char bus_id[NVML_DEVICE_PCI_BUS_ID_BUFFER_SIZE];
+        GpuNvmlCached *c;
+        int r;
+
+        c = gpu_nvml_cached(n, pci_address);
+        if (c && c->absent)
+                return -ENODEV;
+        if (c && c->handle) {
+                *ret = c->handle;
+                return 0;
+        }
+        if (sscanf(pci_address, "%x:%x:%x.%x", &domain, &bus, &dev, &fn) != 4)
+                return -EINVAL;
+        snprintf(bus_id, sizeof bus_id, "%08X:%02X:%02X.%X", domain, bus, dev, fn);
+        r = gpu_nvml_device_get_handle_by_pci_bus_id(n, bus_id, ret);
+        if (r == -ENOENT || r == -EINVAL)
+                return -ENODEV;
+        if (r >= 0 && c)
+                c->handle = *ret;
+        return r;
+}
+
+int mig_state_enumerate(GpuNvml *n, char ***ret, char **ret_error) {
+        _cleanup_strv_free_ char **l = NULL;
+        unsigned count = 0;
+        int r;
+
+        r = gpu_nvml_device_get_count(n, &count);
+        if (r < 0) {
+                *ret_error = strprintf("Cannot list GPUs through NVML: %s.", gpu_nvml_last_error(n));
+                return r;
+        }
+        for (unsigned i = 0; i < count; i++) {
+                nvmlPciInfo_t pci = {};
+                nvmlDevice_t d = NULL;
+                char address[32];
+
+                r = gpu_nvml_device_get_handle_by_index(n, i, &d);
+                if (r >= 0)
+                        r = gpu_nvml_device_get_pci_info(n, d, &pci);
+                if (r < 0) {
+                        *ret_error = strprintf("Cannot list GPUs through NVML: GPU %u: %s.", i, gpu_nvml_last_error(n));
+                        return r;
+                }
+                pci.busId[sizeof pci.busId - 1] = '\0';
+                if (gpu_nvml_normalize_bus_id(pci.busId, address) < 0) {
+                        *ret_error = strprintf("Cannot list GPUs through NVML: GPU %u has the PCI bus id \"%s\", which "
+                                               "is not a PCI address.", i, pci.busId);
+                        return -EBADMSG;
+                }
+                if (strv_extend(&l, address) < 0)
+                        return -ENOMEM;
+        }
+        strv_sort(l);
+        if (!l && !(l = calloc(1, sizeof(char *))))
+                return -ENOMEM;
+        *ret = TAKE_PTR(l);
+        return 0;
+}
+
+int mig_state_processes(GpuNvml *n, nvmlDevice_t d, unsigned *ret) {
+        unsigned count = 0;
+        int r;
+
+        /* Asking with no room answers the count: SUCCESS for none, INSUFFICIENT_SIZE otherwise. */
+        r = gpu_nvml_device_get_compute_running_processes(n, d, &count, NULL);
+        if (r == -ENOBUFS || r >= 0) {
+                *ret = r >= 0 ? 0 : count ?: 1;
+                return 0;
+        }
+        return r;
+}
+
+/* The CI profiles of a GI profile. Asked from NVML through an existing GI of that profile when there is
+ * one; otherwise (the question needs a GI handle, and we create nothing just to ask) NVML's numbering:
+ * CI profile id = index, C ≤ G compute slices, ⌊G/C⌋ instances, no 3-slice CI in a 4-slice GI. The
+ * applier's create is the final check: a CI the GPU refuses fails the apply, which is rolled back. */
+static int read_ci_profiles(GpuNvml *n, nvmlGpuInstance_t gi, MigGiProfile *p) {
+        MigCiProfile *l;
+        size_t k = 0;
+        int r;
+
+        l = calloc(ELEMENTSOF(ci_profile_indices), sizeof *l);
+        if (!l)
+                return -ENOMEM;
+        for (size_t i = 0; i < ELEMENTSOF(ci_profile_indices); i++) {
+                unsigned idx = ci_profile_indices[i].index, c = ci_profile_indices[i].slices;
+
+                if (gi) {
+                        nvmlComputeInstanceProfileInfo_v2_t info = {};
+
+                        r = gpu_nvml_gpu_instance_get_compute_instance_profile_info(
+                                n, gi, idx, NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED, &info);
+                        if (r == -EOPNOTSUPP || r == -EINVAL || r == -ENOENT)
+                                continue;
+                        if (r < 0) {
+                                free(l);
+                                return r;
+                        }
+                        l[k++] = (MigCiProfile) { .index = idx, .id = info.id, .slices = info.sliceCount,
+                                                  .instance_count = info.instanceCount };
+                        continue;
+                }
+                if (c > p->slices || (c == 3 && p->slices == 4) || ((c == 6 || c == 8) && c != p->slices))
+                        continue;
+                l[k++] = (MigCiProfile) { .index = idx, .id = idx, .slices = c, .instance_count = p->slices / c };
+        }
+        free(p->ci_profiles);
+        p->ci_profiles = l;
+        p->n_ci_profiles = k;
+        return 0;
+}
+
+static int read_gi_profiles(GpuNvml *n, nvmlDevice_t d, uint64_t total_bytes, MigGpuState *g) {
+        for (unsigned index = 0; index < MAX_GI_PROFILE_INDEX; index++) {
+                nvmlGpuInstanceProfileInfo_v2_t info = {};
+                nvmlGpuInstancePlacement_t pl[MAX_PLACEMENTS];
+                unsigned n_pl = ELEMENTSOF(pl);
+                const char *suffix;
+                MigGiProfile *p;
+                int r;
+
+                r = gpu_nvml_device_get_gpu_instance_profile_info(n, d, index, &info);
+                if (r == -EINVAL || r == -ENOSYS)
+                        break;
+                if (r == -EOPNOTSUPP)
+                        continue;
+                if (r < 0)
+                        return r;
+
+                suffix = gpu_nvml_profile_index_suffix(index);
+                if (!suffix) {
+                        /* An index newer than us: the attribute from the driver's own name. */
+                        const char *gb;
+
+                        info.name[sizeof info.name - 1] = '\0';
+                        gb = strstr(info.name, "gb");
+                        suffix = gb && (gb[2] == '+' || gb[2] == '-') ? gb + 2 : "";
+                }
+
+                r = gpu_nvml_device_get_gpu_instance_possible_placements(n, d, info.id, pl, &n_pl);
+                if (r < 0)
+                        return r;
+
+                p = realloc(g->gi_profiles, (g->n_gi_profiles + 1) * sizeof *p);
+                if (!p)
+                        return -ENOMEM;
+                g->gi_profiles = p;
+                p = &g->gi_profiles[g->n_gi_profiles++];
+                *p = (MigGiProfile) {
+                        .index = index,
+                        .id = info.id,
+                        .slices = info.sliceCount,
+                        .instance_count = info.instanceCount,
+                        .memory_slices = n_pl > 0 ? pl[0].size : 0,
+                };
+                p->name = gpu_mig_profile_name(info.sliceCount, info.sliceCount, info.memorySizeMB, total_bytes, suffix);
+                if (!p->name)
+                        p->name = strprintf("profile-%u", info.id); /* no usable name: never matches a config */
+                p->starts = calloc(n_pl ?: 1, sizeof *p->starts);
+                if (!p->name || !p->starts)
+                        return -ENOMEM;
+                for (unsigned i = 0; i < n_pl; i++)
+                        p->starts[i] = pl[i].start;
+                p->n_starts = n_pl;
+                r = read_ci_profiles(n, NULL, p);
+                if (r < 0)
+                        return r;
+        }
+        return 0;
+}
+
+static int gi_compare(const void *a, const void *b) {
+        const MigGiState *x = a, *y = b;
+        return x->id < y->id ? -1 : x->id > y->id;
+}
+
+static int read_cis(GpuNvml *n, nvmlGpuInstance_t handle, MigGiProfile *p, bool ask_profiles, MigGiState *gi) {
+        int r;
+
+        /* The real CI profiles, now that a GI of this profile is at hand (once per GI profile). */
+        if (ask_profiles) {
+                r = read_ci_profiles(n, handle, p);
+                if (r < 0)
+                        return r;
+        }
+        gi->ci_ids = calloc(MAX_INSTANCES, sizeof *gi->ci_ids);
+        gi->ci_profile_ids = calloc(MAX_INSTANCES, sizeof *gi->ci_profile_ids);
+        if (!gi->ci_ids || !gi->ci_profile_ids)
+                return -ENOMEM;
+
+        for (size_t i = 0; i < p->n_ci_profiles; i++) {
+                nvmlComputeInstance_t cis[MAX_INSTANCES];
+                unsigned count = ELEMENTSOF(cis);
+
+                r = gpu_nvml_gpu_instance_get_compute_instances(n, handle, p->ci_profiles[i].id, cis, &count);
+                if (r == -EOPNOTSUPP || r == -EINVAL)
+                        continue;
+                if (r < 0)
+                        return r;
+                for (unsigned k = 0; k < count && gi->n_cis < MAX_INSTANCES; k++) {
+                        nvmlComputeInstanceInfo_t info = {};
+
+                        r = gpu_nvml_compute_instance_get_info(n, cis[k], &info);
+                        if (r < 0)
+                                return r;
+                        gi->ci_ids[gi->n_cis] = info.id;
+                        gi->ci_profile_ids[gi->n_cis++] = info.profileId;
+                }
+        }
+        /* By CI id, as nvidia-smi lists them. */
+        for (size_t i = 1; i < gi->n_cis; i++)
+                for (size_t k = i; k > 0 && gi->ci_ids[k - 1] > gi->ci_ids[k]; k--) {
+                        unsigned t = gi->ci_ids[k];
+                        gi->ci_ids[k] = gi->ci_ids[k - 1];
+                        gi->ci_ids[k - 1] = t;
+                        t = gi->ci_profile_ids[k];
+                        gi->ci_profile_ids[k] = gi->ci_profile_ids[k - 1];
+                        gi->ci_profile_ids[k - 1] = t;
+                }
+        return 0;
+}
+
+static int read_gis(GpuNvml *n, nvmlDevice_t d, MigGpuState *g) {
+        int r;
+
+        for (size_t i = 0; i < g->n_gi_profiles; i++) {
+                MigGiProfile *p = &g->gi_profiles[i];
+                nvmlGpuInstance_t gis[MAX_INSTANCES];
+                unsigned count = ELEMENTSOF(gis);
+
+                r = gpu_nvml_device_get_gpu_instances(n, d, p->id, gis, &count);
+                if (r < 0)
+                        return r;
+                for (unsigned k = 0; k < count; k++) {
+                        nvmlGpuInstanceInfo_t info = {};
+                        MigGiState *gi;
+
+                        r = gpu_nvml_gpu_instance_get_info(n, gis[k], &info);
+                        if (r < 0)
+                                return r;
+                        gi = realloc(g->gis, (g->n_gis + 1) * sizeof *gi);
+                        if (!gi)
+                                return -ENOMEM;
+                        g->gis = gi;
+                        gi = &g->gis[g->n_gis++];
+                        *gi = (MigGiState) { .id = info.id, .profile_id = info.profileId,
+                                             .start = info.placement.start, .size = info.placement.size };
+                        r = read_cis(n, gis[k], p, k == 0, gi);
+                        if (r < 0)
+                                return r;
+                }
+        }
+        if (g->n_gis > 1)
+                qsort(g->gis, g->n_gis, sizeof *g->gis, gi_compare);
+        return 0;
+}
+
+int mig_state_read_gpu(GpuNvml *n, const char *pci_address, unsigned index, MigGpuState *ret, char **ret_error) {
+        _cleanup_(mig_gpu_state_done) MigGpuState g = { .index = index };
+        char name[NVML_DEVICE_NAME_V2_BUFFER_SIZE] = "";
+        nvmlPciInfo_t pci = {};
+        nvmlMemory_t mem = {};
+        nvmlDevice_t d = NULL;
+        unsigned current = 0, pending = 0, procs = 0;
+        int r;
+
+        assert(n);
+        assert(ret);
+
+        if (strlen(pci_address) >= sizeof g.pci_address)
+                return -EINVAL;
+        strcpy(g.pci_address, pci_address);
+
+        r = mig_state_device(n, pci_address, &d);
+        if (r == -ENODEV)
+                return r;
+        if (r < 0)
+                return failed(n, pci_address, r, ret_error);
+
+        r = gpu_nvml_device_get_pci_info(n, d, &pci);
+        if (r < 0)
+                return failed(n, pci_address, r, ret_error);
+        g.pci_id = pci.pciDeviceId;
+        g.subsystem_id = pci.pciSubSystemId;
+
+        r = gpu_nvml_device_get_name(n, d, name, sizeof name);
+        if (r < 0)
+                return failed(n, pci_address, r, ret_error);
+        g.model = strdup(name);
+        if (!g.model)
+                return -ENOMEM;
+
+        r = mig_state_processes(n, d, &procs);
+        if (r < 0)
+                return failed(n, pci_address, r, ret_error);
+        g.busy = procs > 0;
+
+        r = gpu_nvml_device_get_mig_mode(n, d, &current, &pending);
+        if (r == -EOPNOTSUPP) {
+                *ret = g;
+                g = (MigGpuState) {};
+                return 0;
+        }
+        if (r < 0)
+                return failed(n, pci_address, r, ret_error);
+        g.mig_capable = true;
+        g.mig_current = current == NVML_DEVICE_MIG_ENABLE;
+        g.mig_pending = pending == NVML_DEVICE_MIG_ENABLE;
+
+        r = gpu_nvml_device_get_memory_info(n, d, &mem);
+        if (r < 0)
+                return failed(n, pci_address, r, ret_error);
+
+        r = read_gi_profiles(n, d, mem.total, &g);
+        if (r < 0)
+                return r == -ENOMEM ? r : failed(n, pci_address, r, ret_error);
+
+        if (g.mig_current) {
+                r = read_gis(n, d, &g);
+                if (r < 0)
+                        return r == -ENOMEM ? r : failed(n, pci_address, r, ret_error);
+        }
+
+        *ret = g;
+        g = (MigGpuState) {};
+        return 0;
+}
+
+int mig_state_read(GpuNvml *n, char *const *pci_addresses, MigGpuState **ret, size_t *ret_n, char **ret_error) {
+        _cleanup_strv_free_ char **all = NULL;
+        MigGpuState *l = NULL;
+        size_t k = 0, count;
+        int r;
+
+        if (!pci_addresses) {
+                r = mig_state_enumerate(n, &all, ret_error);
+                if (r < 0)
+                        return r;
+                pci_addresses = all;
+        }
+        count = strv_length(pci_addresses);
+        l = calloc(count ?: 1, sizeof *l);
+        if (!l)
+                return -ENOMEM;
+        for (size_t i = 0; i < count; i++) {
+                r = mig_state_read_gpu(n, pci_addresses[i], (unsigned) i, &l[k], ret_error);
+                if (r == -ENODEV)
+                        continue;
+                if (r < 0) {
+                        mig_gpu_states_free(l, k);
+                        return r;
+                }
+                k++;
+        }
+        *ret = l;
+        *ret_n = k;
+        return 0;
+}
+
+int mig_state_copy_layout(const MigGpuState *src, MigGpuState *ret) {
+        _cleanup_(mig_gpu_state_done) MigGpuState g = {
+                .index = src->index,
+                .pci_id = src->pci_id,
+                .subsystem_id = src->subsystem_id,
+                .mig_capable = src->mig_capable,
+                .mig_current = src->mig_current,
+                .mig_pending = src->mig_pending,
+                .busy = src->busy,
+        };
+
+        memcpy(g.pci_address, src->pci_address, sizeof g.pci_address);
+        if (src->model && !(g.model = strdup(src->model)))
+                return -ENOMEM;
+        if (src->n_gis > 0) {
+                g.gis = calloc(src->n_gis, sizeof *g.gis);
+                if (!g.gis)
+                        return -ENOMEM;
+        }
+        for (size_t i = 0; i < src->n_gis; i++) {
+                const MigGiState *s = &src->gis[i];
+                MigGiState *d = &g.gis[g.n_gis++];
+
+                *d = (MigGiState) { .id = s->id, .profile_id = s->profile_id, .start = s->start, .size = s->size };
+                d->ci_ids = calloc(s->n_cis ?: 1, sizeof *d->ci_ids);
+                d->ci_profile_ids = calloc(s->n_cis ?: 1, sizeof *d->ci_profile_ids);
+                if (!d->ci_ids || !d->ci_profile_ids)
+                        return -ENOMEM;
+                if (s->n_cis > 0) {
+                        memcpy(d->ci_ids, s->ci_ids, s->n_cis * sizeof *d->ci_ids);
+                        memcpy(d->ci_profile_ids, s->ci_profile_ids, s->n_cis * sizeof *d->ci_profile_ids);
+                }
+                d->n_cis = s->n_cis;
+        }
+        *ret = g;
+        g = (MigGpuState) {};
+        return 0;
+}
+
+static bool gi_same(const MigGiState *a, const MigGiState *b) {
+        bool used[MAX_INSTANCES] = {};
+
+        if (a->profile_id != b->profile_id || a->start != b->start || a->n_cis != b->n_cis || a->n_cis > MAX_INSTANCES)
+                return false;
+        for (size_t i = 0; i < a->n_cis; i++) {
+                size_t k;
+                for (k = 0; k < b->n_cis; k++)
+                        if (!used[k] && b->ci_profile_ids[k] == a->ci_profile_ids[i])
+                                break;
+                if (k == b->n_cis)
+                        return false;
+                used[k] = true;
+        }
+        return true;
+}
+
+bool mig_state_layout_equal(const MigGpuState *a, const MigGpuState *b) {
+        if (a->mig_current != b->mig_current || a->n_gis != b->n_gis)
+                return false;
+        for (size_t i = 0; i < a->n_gis; i++) {
+                size_t k;
+                for (k = 0; k < b->n_gis; k++)
+                        if (gi_same(&a->gis[i], &b->gis[k]))
+                                break;
+                if (k == b->n_gis)
+                        return false;
+        }
+        return true;
+}
+
+const MigGiProfile *mig_state_gi_profile(const MigGpuState *g, unsigned profile_id) {
+        for (size_t i = 0; i < g->n_gi_profiles; i++)
+                if (g->gi_profiles[i].id == profile_id)
+                        return &g->gi_profiles[i];
+        return NULL;
+}
+
+const MigGpuState *mig_state_find(const MigGpuState *gpus, size_t n, const char *pci_address) {
+        for (size_t i = 0; i < n; i++)
+                if (streq(gpus[i].pci_address, pci_address))
+                        return &gpus[i];
+        return NULL;
+}
+
+char *mig_state_layout_summary(const MigGpuState *g) {
+        _cleanup_strv_free_ char **parts = NULL;
+
+        if (!g->mig_capable)
+                return strdup("not MIG capable");
+        if (!g->mig_current)
+                return strdup(g->mig_pending ? "MIG disabled (enabled once the GPU is reset)" : "MIG disabled");
+        if (g->n_gis == 0)
+                return strdup("MIG enabled, no instances");
+        /* In memory order, as a person draws the GPU. */
+        for (unsigned start = 0, done = 0; done < g->n_gis && start < 64; start++)
+                for (size_t i = 0; i < g->n_gis; i++) {
+                        const MigGiProfile *p;
+                        if (g->gis[i].start != start)
+                                continue;
+                        p = mig_state_gi_profile(g, g->gis[i].profile_id);
+                        if (strv_extendf(&parts, "%s@%u", p ? p->name : "?", start) < 0)
+                                return NULL;
+                        done++;
+                }
+        return strv_join(parts, ", ");
+}

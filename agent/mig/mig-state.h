@@ -1,0 +1,44 @@
+/* SPDX-License-Identifier: MIT */
+/* Owns reading the MIG state of GPUs through NVML into MigGpuState (mig-types.h): MIG mode current and
+ * pending, the GPU and compute instances that exist, the GPU instance profiles each GPU reports (ids,
+ * canonical names, possible placements, instance limits, compute instance profiles), and whether compute
+ * processes run. Also the layout helpers the applier and the journal share: copying and comparing the
+ * part of a state that an apply changes. Library code: negative errno plus a sentence, no logging. */
+#pragma once
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "gpu-nvml-internal.h"
+#include "mig-types.h"
+
+/* The PCI addresses ("0000:1b:00.0") of every GPU NVML lists, sorted: the GPU numbering of mig-parted
+ * when no PCI inventory is at hand. */
+int mig_state_enumerate(GpuNvml *n, char ***ret, char **ret_error);
+
+/* The NVML handle of the GPU at a PCI address; -ENODEV when NVML does not list it. */
+int mig_state_device(GpuNvml *n, const char *pci_address, nvmlDevice_t *ret);
+
+/* Reads one GPU. -ENODEV (no message) when NVML does not list the address (vfio-pci, unbound). */
+int mig_state_read_gpu(GpuNvml *n, const char *pci_address, unsigned index, MigGpuState *ret, char **ret_error);
+
+/* Reads the GPUs at pci_addresses (index = position in that list; NULL = mig_state_enumerate()). GPUs
+ * NVML does not list are left out, so indices may have gaps. */
+int mig_state_read(GpuNvml *n, char *const *pci_addresses, MigGpuState **ret, size_t *ret_n, char **ret_error);
+
+/* Number of compute processes on the GPU. */
+int mig_state_processes(GpuNvml *n, nvmlDevice_t d, unsigned *ret);
+
+/* Deep copy of what an apply changes and what the journal records: index, address, model, ids, MIG
+ * modes and the instances (no profiles). */
+int mig_state_copy_layout(const MigGpuState *src, MigGpuState *ret);
+
+/* Same MIG mode (current) and the same instances: GIs compared by profile and placement, each with the
+ * same multiset of CI profiles. GI and CI ids are not compared (a re-created instance may get new ones). */
+bool mig_state_layout_equal(const MigGpuState *a, const MigGpuState *b);
+
+const MigGiProfile *mig_state_gi_profile(const MigGpuState *g, unsigned profile_id);
+const MigGpuState *mig_state_find(const MigGpuState *gpus, size_t n, const char *pci_address);
+
+/* "7g.40gb ×1, 1g.5gb ×2" style summary of the instances, "MIG disabled" or "no MIG instances". */
+char *mig_state_layout_summary(const MigGpuState *g);

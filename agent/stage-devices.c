@@ -1,0 +1,122 @@
+/* SPDX-License-Identifier: MIT */
+/* Owns the devices stage: the /dev/nvidia* nodes nvidia-modprobe would make (modules/devnode.h does
+ * the planning and the mknod), with the MIG capability nodes of the devices NVML last reported.
+ * The mig stage calls manager_devices_refresh() after it changed the MIG layout, because the nvml
+ * stage runs after this one in a pass and the capability nodes depend on what NVML says. */
+#include <sys/stat.h>
+
+#include "devices.h"
+#include "devnode.h"
+#include "driver-unload.h"
+#include "log.h"
+#include "strv.h"
+
+DEFINE_CLEANUP_FUNC(DevnodePlan *, devnode_plan_free);
+
+/* The MIG devices of the last NVML snapshot, as devnode wants them: by the parent's device minor.
+ * A GPU whose minor NVML did not give is left out (its caps cannot be named); the plan notes why
+ * the rest of its nodes exist anyway. */
+static int collect_mig_devices(const NvmlSnapshot *s, DevnodeMigDevice **ret, size_t *ret_n) {
+        _cleanup_free_ DevnodeMigDevice *list = NULL;
+        size_t n = 0, total = 0;
+
+        for (size_t i = 0; s && i < s->n_gpus; i++)
+                if (s->gpus[i].minor >= 0)
+                        total += s->gpus[i].n_mig_devices;
+        if (total > 0) {
+                list = calloc(total, sizeof(DevnodeMigDevice));
+                if (!list)
+                        return -ENOMEM;
+        }
+        for (size_t i = 0; s && i < s->n_gpus; i++) {
+                const GpuInfo *g = &s->gpus[i];
+                if (g->minor < 0) {
+                        if (g->n_mig_devices > 0)
+                                log_warning("NVML did not report the device minor of GPU %s: the capability "
+                                            "nodes of its %zu MIG device(s) are not created.",
+                                            g->pci_address, g->n_mig_devices);
+                        continue;
+                }
+                for (size_t j = 0; j < g->n_mig_devices; j++)
+                        list[n++] = (DevnodeMigDevice) { .gpu_minor = (unsigned) g->minor,
+                                                         .gi = g->mig_devices[j].gi_id,
+                                                         .ci = g->mig_devices[j].ci_id };
+        }
+        *ret = TAKE_PTR(list);
+        *ret_n = n;
+        return 0;
+}
+
+int manager_devices_refresh(Manager *m, char **ret_message) {
+        _cleanup_(devnode_plan_freep) DevnodePlan *plan = NULL;
+        _cleanup_free_ DevnodeMigDevice *mig = NULL;
+        _cleanup_free_ char *error = NULL;
+        DevnodeResult result = {};
+        struct stat st;
+        size_t n_mig = 0;
+        int r;
+
+        assert(ret_message);
+
+        if (!m->config->devices.enabled) {
+                *ret_message = strdup("devices.enabled is false: the device nodes are left to the system");
+                return STAGE_SKIPPED;
+        }
+        if (!m->inventory || m->inventory->n_gpus == 0) {
+                *ret_message = strdup("no NVIDIA GPU");
+                return STAGE_SKIPPED;
+        }
+        if (manager_driver_unload_held(m)) {
+                *ret_message = strdup("the driver was unloaded with Unload(); Reconcile() loads it again");
+                return STAGE_SKIPPED;
+        }
+
+        /* devtmpfs is always there on a real host; a missing one is a configuration mistake, and
+         * devnode_apply() would only say that the first subdirectory cannot be made. */
+        r = stat(m->config->paths.dev, &st) < 0 ? negative_errno() : S_ISDIR(st.st_mode) ? 0 : -ENOTDIR;
+        if (r < 0) {
+                *ret_message = strprintf("Cannot create the NVIDIA device nodes: %s is not a directory (%s); set "
+                                         "paths.dev (or --root) to where devtmpfs is mounted.",
+                                         m->config->paths.dev, strerror(-r));
+                return r;
+        }
+
+        r = collect_mig_devices(m->nvml_snapshot, &mig, &n_mig);
+        if (r < 0)
+                return r;
+
+        DevnodeOptions opts = {
+                .modeset = m->config->driver.modeset,
+                .mig = mig,
+                .n_mig = n_mig,
+        };
+        r = devnode_plan(m->config->paths.proc, &opts, &plan, &error);
+        if (r < 0) {
+                *ret_message = error ? TAKE_PTR(error)
+                                     : strprintf("Cannot work out the NVIDIA device nodes from %s: %s",
+                                                 m->config->paths.proc, strerror(-r));
+                return r;
+        }
+        STRV_FOREACH(note, plan->notes)
+                log_debug("Device nodes: %s", *note);
+
+        r = devnode_apply(plan, m->config->paths.dev, &result, &error);
+        if (r < 0) {
+                *ret_message = error ? TAKE_PTR(error)
+                                     : strprintf("Cannot create the NVIDIA device nodes under %s: %s",
+                                                 m->config->paths.dev, strerror(-r));
+                return r;
+        }
+
+        *ret_message = devnode_result_to_string(plan, &result);
+        if (!*ret_message)
+                return -ENOMEM;
+        /* Routine passes find everything in place; only real work is worth a line. */
+        if (result.created + result.replaced + result.fixed + result.links > 0)
+                log_info("Device nodes under %s: %s.", m->config->paths.dev, *ret_message);
+        return STAGE_DONE;
+}
+
+int stage_devices_run(Manager *m, char **ret_message) {
+        return manager_devices_refresh(m, ret_message);
+}

@@ -1,0 +1,526 @@
+#!/usr/bin/python3
+# SPDX-License-Identifier: MIT
+"""Integration tests of the driver stage: the real daemon loads kernel modules from a fixture module
+tree (tests/kmod/mkmodtree.py) into a stand-in kernel (tests/fakes/kmod-trap.c, preloaded) and builds
+missing ones with a stand-in dkms (tests/fakes-dkms/dkms). TAP output.
+
+How the pieces combine: each test copies a simulated node (tests/fixtures/nodes) and a module tree into
+its temporary directory. The config's paths.sys/proc point at the node copy and paths.root at the tree
+copy (so modules, modprobe.d and firmware come from the tree); the trap's state directory is the node
+copy's sys/, so the /sys/module/<name> the trap writes on a "load" is exactly <paths.sys>/module/<name>
+where the agent checks the state. The trap's log (<node>/sys/.trap/log) lists every load in order."""
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import traceback
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import (AGENT, BUILD, NODES, SRC, Agent, Bus, Fail, Node, Notify, TempDir, check,  # noqa: E402
+                     get_property)
+
+SCALE = float(os.environ.get("GNA_TIMEOUT_SCALE", "1"))
+TREES = os.environ.get("GNA_KMOD_FIXTURES", os.path.join(BUILD, "tests/kmod/trees"))
+TRAP = os.environ.get("GNA_KMOD_TRAP", os.path.join(BUILD, "tests/kmod/kmod-trap.so"))
+FAKE_DKMS = os.path.join(SRC, "tests/fakes-dkms/dkms")
+DEPMOD = shutil.which("depmod") or "/usr/sbin/depmod"
+KVER = "6.1.0-18-amd64"        # tests/kmod/mkmodtree.py KVER, also dgx-h100-noload.node's kernel
+VERSION = "550.54.15"          # mkmodtree.py VERSION
+SECURE_BOOT_VAR = "firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c"
+
+
+def asan_instrumented():
+    p = subprocess.run(["ldd", AGENT], capture_output=True, text=True)
+    return "libasan" in p.stdout
+
+
+class Case:
+    """A node copy + module tree copy + config for one test, and ways to run the agent on it."""
+
+    def __init__(self, tmp, node="dgx-h100-noload", tree="upstream", driver_yaml="", dkms=True):
+        self.tmp = tmp
+        self.node_dir = os.path.join(tmp, "node")
+        shutil.copytree(os.path.join(NODES, node), self.node_dir, symlinks=True)
+        self.sys = os.path.join(self.node_dir, "sys")
+        self.root = os.path.join(tmp, "root")
+        if tree:
+            shutil.copytree(os.path.join(TREES, tree), self.root, symlinks=True)
+        else:
+            os.makedirs(self.root)
+        self.dkms_state = os.path.join(self.root, "var/lib/dkms")
+        self.node = Node(tmp, self.node_dir)
+        with open(os.path.join(self.node.confd, "50-driver.yaml"), "w") as f:
+            f.write("paths:\n  root: %s\ndriver:\n  dkms:\n    program: %s\n" % (self.root, FAKE_DKMS))
+        # The test's own driver keys in a later drop-in: mappings merge key by key.
+        with open(os.path.join(self.node.confd, "60-case.yaml"), "w") as f:
+            f.write("driver:\n" + driver_yaml if driver_yaml else "")
+        self.env = {
+            "LD_PRELOAD": TRAP,
+            "GNA_KMOD_TRAP_STATE": self.sys,
+            "GNA_FAKE_DKMS_STATE": self.dkms_state,
+            "GNA_FAKE_DKMS_MODULES_DIR": os.path.join(self.root, "lib/modules"),
+            "GNA_FAKE_DKMS_DEPMOD_BASE": self.root,
+            "GNA_FAKE_DKMS_LOG": os.path.join(tmp, "dkms.calls"),
+        }
+        if asan_instrumented():
+            # The trap comes first in the library list, which ASan refuses unless told not to check.
+            self.env["ASAN_OPTIONS"] = os.environ.get("ASAN_OPTIONS", "") + ":verify_asan_link_order=0"
+
+    def module_dir(self):
+        return os.path.join(self.root, "lib/modules", KVER)
+
+    def headers(self):
+        os.makedirs(os.path.join(self.module_dir(), "build"), exist_ok=True)
+
+    def remove_driver_modules(self):
+        """Takes the nvidia*.ko out of the tree (as before DKMS built them); they become what the fake
+        dkms "builds"."""
+        src = os.path.join(self.tmp, "ko-src")
+        os.makedirs(src)
+        dkms_dir = os.path.join(self.module_dir(), "updates/dkms")
+        for f in os.listdir(dkms_dir):
+            if f.startswith("nvidia"):
+                shutil.move(os.path.join(dkms_dir, f), os.path.join(src, f))
+        subprocess.run([DEPMOD, "-C", os.path.join(self.root, "etc/depmod.d"), "-b", self.root, KVER], check=True)
+        self.env["GNA_FAKE_DKMS_KO_SRC"] = src
+
+    def dkms_add(self, name="nvidia", version=VERSION):
+        src = os.path.join(self.dkms_state, name, version, "source")
+        os.makedirs(src)
+        with open(os.path.join(src, "dkms.conf"), "w") as f:
+            f.write('PACKAGE_NAME="%s"\nPACKAGE_VERSION="%s"\nAUTOINSTALL="yes"\n' % (name, version))
+
+    def module_live(self, name, version=None):
+        """A module that is already loaded in the stand-in kernel (e.g. ib_core after MOFED started)."""
+        d = os.path.join(self.sys, "module", name)
+        os.makedirs(os.path.join(d, "holders"), exist_ok=True)
+        with open(os.path.join(d, "initstate"), "w") as f:
+            f.write("live\n")
+        with open(os.path.join(d, "refcnt"), "w") as f:
+            f.write("0\n")
+        if version:
+            with open(os.path.join(d, "version"), "w") as f:
+                f.write(version + "\n")
+
+    def trap_log(self):
+        try:
+            with open(os.path.join(self.sys, ".trap/log")) as f:
+                return f.read().splitlines()
+        except FileNotFoundError:
+            return []
+
+    def loads(self):
+        return [line.split()[1] for line in self.trap_log() if line.startswith("load ")]
+
+    def load_args(self, name):
+        for line in self.trap_log():
+            if line.startswith("load %s" % name):
+                return line.split(None, 2)[2] if len(line.split(None, 2)) > 2 else ""
+        raise Fail("%s was not loaded; trap log: %r" % (name, self.trap_log()))
+
+    def full_env(self, extra=None):
+        env = dict(os.environ)
+        env.pop("NOTIFY_SOCKET", None)
+        env.update(self.node.nvml_env)
+        env.update(self.env)
+        env.update(extra or {})
+        return env
+
+    def oneshot(self, extra_env=None, timeout=60):
+        p = subprocess.run([AGENT, "--oneshot"] + self.node.args(), env=self.full_env(extra_env),
+                           capture_output=True, text=True, timeout=timeout * SCALE)
+        out = p.stdout + p.stderr
+        no_sanitizer_report(out)
+        return p.returncode, out
+
+    def stage_state(self):
+        with open(os.path.join(self.node.run, "gpu-node-agent/state")) as f:
+            for line in f:
+                if line.startswith("STAGE_driver="):
+                    return line.strip().split("=", 1)[1]
+        raise Fail("no STAGE_driver in the state file")
+
+
+def no_sanitizer_report(output):
+    """Other stages may fail on these nodes, so the exit code says little; a sanitizer's report does."""
+    for marker in ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:"):
+        check(marker not in output, "sanitizer report:\n" + output)
+
+
+def stage_message(output, state):
+    """The message of the driver stage's last transition to state, from the agent's log."""
+    found = None
+    for line in output.splitlines():
+        i = line.find("Stage driver: ")
+        if i >= 0 and ("→ %s" % state) in line:
+            found = line[i:].split(": ", 2)[2] if line[i:].count(": ") >= 2 else ""
+    if found is None:
+        raise Fail("the driver stage never became %s; agent output:\n%s" % (state, output))
+    return found
+
+
+def expect_stage(case, output, state):
+    check(case.stage_state() == state, "driver stage is %s, wanted %s; output:\n%s"
+          % (case.stage_state(), state, output))
+    return stage_message(output, state)
+
+
+# ---- tests ------------------------------------------------------------------------------------
+
+
+def test_fast_path_already_live():
+    with TempDir() as tmp:
+        # dgx-h100: nvidia and nvidia_uvm live, as after Debian's boot-time load.
+        c = Case(tmp, node="dgx-h100", tree=None)
+        _, out = c.oneshot()
+        msg = expect_stage(c, out, "done")
+        check("nvidia 550.127.05 already loaded for kernel 6.1.0-27-amd64" in msg, "message: " + msg)
+        check("waits for ib_core" in msg, "peermem skip reason missing: " + msg)
+        check(c.trap_log() == [], "the fast path touched the kernel: %r" % c.trap_log())
+        with open(os.path.join(c.node.state, "driver.state")) as f:
+            record = f.read()
+        check("6.1.0-27-amd64" in record and "550.127.05" in record, "driver.state: " + record)
+
+        # Second start: the record matches, nothing to do.
+        _, out = c.oneshot()
+        msg = expect_stage(c, out, "done")
+        check("unchanged since the last check" in msg, "second start not on the fast path: " + msg)
+        check(c.trap_log() == [], "the fast path touched the kernel: %r" % c.trap_log())
+
+        # driver.version that differs from the loaded driver: refused in words, nothing unloaded.
+        with open(os.path.join(c.node.confd, "70-version.yaml"), "w") as f:
+            f.write("driver:\n  version: 535.161.07\n")
+        _, out = c.oneshot()
+        msg = expect_stage(c, out, "failed")
+        check("loaded NVIDIA driver is 550.127.05, but driver.version is 535.161.07" in msg, "message: " + msg)
+        check(c.trap_log() == [], "a version mismatch touched the kernel: %r" % c.trap_log())
+
+
+def test_cold_load_order_and_options():
+    with TempDir() as tmp:
+        c = Case(tmp, driver_yaml="  modeset: true\n  parameters:\n    nvidia: NVreg_EnableGpuFirmware=0\n"
+                 "    nvidia-modeset: hdmi_deepcolor=1\n")
+        sb = os.path.join(c.sys, SECURE_BOOT_VAR)
+        os.makedirs(os.path.dirname(sb))
+        with open(sb, "wb") as f:
+            f.write(b"\x06\x00\x00\x00\x01")
+        os.makedirs(os.path.join(c.sys, "kernel/security"))
+        with open(os.path.join(c.sys, "kernel/security/lockdown"), "w") as f:
+            f.write("none [integrity] confidentiality\n")
+        _, out = c.oneshot()
+        msg = expect_stage(c, out, "done")
+        check(c.loads() == ["ipmi_msghandler", "ipmi_devintf", "nvidia", "nvidia_uvm", "nvidia_modeset"],
+              "load order: %r" % c.loads())
+        args = c.load_args("nvidia")
+        check("NVreg_DeviceFileMode=0660" in args and "NVreg_EnableGpuFirmware=0" in args,
+              "nvidia options (modprobe.d + driver.parameters): " + args)
+        check("uvm_perf_prefetch_enable=0" in c.load_args("nvidia_uvm"), "nvidia-uvm modprobe.d option lost")
+        check("hdmi_deepcolor=1" in c.load_args("nvidia_modeset"), "nvidia-modeset parameter lost")
+        check("loaded nvidia, nvidia-uvm, nvidia-modeset (driver %s) for kernel %s" % (VERSION, KVER) in msg,
+              "message: " + msg)
+        check("Secure Boot on, kernel lockdown integrity" in msg, "Secure Boot state not reported: " + msg)
+        check("signed by DKMS module signing key" in out, "module signer not reported:\n" + out)
+
+        # Restart: live and recorded, so nothing is loaded again.
+        n = len(c.trap_log())
+        _, out = c.oneshot()
+        msg = expect_stage(c, out, "done")
+        check(len(c.trap_log()) == n, "restart loaded again: %r" % c.trap_log()[n:])
+        check("unchanged since the last check" in msg, "restart not on the fast path: " + msg)
+
+
+def test_debian_naming():
+    with TempDir() as tmp:
+        c = Case(tmp, tree="debian")
+        _, out = c.oneshot()
+        expect_stage(c, out, "done")
+        check(c.loads()[-2:] == ["nvidia", "nvidia_uvm"], "loads: %r" % c.loads())
+        args = c.load_args("nvidia")
+        # "options nvidia-current …" applies to the file, "options nvidia …" to the kernel name.
+        check("NVreg_EnableGpuFirmware=1" in args and "NVreg_DeviceFileMode=0660" in args, "nvidia options: " + args)
+
+
+def test_missing_firmware():
+    with TempDir() as tmp:
+        c = Case(tmp, tree="no-firmware")
+        _, out = c.oneshot()
+        msg = expect_stage(c, out, "failed")
+        check("gsp_ga10x.bin" in msg, "missing firmware not named: " + msg)
+        check("nvidia" not in c.loads(), "loaded without its firmware: %r" % c.loads())
+
+
+def test_ekeyrejected():
+    with TempDir() as tmp:
+        c = Case(tmp)
+        _, out = c.oneshot({"GNA_KMOD_TRAP_FAIL": "nvidia:EKEYREJECTED"})
+        msg = expect_stage(c, out, "failed")
+        check("Secure Boot rejected it" in msg and "mokutil --import" in msg, "message: " + msg)
+        check("DKMS module signing key" in msg, "signer not named: " + msg)
+        check(not os.path.exists(os.path.join(c.sys, "module/nvidia/initstate")), "nvidia left loaded")
+
+
+def test_partial_load_rolled_back():
+    with TempDir() as tmp:
+        c = Case(tmp)
+        _, out = c.oneshot({"GNA_KMOD_TRAP_FAIL": "nvidia_uvm:EINVAL"})
+        msg = expect_stage(c, out, "failed")
+        check("nvidia-uvm" in msg and "Unloaded nvidia again" in msg, "message: " + msg)
+        check("unload nvidia" in c.trap_log(), "nvidia not unloaded after the failure: %r" % c.trap_log())
+        check(not os.path.exists(os.path.join(c.sys, "module/nvidia/initstate")), "nvidia left loaded")
+
+
+def test_peermem():
+    with TempDir() as tmp:
+        c = Case(tmp, tree="peermem-stub")
+        c.module_live("ib_core")
+        _, out = c.oneshot()
+        msg = expect_stage(c, out, "done")
+        check("built without InfiniBand support" in msg and "rebuild it against the installed MOFED/ib_core" in msg,
+              "stub not explained: " + msg)
+        check("nvidia_peermem" not in c.loads(), "the stub was loaded: %r" % c.loads())
+    with TempDir() as tmp:
+        c = Case(tmp)
+        _, out = c.oneshot()
+        msg = expect_stage(c, out, "done")
+        check("waits for ib_core" in msg, "no ib_core reason: " + msg)
+        check("nvidia_peermem" not in c.loads(), "peermem loaded without ib_core")
+        # ib_core comes back (MOFED restarted): the next pass, on the fast path, loads peermem.
+        c.module_live("ib_core")
+        _, out = c.oneshot()
+        msg = expect_stage(c, out, "done")
+        check(c.loads()[-1:] == ["nvidia_peermem"], "peermem not loaded after ib_core: %r" % c.loads())
+        check("nvidia-peermem loaded" in msg, "message: " + msg)
+
+
+def test_disabled_and_no_gpu():
+    with TempDir() as tmp:
+        c = Case(tmp, driver_yaml="  enabled: false\n")
+        _, out = c.oneshot()
+        msg = expect_stage(c, out, "skipped")
+        check("driver.enabled: false" in msg, "message: " + msg)
+        check(c.trap_log() == [], "disabled stage loaded modules")
+    with TempDir() as tmp:
+        c = Case(tmp, node="no-gpu")
+        _, out = c.oneshot()
+        check(expect_stage(c, out, "skipped") == "no NVIDIA GPU", "no-gpu message")
+
+
+def test_dkms_build_while_dbus_answers():
+    with TempDir() as tmp:
+        c = Case(tmp, tree="stale")       # modules built for 6.1.0-17-amd64
+        c.headers()
+        c.dkms_add()
+        # What the build "produces": the same modules built for the running kernel.
+        src = os.path.join(tmp, "ko-src")
+        shutil.copytree(os.path.join(TREES, "upstream/lib/modules", KVER, "updates/dkms"), src)
+        c.env.update({"GNA_FAKE_DKMS_KO_SRC": src, "GNA_FAKE_DKMS_DURATION": "3"})
+        bus = Bus(tmp)
+        notify = Notify(tmp)
+        agent = Agent(c.node, bus, notify, extra_env=c.env, wrapper=[])
+        try:
+            deadline = time.monotonic() + 20 * SCALE
+            while not any("building" in s for s in notify.statuses()):
+                check(time.monotonic() < deadline, "no building STATUS=: %r\n%s" % (notify.statuses(), agent.output()))
+                check(agent.proc.poll() is None, "agent died:\n" + agent.output())
+                time.sleep(0.05)
+            start = time.monotonic()
+            stages = get_property(bus, "Stages")
+            took = time.monotonic() - start
+            check(took < 1.0 * SCALE, "Stages took %.2fs during the build" % took)
+            check('"driver" "running"' in stages and "building" in stages and KVER in stages,
+                  "Stages during the build: " + stages)
+            dkms_state = get_property(bus, "DkmsState")
+            check(dkms_state.startswith('s "building') and KVER in dkms_state, "DkmsState: " + dkms_state)
+            notify.wait_for("READY=1", 30 * SCALE)
+            modules = get_property(bus, "Modules")
+            check(modules.startswith("a(sss) 3 ") and '"nvidia" "live" "%s"' % VERSION in modules
+                  and '"nvidia-uvm" "live" "%s"' % VERSION in modules and '"nvidia-peermem" "skipped"' in modules,
+                  "Modules: " + modules)
+            dkms_state = get_property(bus, "DkmsState")
+            check(dkms_state.startswith('s "built: Built and installed'), "DkmsState after: " + dkms_state)
+            out = agent.output()
+            msg = stage_message(out, "done")
+            check("built with DKMS" in msg and "loaded nvidia, nvidia-uvm" in msg, "message: " + msg)
+            check("dkms: Building module:" in out, "dkms output not streamed:\n" + out)
+            check("vermagic" in out or "built for kernel 6.1.0-17-amd64" in out or "6.1.0-17-amd64" in out,
+                  "why a build was needed is not logged:\n" + out)
+            check(c.loads()[-2:] == ["nvidia", "nvidia_uvm"], "loads after the build: %r" % c.loads())
+            with open(c.env["GNA_FAKE_DKMS_LOG"]) as f:
+                check(f.read().splitlines() == ["autoinstall -k " + KVER], "dkms calls")
+            rc = agent.stop()
+            check(rc == 0, "agent exited %d on SIGTERM:\n%s" % (rc, agent.output()))
+            no_sanitizer_report(agent.output())
+        finally:
+            if agent.proc.poll() is None:
+                agent.proc.kill()
+                agent.proc.wait()
+            notify.close()
+            bus.stop()
+
+
+def process_gone(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
+
+
+def test_sigterm_during_build():
+    with TempDir() as tmp:
+        c = Case(tmp)
+        c.remove_driver_modules()
+        c.headers()
+        c.dkms_add()
+        pidfile = os.path.join(tmp, "dkms.pids")
+        c.env.update({"GNA_FAKE_DKMS_DURATION": "60", "GNA_FAKE_DKMS_PIDFILE": pidfile})
+        bus = Bus(tmp)
+        agent = Agent(c.node, bus, extra_env=c.env, wrapper=[])
+        try:
+            deadline = time.monotonic() + 20 * SCALE
+            while not os.path.exists(pidfile) or not open(pidfile).read().strip():
+                check(time.monotonic() < deadline, "the build never started:\n" + agent.output())
+                time.sleep(0.05)
+            pids = [int(p) for p in open(pidfile).read().split()]
+            start = time.monotonic()
+            rc = agent.stop(timeout=int(20 * SCALE))
+            check(rc == 0, "agent exited %d on SIGTERM during a build:\n%s" % (rc, agent.output()))
+            check(time.monotonic() - start < 5 * SCALE, "shutdown waited for the build")
+            no_sanitizer_report(agent.output())
+            wait = time.monotonic() + 5 * SCALE
+            while not all(process_gone(p) for p in pids) and time.monotonic() < wait:
+                time.sleep(0.05)
+            check(all(process_gone(p) for p in pids), "dkms processes %r survived the agent" % pids)
+        finally:
+            if agent.proc.poll() is None:
+                agent.proc.kill()
+                agent.proc.wait()
+            bus.stop()
+
+
+def test_dkms_build_failed():
+    with TempDir() as tmp:
+        c = Case(tmp)
+        c.remove_driver_modules()
+        c.headers()
+        c.dkms_add()
+        _, out = c.oneshot({"GNA_FAKE_DKMS_RESULT": "10"})
+        msg = expect_stage(c, out, "failed")
+        log = os.path.join(c.dkms_state, "nvidia", VERSION, "build/make.log")
+        check(log in msg, "make.log path not in the message: " + msg)
+        check("nvidia" not in c.loads(), "loaded after a failed build")
+
+
+def test_dkms_headers_missing():
+    with TempDir() as tmp:
+        c = Case(tmp)
+        c.remove_driver_modules()
+        c.dkms_add()
+        _, out = c.oneshot()
+        msg = expect_stage(c, out, "failed")
+        check("apt-get install linux-headers-" + KVER in msg, "headers package not named: " + msg)
+        check(not os.path.exists(c.env["GNA_FAKE_DKMS_LOG"]), "dkms was run without headers")
+
+
+def test_dkms_disabled():
+    with TempDir() as tmp:
+        c = Case(tmp, driver_yaml="  dkms:\n    enabled: false\n")
+        c.remove_driver_modules()
+        _, out = c.oneshot()
+        msg = expect_stage(c, out, "failed")
+        check("driver.dkms.enabled: false" in msg and KVER in msg, "message: " + msg)
+
+
+def test_dkms_hang_timeout():
+    with TempDir() as tmp:
+        c = Case(tmp, driver_yaml="  dkms:\n    timeout: 1s\n")
+        c.remove_driver_modules()
+        c.headers()
+        c.dkms_add()
+        pidfile = os.path.join(tmp, "dkms.pids")
+        start = time.monotonic()
+        _, out = c.oneshot({"GNA_FAKE_DKMS_HANG": "1", "GNA_FAKE_DKMS_PIDFILE": pidfile}, timeout=60)
+        took = time.monotonic() - start
+        msg = expect_stage(c, out, "failed")
+        check("timed out after 1s" in msg and "process group was killed" in msg, "message: " + msg)
+        check(took < 30 * SCALE, "the hung build took %.1fs to be given up" % took)
+        with open(pidfile) as f:
+            pids = [int(p) for p in f.read().split()]
+        check(all(process_gone(p) for p in pids), "dkms processes %r survived the timeout" % pids)
+
+
+def test_prepare_kernel():
+    with TempDir() as tmp:
+        c = Case(tmp)
+        c.remove_driver_modules()
+        c.headers()
+        c.dkms_add()
+        env = c.full_env()
+        env.pop("LD_PRELOAD")
+        p = subprocess.run([AGENT, "--prepare-kernel", KVER] + c.node.args(), env=env, capture_output=True,
+                           text=True, timeout=60 * SCALE)
+        check(p.returncode == 0, "--prepare-kernel exited %d:\n%s" % (p.returncode, p.stderr))
+        check(os.path.exists(os.path.join(c.module_dir(), "updates/dkms/nvidia.ko")), "nothing was built")
+        check("ready for kernel " + KVER in p.stderr, "no success line:\n" + p.stderr)
+        check(c.trap_log() == [], "--prepare-kernel loaded something")
+
+        other = "6.1.0-99-amd64"
+        os.makedirs(os.path.join(c.root, "lib/modules", other))
+        p = subprocess.run([AGENT, "--prepare-kernel", other] + c.node.args(), env=env, capture_output=True,
+                           text=True, timeout=60 * SCALE)
+        check(p.returncode == 1, "--prepare-kernel without headers exited %d" % p.returncode)
+        check("apt-get install linux-headers-" + other in p.stderr, "headers package not named:\n" + p.stderr)
+
+        p = subprocess.run([AGENT, "--prepare-kernel", "../etc"] + c.node.args(), env=env, capture_output=True,
+                           text=True, timeout=60 * SCALE)
+        check(p.returncode == 1 and "kernel release" in p.stderr, "bad release accepted:\n" + p.stderr)
+
+
+TESTS = [
+    test_fast_path_already_live,
+    test_cold_load_order_and_options,
+    test_debian_naming,
+    test_missing_firmware,
+    test_ekeyrejected,
+    test_partial_load_rolled_back,
+    test_peermem,
+    test_disabled_and_no_gpu,
+    test_dkms_build_while_dbus_answers,
+    test_sigterm_during_build,
+    test_dkms_build_failed,
+    test_dkms_headers_missing,
+    test_dkms_disabled,
+    test_dkms_hang_timeout,
+    test_prepare_kernel,
+]
+
+
+def main():
+    if os.geteuid() != 0:
+        print("1..0 # SKIP the driver integration tests need root (private system bus policy)")
+        return 0
+    for what, path in (("kmod trap", TRAP), ("module trees", TREES)):
+        if not os.path.exists(path):
+            print("1..0 # SKIP %s not built: %s" % (what, path))
+            return 0
+    print("1..%d" % len(TESTS), flush=True)
+    failed = 0
+    for i, t in enumerate(TESTS, 1):
+        start = time.monotonic()
+        try:
+            t()
+            print("ok %d - %s (%.1fs)" % (i, t.__name__, time.monotonic() - start), flush=True)
+        except Exception as e:  # noqa: BLE001 - report every failure as TAP
+            failed += 1
+            print("not ok %d - %s" % (i, t.__name__), flush=True)
+            for line in ("".join(traceback.format_exception_only(type(e), e)) +
+                         ("" if isinstance(e, Fail) else traceback.format_exc())).splitlines():
+                print("# " + line, flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    sys.exit(main())

@@ -1,0 +1,707 @@
+/* SPDX-License-Identifier: MIT */
+/* Tests for the MIG applier and the MigManager (agent/mig/mig-apply*.c, mig-manager.c, mig-state.c,
+ * mig-export.c) against the fake libnvidia-ml.so.1 (tests/fakes/), on a real sd-event loop: applies on
+ * 8×A100-40GB (with the GPU reset the mode change needs, done by fake-nvml-ctl), every all-<profile>
+ * config of mig-parted's config-default.yaml on 8×H100, 8×H200 and 8×A30, idempotent re-apply (no NVML
+ * writes, counted from the fake's call trace), one GPU changed (the others keep their MIG UUIDs), plans
+ * rejected with nothing changed, a creation failure rolled back, reset never → rebooting, busy GPUs,
+ * journal recovery after a simulated crash, non-MIG GPUs, assert and export. Skips when the fake is not
+ * built. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "fileio.h"
+#include "log.h"
+#include "manager.h"
+#include "mig-config.h"
+#include "mig-journal.h"
+#include "mig-manager.h"
+#include "mig-plan.h"
+#include "mig-state.h"
+#include "strv.h"
+
+typedef struct Fix {
+        char *dir, *description, *trace, *agent_yaml, *journal;
+        const char *config_file;
+        Manager *m;
+} Fix;
+
+typedef struct Done {
+        bool called;
+        int error;
+        char *config, *state, *message;
+        bool changed;
+} Done;
+
+static char *lib_path, *ctl_path, *source_root, *nodes_dir;
+static struct Fix *current; /* torn down after each test, also a failed one */
+
+static const char *const fake_env[] = { "FAKE_NVML_DESCRIPTION", "FAKE_NVML_STATE", "FAKE_NVML_FAIL",
+                                        "FAKE_NVML_BUSY", "FAKE_NVML_TRACE", "FAKE_NVML_FIT",
+                                        "GNA_MIG_RESET_PROGRAM", NULL };
+
+static void write_file(const char *path, const char *text) {
+        assert_int_equal(write_file_atomic(path, NULL, text, strlen(text), 0644), 0);
+}
+
+static bool available(void) {
+        if (!lib_path || access(lib_path, R_OK) < 0 || access(ctl_path, X_OK) < 0) {
+                print_message("fake libnvidia-ml.so.1 / fake-nvml-ctl not built (tests/fakes); skipping\n");
+                return false;
+        }
+        return true;
+}
+
+/* A node description of n GPUs of one model. */
+static char *description_of(const char *model, unsigned n, const char *extra) {
+        _cleanup_strv_free_ char **l = NULL;
+
+        assert_int_equal(strv_extend(&l, "gpus:"), 0);
+        for (unsigned i = 0; i < n; i++) {
+                assert_int_equal(strv_extendf(&l, "  - pci: \"0000:%02x:00.0\"", 0x10 + i * 0x10), 0);
+                assert_int_equal(strv_extendf(&l, "    model: \"%s\"", model), 0);
+                if (extra && i == 2)
+                        assert_int_equal(strv_extend(&l, extra), 0);
+        }
+        assert_int_equal(strv_extend(&l, ""), 0);
+        return strv_join(l, "\n");
+}
+
+/* agent_extra: more YAML under "mig:". description: a file path, or (when it starts with "gpus:") text. */
+static Fix the_fix;
+
+static Fix *fix_setup(const char *description, const char *mig_extra) {
+        Fix *f = &the_fix;
+        _cleanup_free_ char *text = NULL, *state_dir = NULL;
+        char tmpl[] = "/tmp/test-mig-apply-XXXXXX";
+        ManagerOptions mo = { .log_level = LOG_WARNING };
+        static char *no_dirs[] = { NULL };
+        _cleanup_free_ char *error = NULL;
+        int r;
+
+        *f = (Fix) {};
+        assert_non_null(mkdtemp(tmpl));
+        f->dir = strdup(tmpl);
+        f->description = path_join(f->dir, "nvml.yaml");
+        f->trace = path_join(f->dir, "trace");
+        f->agent_yaml = path_join(f->dir, "agent.yaml");
+        state_dir = path_join(f->dir, "state");
+        f->journal = path_join(state_dir, MIG_JOURNAL_FILE);
+        f->config_file = NULL;
+
+        if (startswith(description, "gpus:"))
+                write_file(f->description, description);
+        else {
+                _cleanup_free_ char *data = NULL;
+                assert_int_equal(read_full_file(description, 1 << 20, &data, NULL), 0);
+                write_file(f->description, data);
+        }
+        for (const char *const *e = fake_env; *e; e++)
+                unsetenv(*e);
+        _cleanup_free_ char *state = path_join(f->dir, "nvml.state");
+        setenv("FAKE_NVML_DESCRIPTION", f->description, 1);
+        setenv("FAKE_NVML_STATE", state, 1);
+        setenv("FAKE_NVML_TRACE", f->trace, 1);
+        setenv("GNA_MIG_RESET_PROGRAM", ctl_path, 1);
+
+        text = strprintf("paths:\n  state: %s\nnvml:\n  library: %s\nmig:\n"
+                         "  config-file: %s/tests/fixtures/mig-parted/config-default.yaml\n%s",
+                         state_dir, lib_path, source_root, mig_extra ?: "");
+        write_file(f->agent_yaml, text);
+
+        assert_int_equal(manager_new(&mo, &f->m), 0);
+        ConfigLoadOptions co = { .main_file = f->agent_yaml, .dropin_dirs = no_dirs };
+        r = config_load(&co, &f->m->config, &error);
+        if (r < 0)
+                fail_msg("config_load: %s", error);
+        r = gpu_nvml_open(lib_path, &f->m->nvml, &error);
+        if (r < 0)
+                fail_msg("gpu_nvml_open: %s", error);
+        assert_int_equal(mig_manager_new(f->m, &f->m->mig), 0);
+        current = f;
+        return f;
+}
+
+static void fix_teardown(Fix *f) {
+        _cleanup_free_ char *cmd = strprintf("rm -rf '%s'", f->dir);
+
+        current = NULL;
+        f->m->mig = mig_manager_free(f->m->mig);
+        manager_free(f->m);
+        assert_int_equal(system(cmd), 0);
+        free(f->dir);
+        free(f->description);
+        free(f->trace);
+        free(f->agent_yaml);
+        free(f->journal);
+        for (const char *const *e = fake_env; *e; e++)
+                unsetenv(*e);
+}
+
+static void done_clear(Done *d) {
+        free(d->config);
+        free(d->state);
+        free(d->message);
+        *d = (Done) {};
+}
+
+static void on_done(MigManager *mm, const MigApplyOutcome *o, void *userdata) {
+        Done *d = userdata;
+
+        d->called = true;
+        d->error = o->error;
+        d->config = strdup(o->config);
+        d->state = strdup(o->state);
+        d->message = strdup(o->message);
+        d->changed = o->changed;
+}
+
+static void run_until(Fix *f, Done *d) {
+        for (unsigned i = 0; !d->called && i < 3000; i++)
+                assert_true(sd_event_run(f->m->event, 10 * USEC_PER_MSEC) >= 0);
+        assert_true(d->called);
+}
+
+/* Applies and waits; returns mig_manager_apply's result (the outcome is in *d when 0). */
+static int apply(Fix *f, const char *name, bool force, Done *d, char **ret_error) {
+        _cleanup_free_ char *error = NULL;
+        int r;
+
+        done_clear(d);
+        r = mig_manager_apply(f->m->mig, name, f->config_file, force, on_done, d, &error);
+        if (r < 0) {
+                if (ret_error)
+                        *ret_error = TAKE_PTR(error);
+                return r;
+        }
+        assert_null(error);
+        run_until(f, d);
+        return 0;
+}
+
+static void apply_ok(Fix *f, const char *name, Done *d) {
+        _cleanup_free_ char *error = NULL;
+        int r = apply(f, name, false, d, &error);
+        if (r < 0)
+                fail_msg("applying %s: %s", name, error);
+        if (!streq(d->state, "success"))
+                fail_msg("applying %s: %s: %s", name, d->state, d->message);
+        assert_string_equal(mig_manager_state(f->m->mig), "success");
+        assert_string_equal(mig_manager_config(f->m->mig), name);
+}
+
+/* NVML writes in the fake's trace since the last call (which empties it). */
+static unsigned trace_writes(Fix *f) {
+        static const char *const writes[] = { "nvmlDeviceSetMigMode ", "nvmlDeviceCreateGpuInstance",
+                                              "nvmlGpuInstanceCreateComputeInstance ", "nvmlGpuInstanceDestroy ",
+                                              "nvmlComputeInstanceDestroy ", NULL };
+        _cleanup_free_ char *data = NULL;
+        unsigned n = 0;
+
+        if (read_full_file(f->trace, 64 << 20, &data, NULL) < 0)
+                return 0;
+        for (char *line = strtok(data, "\n"); line; line = strtok(NULL, "\n"))
+                for (const char *const *w = writes; *w; w++)
+                        n += startswith(line, *w);
+        (void) truncate(f->trace, 0); /* the fake keeps its O_APPEND descriptor */
+        return n;
+}
+
+static unsigned trace_count(Fix *f, const char *symbol_rc) {
+        _cleanup_free_ char *data = NULL;
+        unsigned n = 0;
+
+        if (read_full_file(f->trace, 64 << 20, &data, NULL) < 0)
+                return 0;
+        for (char *line = strtok(data, "\n"); line; line = strtok(NULL, "\n"))
+                n += streq(line, symbol_rc);
+        return n;
+}
+
+static void read_states(Fix *f, MigGpuState **ret, size_t *ret_n) {
+        _cleanup_free_ char *error = NULL;
+        int r = mig_state_read(f->m->nvml, NULL, ret, ret_n, &error);
+        if (r < 0)
+                fail_msg("mig_state_read: %s", error);
+}
+
+/* How many GIs named profile GPU g has (each with exactly one CI). */
+static unsigned count_gis(const MigGpuState *g, const char *profile) {
+        unsigned n = 0;
+        for (size_t i = 0; i < g->n_gis; i++) {
+                const MigGiProfile *p = mig_state_gi_profile(g, g->gis[i].profile_id);
+                assert_non_null(p);
+                assert_int_equal(g->gis[i].n_cis, 1);
+                n += streq(p->name, profile);
+        }
+        return n;
+}
+
+static char *node_description(const char *node) {
+        return strprintf("%s/%s/nvml.yaml", nodes_dir, node);
+}
+
+/* ---- 8×A100-40GB: disabled → all-balanced, with the GPU reset the mode change needs ---- */
+
+static void test_a100_balanced(void **state) {
+        _cleanup_free_ char *desc = node_description("a100-sxm"), *yaml = NULL, *report = NULL;
+        Done d = {};
+        Fix *f;
+        MigGpuState *g = NULL;
+        size_t n = 0;
+
+        if (!available())
+                skip();
+        f = fix_setup(desc, NULL);
+
+        apply_ok(f, "all-balanced", &d);
+        assert_true(d.changed);
+        read_states(f, &g, &n);
+        assert_int_equal(n, 8);
+        for (size_t i = 0; i < n; i++) {
+                assert_true(g[i].mig_current);
+                assert_int_equal(g[i].n_gis, 4);
+                assert_int_equal(count_gis(&g[i], "1g.5gb"), 2);
+                assert_int_equal(count_gis(&g[i], "2g.10gb"), 1);
+                assert_int_equal(count_gis(&g[i], "3g.20gb"), 1);
+        }
+        /* The A100 mode change waited for a reset: one SetMigMode per GPU, answered "reset required". */
+        assert_int_equal(trace_count(f, "nvmlDeviceSetMigMode 0"), 8);
+        assert_int_equal(trace_writes(f), 8 + 8 * 4 * 2);
+        assert_int_equal(access(f->journal, F_OK), -1); /* finished journals are removed */
+
+        /* Idempotent: the same config again costs reads only. */
+        apply_ok(f, "all-balanced", &d);
+        assert_false(d.changed);
+        assert_int_equal(trace_writes(f), 0);
+        assert_int_equal(mig_manager_assert(f->m->mig, "all-balanced", NULL, &report), 1);
+        assert_non_null(strstr(report, "match MIG config all-balanced"));
+        report = mfree(report);
+        assert_int_equal(mig_manager_assert(f->m->mig, "all-1g.5gb", NULL, &report), 0);
+        assert_non_null(strstr(report, "GPU 0 (0000:07:00.0) does not match all-1g.5gb"));
+
+        /* Export: one entry for eight identical GPUs, which assert takes back as a match. */
+        assert_int_equal(mig_manager_export(f->m->mig, &yaml), 0);
+        assert_string_equal(yaml, "version: v1\nmig-configs:\n  current:\n    - devices: all\n      mig-enabled: true\n"
+                                  "      mig-devices:\n        \"1g.5gb\": 2\n        \"2g.10gb\": 1\n"
+                                  "        \"3g.20gb\": 1\n");
+
+        /* Back to disabled: destroys, then the mode change and its reset. */
+        apply_ok(f, "all-disabled", &d);
+        mig_gpu_states_free(g, n);
+        read_states(f, &g, &n);
+        for (size_t i = 0; i < n; i++) {
+                assert_false(g[i].mig_current);
+                assert_int_equal(g[i].n_gis, 0);
+        }
+        mig_gpu_states_free(g, n);
+        done_clear(&d);
+        fix_teardown(f);
+}
+
+/* ---- every all-<profile> of config-default.yaml a GPU reports, on 8 GPUs of a model ---- */
+
+static void apply_all_profiles(const char *description, unsigned expected_configs) {
+        _cleanup_free_ char *path = NULL, *error = NULL;
+        _cleanup_(mig_config_file_freep) MigConfigFile *cf = NULL;
+        MigGpuState *g = NULL;
+        size_t n = 0;
+        unsigned applied = 0;
+        Done d = {};
+        Fix *f;
+
+        f = fix_setup(description, NULL);
+        path = strprintf("%s/tests/fixtures/mig-parted/config-default.yaml", source_root);
+        assert_int_equal(mig_config_file_load(path, &cf, &error), 0);
+        read_states(f, &g, &n);
+        assert_int_equal(n, 8);
+
+        for (size_t p = 0; p < g[0].n_gi_profiles; p++) {
+                _cleanup_free_ char *name = strprintf("all-%s", g[0].gi_profiles[p].name);
+                const MigConfig *c = NULL;
+                MigGpuState *after = NULL;
+                size_t n_after = 0;
+
+                for (char *s = name; *s; s++)
+                        if (*s == '+')
+                                *s = '.';
+                if (mig_config_file_find(cf, name, &c, NULL) < 0)
+                        continue;
+                apply_ok(f, name, &d);
+                read_states(f, &after, &n_after);
+                /* The entry of the config for this model says how many. */
+                const MigConfigEntry *e = mig_config_match(c, &g[0]);
+                assert_non_null(e);
+                assert_int_equal(e->n_requests, 1);
+                for (size_t i = 0; i < n_after; i++)
+                        if (count_gis(&after[i], e->requests[0].profile) != e->requests[0].count)
+                                fail_msg("%s: GPU %zu has %u of %s", name, i, count_gis(&after[i], e->requests[0].profile),
+                                         e->requests[0].profile);
+                mig_gpu_states_free(after, n_after);
+                applied++;
+        }
+        assert_int_equal(applied, expected_configs);
+        mig_gpu_states_free(g, n);
+        done_clear(&d);
+        fix_teardown(f);
+}
+
+static void test_all_profiles_h100(void **state) {
+        _cleanup_free_ char *desc = node_description("dgx-h100");
+        if (!available())
+                skip();
+        apply_all_profiles(desc, 7); /* 1g.10gb(+me), 1g.20gb, 2g.20gb, 3g.40gb, 4g.40gb, 7g.80gb */
+}
+
+static void test_all_profiles_h200(void **state) {
+        _cleanup_free_ char *desc = description_of("NVIDIA H200", 8, NULL);
+        if (!available())
+                skip();
+        apply_all_profiles(desc, 7);
+}
+
+static void test_all_profiles_a30(void **state) {
+        _cleanup_free_ char *desc = description_of("NVIDIA A30", 8, NULL);
+        if (!available())
+                skip();
+        apply_all_profiles(desc, 5); /* 1g.6gb(+me), 2g.12gb(+me), 4g.24gb */
+}
+
+/* ---- one GPU changed: the other GPUs keep their instances (and MIG UUIDs) ---- */
+
+static void test_one_gpu_changed(void **state) {
+        _cleanup_free_ char *desc = node_description("dgx-h100"), *mig = NULL, *yaml = NULL, *error = NULL;
+        _cleanup_(nvml_snapshot_freep) NvmlSnapshot *before = NULL, *after = NULL;
+        Done d = {};
+        Fix *f;
+
+        if (!available())
+                skip();
+        f = fix_setup(desc, NULL);
+        apply_ok(f, "all-1g.10gb", &d);
+        assert_int_equal(gpu_nvml_read(f->m->nvml, NULL, &before, &error), 0);
+        (void) trace_writes(f);
+
+        mig = path_join(f->dir, "mig.yaml");
+        write_file(mig, "version: v1\nmig-configs:\n  one-changed:\n"
+                        "    - devices: all\n      mig-enabled: true\n      mig-devices: {\"1g.10gb\": 7}\n"
+                        "    - devices: [3]\n      mig-enabled: true\n      mig-devices: {\"3g.40gb\": 2}\n");
+        f->config_file = mig;
+        apply_ok(f, "one-changed", &d);
+        /* GPU 3: 7 CIs and 7 GIs destroyed, 2 GIs and 2 CIs created; nothing else written. */
+        assert_int_equal(trace_writes(f), 7 + 7 + 2 + 2);
+        assert_int_equal(gpu_nvml_read(f->m->nvml, NULL, &after, &error), 0);
+        for (size_t i = 0; i < 8; i++) {
+                if (i == 3) {
+                        assert_int_equal(after->gpus[i].n_mig_devices, 2);
+                        continue;
+                }
+                assert_int_equal(after->gpus[i].n_mig_devices, before->gpus[i].n_mig_devices);
+                for (size_t k = 0; k < after->gpus[i].n_mig_devices; k++)
+                        assert_string_equal(after->gpus[i].mig_devices[k].uuid, before->gpus[i].mig_devices[k].uuid);
+        }
+
+        /* Export merges the seven alike GPUs by index list. */
+        assert_int_equal(mig_manager_export(f->m->mig, &yaml), 0);
+        assert_non_null(strstr(yaml, "    - devices: [0, 1, 2, 4, 5, 6, 7]\n      mig-enabled: true\n      mig-devices:\n"
+                                     "        \"1g.10gb\": 7\n"));
+        assert_non_null(strstr(yaml, "    - devices: [3]\n      mig-enabled: true\n      mig-devices:\n"
+                                     "        \"3g.40gb\": 2\n"));
+        done_clear(&d);
+        fix_teardown(f);
+}
+
+/* ---- plans the GPUs cannot take: rejected, nothing written ---- */
+
+static void test_rejected(void **state) {
+        _cleanup_free_ char *desc = node_description("dgx-h100"), *mig = NULL, *error = NULL;
+        Done d = {};
+        Fix *f;
+
+        if (!available())
+                skip();
+        f = fix_setup(desc, NULL);
+        apply_ok(f, "all-3g.40gb", &d);
+        (void) trace_writes(f);
+
+        mig = path_join(f->dir, "mig.yaml");
+        write_file(mig, "version: v1\nmig-configs:\n"
+                        "  unknown-profile:\n    - devices: all\n      mig-enabled: true\n      mig-devices: {\"1g.7gb\": 1}\n"
+                        "  too-many:\n    - devices: all\n      mig-enabled: true\n      mig-devices: {\"1g.10gb\": 8}\n");
+        f->config_file = mig;
+
+        assert_int_equal(apply(f, "unknown-profile", false, &d, &error), -EINVAL);
+        assert_non_null(strstr(error, "1g.7gb"));
+        assert_non_null(strstr(error, "1g.10gb")); /* the valid choices are listed */
+        assert_string_equal(mig_manager_state(f->m->mig), "failed");
+        assert_string_equal(mig_manager_config(f->m->mig), "unknown-profile");
+        error = mfree(error);
+
+        assert_int_equal(apply(f, "too-many", false, &d, &error), -EINVAL);
+        assert_non_null(strstr(error, "1g.10gb"));
+        error = mfree(error);
+
+        assert_int_equal(apply(f, "no-such-config", false, &d, &error), -ENOENT);
+        assert_non_null(strstr(error, "no-such-config"));
+
+        assert_int_equal(trace_writes(f), 0);
+        f->config_file = NULL;
+        done_clear(&d);
+        fix_teardown(f);
+}
+
+/* ---- the 3rd GPU instance creation fails: that GPU goes back, the others go ahead ---- */
+
+static void test_creation_failure_rolled_back(void **state) {
+        _cleanup_free_ char *desc = node_description("dgx-h100"), *error = NULL;
+        MigGpuState *g = NULL;
+        size_t n = 0;
+        Done d = {};
+        Fix *f;
+
+        if (!available())
+                skip();
+        setenv("FAKE_NVML_FAIL", "nvmlDeviceCreateGpuInstanceWithPlacement:3:23", 1);
+        f = fix_setup(desc, NULL);
+        setenv("FAKE_NVML_FAIL", "nvmlDeviceCreateGpuInstanceWithPlacement:3:23", 1);
+        f->m->nvml = gpu_nvml_close(f->m->nvml);
+        assert_int_equal(gpu_nvml_open(lib_path, &f->m->nvml, &error), 0);
+
+        assert_int_equal(apply(f, "all-balanced", false, &d, &error), 0);
+        assert_string_equal(d.state, "failed");
+        assert_int_equal(d.error, -ENOSPC);
+        assert_non_null(strstr(d.message, "GPU 0 (0000:1b:00.0): creating GPU instance 1g.10gb"));
+        assert_non_null(strstr(d.message, "NVML_ERROR_INSUFFICIENT_RESOURCES"));
+        assert_non_null(strstr(d.message, "GPU 0 (0000:1b:00.0): rolled back to the previous layout"));
+        assert_string_equal(mig_manager_state(f->m->mig), "failed");
+
+        read_states(f, &g, &n);
+        assert_false(g[0].mig_current);            /* as before: MIG off, nothing left behind */
+        assert_int_equal(g[0].n_gis, 0);
+        for (size_t i = 1; i < n; i++)
+                assert_int_equal(g[i].n_gis, 4);
+        mig_gpu_states_free(g, n);
+        done_clear(&d);
+        fix_teardown(f);
+}
+
+/* ---- mig.reset: never → rebooting; after the reset the apply finishes ---- */
+
+static void test_reset_never(void **state) {
+        _cleanup_free_ char *desc = node_description("a100-sxm"), *cmd = NULL;
+        MigGpuState *g = NULL;
+        size_t n = 0;
+        Done d = {};
+        Fix *f;
+
+        if (!available())
+                skip();
+        f = fix_setup(desc, "  reset: never\n");
+        assert_int_equal(apply(f, "all-1g.5gb", false, &d, NULL), 0);
+        assert_string_equal(d.state, "rebooting");
+        assert_int_equal(d.error, 0);
+        assert_non_null(strstr(d.message, "GPU 0 (0000:07:00.0): the MIG mode change waits for a GPU reset or a reboot"));
+        assert_string_equal(mig_manager_state(f->m->mig), "rebooting");
+        read_states(f, &g, &n);
+        assert_false(g[0].mig_current);
+        assert_true(g[0].mig_pending);
+        mig_gpu_states_free(g, n);
+
+        cmd = strprintf("'%s' reset >/dev/null", ctl_path);
+        assert_int_equal(system(cmd), 0);
+        apply_ok(f, "all-1g.5gb", &d);
+        assert_int_equal(trace_count(f, "nvmlDeviceSetMigMode 0"), 8); /* only the first apply's */
+        read_states(f, &g, &n);
+        assert_int_equal(count_gis(&g[7], "1g.5gb"), 7);
+        mig_gpu_states_free(g, n);
+        done_clear(&d);
+        fix_teardown(f);
+}
+
+/* ---- a GPU reset that fails: the mode change is taken back ---- */
+
+static void test_reset_fails(void **state) {
+        _cleanup_free_ char *desc = node_description("a100-sxm");
+        MigGpuState *g = NULL;
+        size_t n = 0;
+        Done d = {};
+        Fix *f;
+
+        if (!available())
+                skip();
+        f = fix_setup(desc, NULL);
+        setenv("GNA_MIG_RESET_PROGRAM", "/bin/false", 1);
+        f->m->mig = mig_manager_free(f->m->mig);
+        assert_int_equal(mig_manager_new(f->m, &f->m->mig), 0);
+
+        assert_int_equal(apply(f, "all-1g.5gb", false, &d, NULL), 0);
+        assert_string_equal(d.state, "failed");
+        assert_non_null(strstr(d.message, "GPU 0 (0000:07:00.0): the GPU reset (/bin/false -r -i) failed with exit "
+                                          "status 1; GPU 0 (0000:07:00.0): rolled back to the previous layout"));
+        read_states(f, &g, &n);
+        for (size_t i = 0; i < n; i++) {
+                assert_false(g[i].mig_current);
+                assert_false(g[i].mig_pending); /* the pending change was taken back */
+        }
+        mig_gpu_states_free(g, n);
+        done_clear(&d);
+        fix_teardown(f);
+}
+
+/* ---- a GPU with compute processes: refused unless forced ---- */
+
+static void test_busy(void **state) {
+        _cleanup_free_ char *desc = description_of("NVIDIA H100 80GB HBM3", 4,
+                                                   "    processes: [{pid: 77, memory_mib: 100}]");
+        _cleanup_free_ char *error = NULL;
+        Done d = {};
+        Fix *f;
+
+        if (!available())
+                skip();
+        f = fix_setup(desc, NULL);
+        assert_int_equal(apply(f, "all-1g.10gb", false, &d, &error), -EBUSY);
+        assert_string_equal(error, "GPU 2 (0000:30:00.0) has compute processes running; nothing was changed. Stop the "
+                                   "workloads on it, or apply with force.");
+        assert_int_equal(trace_writes(f), 0);
+
+        /* Forced: the driver has the last word (it refuses the mode change on a busy GPU), and that GPU is
+         * rolled back while the others are done. */
+        assert_int_equal(apply(f, "all-1g.10gb", true, &d, NULL), 0);
+        assert_string_equal(d.state, "failed");
+        assert_non_null(strstr(d.message, "GPU 2 (0000:30:00.0): enabling MIG mode failed"));
+        assert_non_null(strstr(d.message, "NVML_ERROR_IN_USE"));
+        assert_non_null(strstr(d.message, "GPU 3 (0000:40:00.0): 1g.10gb@0"));
+        done_clear(&d);
+        fix_teardown(f);
+}
+
+/* ---- an apply interrupted by a crash: the next MigManager rolls back what was not finished ---- */
+
+static void test_journal_recovery(void **state) {
+        _cleanup_free_ char *desc = node_description("dgx-h100"), *note = NULL, *message = NULL;
+        _cleanup_(mig_journal_freep) MigJournal *j = NULL;
+        MigGpuState *balanced = NULL, *g = NULL, prev[2] = {};
+        size_t n_balanced = 0, n = 0;
+        Done d = {};
+        Fix *f;
+
+        if (!available())
+                skip();
+        f = fix_setup(desc, NULL);
+        apply_ok(f, "all-balanced", &d);
+        read_states(f, &balanced, &n_balanced);
+        apply_ok(f, "all-1g.10gb", &d);
+
+        /* What a crash in the middle of "all-1g.10gb" (from all-balanced) leaves: GPU 1 finished, GPU 0
+         * not, and a torn last line. */
+        assert_int_equal(mig_state_copy_layout(&balanced[0], &prev[0]), 0);
+        assert_int_equal(mig_state_copy_layout(&balanced[1], &prev[1]), 0);
+        assert_int_equal(mig_journal_begin(f->journal, "all-1g.10gb", prev, 2, &j), 0);
+        assert_int_equal(mig_journal_append(j, "step", "pci=0000:1b:00.0 kind=destroy-ci rc=0"), 0);
+        assert_int_equal(mig_journal_gpu_end(j, "0000:43:00.0", "done"), 0);
+        assert_int_equal(mig_journal_append(j, "step", "pci=0000:1b:00.0 kind=destroy-gi rc=0"), 0);
+        j = mig_journal_free(j);
+        FILE *torn = fopen(f->journal, "ae");
+        assert_non_null(torn);
+        fputs("step pci=0000:1b:00.0 kind=crea", torn);
+        fclose(torn);
+
+        /* A new start. */
+        f->m->mig = mig_manager_free(f->m->mig);
+        assert_int_equal(mig_manager_new(f->m, &f->m->mig), 0);
+        done_clear(&d);
+        assert_int_equal(mig_manager_recover(f->m->mig, on_done, &d, &message), 1);
+        assert_string_equal(message, "An interrupted apply of MIG config all-1g.10gb was found (2 steps journaled); "
+                                     "rolling the GPUs it had not finished back to their previous layout.");
+        run_until(f, &d);
+        assert_string_equal(d.state, "success");
+        assert_true(d.changed);
+        note = mig_manager_take_recovery_note(f->m->mig);
+        assert_non_null(strstr(note, "GPU 0 (0000:1b:00.0): "));
+        assert_int_equal(access(f->journal, F_OK), -1);
+
+        read_states(f, &g, &n);
+        assert_true(mig_state_layout_equal(&g[0], &balanced[0]));  /* rolled back */
+        assert_int_equal(count_gis(&g[1], "1g.10gb"), 7);          /* finished: left alone */
+        assert_int_equal(count_gis(&g[2], "1g.10gb"), 7);          /* not in the journal: left alone */
+
+        /* Once per start. */
+        message = mfree(message);
+        assert_int_equal(mig_manager_recover(f->m->mig, on_done, &d, &message), 0);
+        assert_null(message);
+
+        mig_gpu_states_free(g, n);
+        mig_gpu_states_free(balanced, n_balanced);
+        mig_gpu_state_done(&prev[0]);
+        mig_gpu_state_done(&prev[1]);
+        done_clear(&d);
+        fix_teardown(f);
+}
+
+/* ---- an L40S (no MIG) with devices: all, mig-enabled: false ---- */
+
+static void test_l40s(void **state) {
+        _cleanup_free_ char *desc = node_description("l40s"), *yaml = NULL;
+        Done d = {};
+        Fix *f;
+
+        if (!available())
+                skip();
+        f = fix_setup(desc, NULL);
+        apply_ok(f, "all-disabled", &d);
+        assert_false(d.changed);
+        assert_string_equal(d.message, "no change needed");
+        assert_int_equal(trace_writes(f), 0);
+        assert_int_equal(mig_manager_export(f->m->mig, &yaml), 0);
+        assert_string_equal(yaml, "version: v1\nmig-configs:\n  current:\n    - devices: all\n      mig-enabled: false\n");
+        done_clear(&d);
+        fix_teardown(f);
+}
+
+static int teardown(void **state) {
+        /* A failed test skips its own teardown; the fake NVML must be shut down before the next. */
+        if (current)
+                fix_teardown(current);
+        return 0;
+}
+
+#define TEST(t) cmocka_unit_test_teardown(t, teardown)
+
+int main(void) {
+        const char *lib = getenv("GNA_FAKE_NVML"), *build = getenv("GNA_BUILD_ROOT");
+        const struct CMUnitTest tests[] = {
+                TEST(test_a100_balanced),
+                TEST(test_all_profiles_h100),
+                TEST(test_all_profiles_h200),
+                TEST(test_all_profiles_a30),
+                TEST(test_one_gpu_changed),
+                TEST(test_rejected),
+                TEST(test_creation_failure_rolled_back),
+                TEST(test_reset_never),
+                TEST(test_reset_fails),
+                TEST(test_busy),
+                TEST(test_journal_recovery),
+                TEST(test_l40s),
+        };
+        int r;
+
+        log_set_max_level(LOG_WARNING);
+        lib_path = lib ? strdup(lib) : build ? strprintf("%s/tests/fakes/libnvidia-ml.so.1", build) : NULL;
+        ctl_path = build ? strprintf("%s/tests/fakes/fake-nvml-ctl", build) : NULL;
+        source_root = strdup(getenv("GNA_SOURCE_ROOT") ?: ".");
+        nodes_dir = getenv("GNA_FIXTURE_NODES") ? strdup(getenv("GNA_FIXTURE_NODES"))
+                                                : strprintf("%s/tests/fixtures/nodes", build ?: "build");
+        r = cmocka_run_group_tests(tests, NULL, NULL);
+        free(lib_path);
+        free(ctl_path);
+        free(source_root);
+        free(nodes_dir);
+        return r;
+}

@@ -1,0 +1,233 @@
+# SPDX-License-Identifier: MIT
+# Owns the checks that run inside the VM (busybox sh, started by /init). It drives the real kernel
+# through the agent's driver stage (`gpu-node-agent --oneshot`) or, while that stage is not wired
+# yet, through the same module library via vm-modctl's "stage" command, and checks what the kernel
+# then shows in /sys/module and dmesg, plus the words the user gets. Lines for the host:
+#   GNA-VM: MODE agent|lib <why>
+#   GNA-VM: PASS <check>            GNA-VM: FAIL <check>: <what was wrong>
+#   GNA-VM: LOG <text>              output of the agent/helper, for diagnosis
+# Which checks run depends on the kernel command line: module.sig_enforce=1 → signature checks;
+# lockdown=integrity → lockdown checks; otherwise the main sequence. The host (run-vm-test.sh)
+# knows the list of checks each boot must report as passed.
+. /gna/expect.env
+
+MODCTL_ARGS="--sys=/gna/sys --config=/etc/modprobe.d --firmware=/lib/firmware"
+n=0
+
+say() { echo "GNA-VM: $*"; }
+pass() { say "PASS $1"; }
+fail() { say "FAIL $1: $2"; }
+# check NAME DESCRIPTION COMMAND...: PASS when COMMAND succeeds.
+check() {
+        name=$1 what=$2
+        shift 2
+        if "$@"; then pass "$name"; else fail "$name" "$what"; fi
+}
+# The agent's debug output minus libkmod's own chatter (index lookups), which would drown the rest.
+show() { grep -v 'libkmod: ' "$2" | sed "s/^/GNA-VM: LOG $1: /"; }
+
+live() { [ "$(cat /sys/module/$1/initstate 2>/dev/null)" = live ]; }
+absent() { [ ! -e /sys/module/$1 ]; }
+param() { cat /sys/module/$1/parameters/$2 2>/dev/null; }
+has() { grep -qF -- "$2" "$1"; }
+dmesg_count() { dmesg | grep -cF -- "$1"; }
+# dmesg_before A B: the first line containing A comes before the first containing B.
+dmesg_before() {
+        a=$(dmesg | grep -nF -- "$1" | head -n1 | cut -d: -f1)
+        b=$(dmesg | grep -nF -- "$2" | head -n1 | cut -d: -f1)
+        [ -n "$a" ] && [ -n "$b" ] && [ "$a" -lt "$b" ]
+}
+modctl() {
+        tree=$1
+        shift
+        vm-modctl --modules=/gna/trees/$tree/lib/modules/$K $MODCTL_ARGS "$@"
+}
+
+# The agent's configuration for a module tree: the simulated node's PCI devices, the real module
+# state, the stand-ins' options, and nothing else of the agent's work (no GPU, no NVML, no dbus).
+write_config() {
+        cat >/tmp/agent-$1.yaml <<EOF
+paths:
+  sys: /gna/sys
+  modules: /gna/trees/$1/lib/modules
+  pci-ids: /gna/pci.ids
+  state: /tmp/gna-state
+  run: /run
+driver:
+  modeset: true
+  peermem: auto
+  parameters:
+    nvidia: "$2"
+    nvidia-uvm: "uvm_disable_hmm=1"
+  dkms:
+    enabled: false
+devices:
+  enabled: false
+fabric:
+  persistenced: off
+  fabricmanager: off
+cdi:
+  enabled: false
+labels:
+  enabled: false
+EOF
+}
+
+# drive TREE NVIDIA_OPTIONS: one pass of the driver stage; output in $out.
+drive() {
+        n=$((n + 1))
+        out=/tmp/drive-$n.log
+        if [ "$MODE" = agent ]; then
+                write_config "$1" "$2"
+                gpu-node-agent -c /tmp/agent-$1.yaml --config-dir=/gna/empty --oneshot --log-level=debug >"$out" 2>&1
+        else
+                modctl "$1" stage --modeset --peermem --mlx "--param=nvidia=$2" --param=nvidia-uvm=uvm_disable_hmm=1 >"$out" 2>&1
+        fi
+        show "drive $n ($1)" "$out"
+}
+
+# Agent when its driver stage does real work, else the library through vm-modctl.
+pick_mode() {
+        if grep -q 'gna.mode=lib' /proc/cmdline; then
+                MODE=lib
+                say "MODE lib (gna.mode=lib on the kernel command line)"
+                return
+        fi
+        write_config main ""
+        # A tree with no modules at all: the probe runs, the driver stage fails or says it is
+        # not implemented, and nothing gets loaded by this detection run.
+        mkdir -p /tmp/none/lib/modules/$K
+        sed "s|/gna/trees/main/lib/modules|/tmp/none/lib/modules|" /tmp/agent-main.yaml >/tmp/agent-none.yaml
+        gpu-node-agent -c /tmp/agent-none.yaml --config-dir=/gna/empty --oneshot --log-level=debug >/tmp/detect.log 2>&1
+        show detect /tmp/detect.log
+        if grep -i 'stage driver' /tmp/detect.log | grep -qi 'not implemented'; then
+                MODE=lib
+                say "MODE lib (the agent's driver stage is not implemented yet; the library runs it)"
+        else
+                MODE=agent
+                say "MODE agent"
+        fi
+}
+
+main_sequence() {
+        # 1. Nothing loaded: the stage loads ipmi (best effort), nvidia, nvidia-uvm, nvidia-modeset,
+        #    with options from modprobe.d (both file and kernel name) and from driver.parameters.
+        drive main NVreg_EnableGpuFirmware=0
+        check load-live "nvidia, nvidia_uvm and nvidia_modeset are not all live after the stage" \
+                eval 'live nvidia && live nvidia_uvm && live nvidia_modeset'
+        check load-ipmi "ipmi_msghandler/ipmi_devintf (best effort, present in the tree) were not loaded" \
+                eval 'live ipmi_msghandler && live ipmi_devintf'
+        check load-order "dmesg does not show ipmi → nvidia → nvidia-uvm → nvidia-modeset" \
+                eval 'dmesg_before "IPMI message handler" "nvidia stand-in: loaded" &&
+                      dmesg_before "nvidia stand-in: loaded" "nvidia-uvm stand-in: loaded" &&
+                      dmesg_before "nvidia-uvm stand-in: loaded" "nvidia-modeset stand-in: loaded"'
+        check options-modprobe-d "modprobe.d options did not reach nvidia (NVreg_DeviceFileMode=$(param nvidia NVreg_DeviceFileMode), NVreg_RegistryDwords=$(param nvidia NVreg_RegistryDwords))" \
+                eval '[ "$(param nvidia NVreg_DeviceFileMode)" = 432 ] && [ "$(param nvidia NVreg_RegistryDwords)" = RMTestKey=1 ]'
+        check options-config "driver.parameters did not reach the kernel (NVreg_EnableGpuFirmware=$(param nvidia NVreg_EnableGpuFirmware), uvm_disable_hmm=$(param nvidia_uvm uvm_disable_hmm))" \
+                eval '[ "$(param nvidia NVreg_EnableGpuFirmware)" = 0 ] && [ "$(param nvidia_uvm uvm_disable_hmm)" = 1 ]'
+        check debian-naming "the modules were not loaded from Debian's nvidia-current*.ko files" \
+                eval 'modctl main info nvidia >/tmp/info.log && has /tmp/info.log "index=nvidia_current " && has /tmp/info.log "/updates/dkms/nvidia-current.ko"'
+        check peermem-waits-ib-core "nvidia-peermem was loaded, or the reason does not say it waits for ib_core" \
+                eval 'absent nvidia_peermem && has $out "waits for ib_core"'
+
+        # 2. Already loaded: the normal case on Debian. Nothing is reloaded, old options stay.
+        drive main NVreg_EnableGpuFirmware=1
+        check fast-path "the second pass reloaded nvidia or changed its options" \
+                eval '[ "$(dmesg_count "nvidia stand-in: loaded")" = 1 ] && [ "$(param nvidia NVreg_EnableGpuFirmware)" = 0 ] &&
+                      { [ $MODE = agent ] || has $out "step nvidia rc=0 "; }'
+
+        # 3. peermem stub with ib_core live: refused with the rebuild hint; the kernel agrees.
+        modctl main load ib_core >/tmp/ib.log 2>&1
+        show "load ib_core" /tmp/ib.log
+        check ib-core-live "the in-tree ib_core did not load" live ib_core
+        drive stub NVreg_EnableGpuFirmware=0
+        check peermem-stub-refused "the stub was loaded, or the reason does not say to rebuild against MOFED/ib_core" \
+                eval 'absent nvidia_peermem && has $out "rebuild it against the installed MOFED/ib_core"'
+        vm-modctl insmod /gna/ko/std/nvidia-current-peermem-stub.ko >/tmp/stub.log 2>&1
+        show "insmod stub" /tmp/stub.log
+        check peermem-stub-einval "the kernel did not refuse the stub with EINVAL" \
+                eval 'has /tmp/stub.log "errno=EINVAL" && absent nvidia_peermem'
+
+        # 4. The real peermem once ib_core is live: loaded, holding ib_core and nvidia.
+        drive main NVreg_EnableGpuFirmware=0
+        check peermem-loaded "nvidia-peermem (built against ib_core) was not loaded after ib_core" \
+                eval 'live nvidia_peermem && [ -e /sys/module/ib_core/holders/nvidia_peermem ] &&
+                      [ -e /sys/module/nvidia/holders/nvidia_peermem ]'
+
+        # 5. Unload: the kernel refuses while a holder exists; the library refuses before touching
+        #    anything, then removes holders first.
+        vm-modctl rmmod nvidia >/tmp/rmmod.log 2>&1
+        show "rmmod nvidia" /tmp/rmmod.log
+        check unload-kernel-eagain "delete_module(nvidia) with holders did not fail with EAGAIN" \
+                eval 'has /tmp/rmmod.log "errno=EAGAIN" && live nvidia'
+        modctl main unload nvidia >/tmp/unload1.log 2>&1
+        show "unload nvidia" /tmp/unload1.log
+        check unload-refused "unloading nvidia alone was not refused with its holders listed, or something was removed" \
+                eval 'has /tmp/unload1.log "errno=EBUSY" && has /tmp/unload1.log "in use by" &&
+                      has /tmp/unload1.log nvidia_uvm && has /tmp/unload1.log nvidia_modeset &&
+                      has /tmp/unload1.log nvidia_peermem &&
+                      live nvidia && live nvidia_uvm && live nvidia_modeset && live nvidia_peermem'
+        modctl main unload nvidia nvidia-uvm nvidia-modeset nvidia-peermem >/tmp/unload2.log 2>&1
+        show "unload all" /tmp/unload2.log
+        check unload-holder-order "the driver was not removed holders first (or not completely)" \
+                eval 'has /tmp/unload2.log "rc=4 " && absent nvidia && absent nvidia_uvm && absent nvidia_modeset &&
+                      absent nvidia_peermem && live ib_core &&
+                      dmesg_before "nvidia-uvm stand-in: unloaded" "nvidia stand-in: unloaded" &&
+                      dmesg_before "nvidia-modeset stand-in: unloaded" "nvidia stand-in: unloaded" &&
+                      dmesg_before "nvidia-peermem stand-in: unloaded" "nvidia stand-in: unloaded"'
+
+        # 6. Built against other headers: the kernel says ENOEXEC and the user is told to rebuild.
+        drive enoexec NVreg_EnableGpuFirmware=0
+        check enoexec-reported "the ENOEXEC failure was not reported with the DKMS rebuild command" \
+                eval 'absent nvidia && has $out "ENOEXEC" && has $out "dkms autoinstall -k $K"'
+        vm-modctl insmod /gna/ko/enoexec/nvidia-current.ko >/tmp/enoexec.log 2>&1
+        show "insmod enoexec" /tmp/enoexec.log
+        check enoexec-kernel "the kernel did not refuse the other headers' module with ENOEXEC" \
+                has /tmp/enoexec.log "errno=ENOEXEC"
+
+        # 7. A vermagic naming another release: the kernel would take it (MODVERSIONS), the agent
+        #    must not.
+        drive release NVreg_EnableGpuFirmware=0
+        check vermagic-flagged "the module built for $OTHER_RELEASE was not flagged (or was loaded)" \
+                eval 'absent nvidia && has $out "was built for kernel $OTHER_RELEASE, not the running $K"'
+        vm-modctl insmod /gna/ko/release/nvidia-current.ko >/tmp/release.log 2>&1
+        show "insmod release" /tmp/release.log
+        check vermagic-kernel-accepts "the kernel refused a module whose vermagic differs only in the release" \
+                eval 'has /tmp/release.log "rc=0 " && live nvidia'
+        vm-modctl rmmod nvidia >/dev/null 2>&1
+}
+
+sig_enforce_sequence() {
+        check sig-enforce-on "module.sig_enforce=1 is not in effect" \
+                eval '[ "$(cat /sys/module/module/parameters/sig_enforce)" = Y ]'
+        modctl main load ib_core >/tmp/ib.log 2>&1
+        show "load ib_core" /tmp/ib.log
+        check sig-intree-loads "the distribution-signed ib_core did not load under sig_enforce" live ib_core
+        drive main NVreg_EnableGpuFirmware=0
+        check sig-rejected "EKEYREJECTED was not reported with the signer and the key to enroll" \
+                eval 'absent nvidia && has $out "mokutil --import /var/lib/dkms/mok.pub" &&
+                      has $out "\"$SIGNER\"" && has $out "$SIG_KEY"'
+        vm-modctl insmod /gna/ko/std/nvidia-current.ko >/tmp/sig.log 2>&1
+        show "insmod signed" /tmp/sig.log
+        check sig-kernel "the kernel did not reject the DKMS-signed module with EKEYREJECTED" \
+                has /tmp/sig.log "errno=EKEYREJECTED"
+}
+
+lockdown_sequence() {
+        check lockdown-on "lockdown=integrity is not in effect" \
+                grep -qF '[integrity]' /sys/kernel/security/lockdown
+        drive main NVreg_EnableGpuFirmware=0
+        check lockdown-reported "EPERM under lockdown was not reported as lockdown with the key to enroll" \
+                eval 'absent nvidia && has $out "locked down (integrity)" && has $out "mokutil --import"'
+        vm-modctl insmod /gna/ko/std/nvidia-current.ko >/tmp/ld.log 2>&1
+        show "insmod lockdown" /tmp/ld.log
+        check lockdown-kernel "the kernel did not refuse the DKMS-signed module with EPERM" \
+                has /tmp/ld.log "errno=EPERM"
+}
+
+pick_mode
+case " $(cat /proc/cmdline) " in
+*" module.sig_enforce=1 "*) sig_enforce_sequence ;;
+*" lockdown=integrity "*) lockdown_sequence ;;
+*) main_sequence ;;
+esac

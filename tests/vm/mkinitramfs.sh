@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# Owns the real-kernel suite's initramfs: static busybox, /init and guest.sh, the real agent and
+# vm-modctl with their ldd closure, the simulated node's PCI tree, module trees for the test cases,
+# firmware files the stand-in names, modprobe.d, and the facts the guest checks against.
+#
+#   mkinitramfs.sh OUT.cpio.gz K KERNEL_DIR MODS_DIR AGENT MODCTL FIXTURE_NODE PCI_IDS
+#
+# KERNEL_DIR and MODS_DIR come from setup.sh. Guest layout:
+#   /gna/sys                  the fixture's sys with module -> /sys/module and kernel/security ->
+#                             /sys/kernel/security: paths.sys reads the simulated PCI devices, while
+#                             module state and lockdown come from the running kernel
+#   /gna/trees/<case>/lib/modules/<K>   depmod'd trees: main (real peermem), stub (peermem stub),
+#                             enoexec (nvidia from other headers), release (nvidia whose vermagic names
+#                             another release); all with the in-tree ib_core and ipmi modules
+#   /gna/ko/<variant>/        the DKMS-built files, for raw finit_module checks
+#   /gna/expect.env           K, the DKMS key's signer and key id, the other release
+set -euo pipefail
+export PATH=/usr/sbin:/sbin:$PATH
+
+out=$1 K=$2 kdir=$3 mods=$4 agent=$5 modctl=$6 node=$7 pciids=$8
+src=$(cd "$(dirname "$0")" && pwd)
+
+stage=$(mktemp -d "${TMPDIR:-/tmp}/gna-initramfs.XXXXXX")
+trap 'rm -rf "$stage"' EXIT
+cd "$stage"
+
+mkdir -p bin sbin usr/bin usr/sbin proc sys dev run tmp etc/modprobe.d lib/firmware gna/bin gna/ko gna/trees gna/empty
+cp /bin/busybox bin/busybox
+ln -s busybox bin/sh
+install -m 0755 "$src/init" init
+install -m 0644 "$src/guest.sh" gna/guest.sh
+
+# Binaries and the libraries they load, at the same paths as on the host.
+copy_with_libs() {
+        local bin=$1 dest=$2 lib
+        install -m 0755 "$bin" "$dest"
+        ldd "$bin" | awk '/=> \// { print $3 } /^[[:space:]]*\/[^ ]*ld-linux/ { print $1 }' | while read -r lib; do
+                mkdir -p ".$(dirname "$lib")"
+                [ -e ".$lib" ] || cp -L "$lib" ".$lib"
+        done
+}
+copy_with_libs "$agent" gna/bin/gpu-node-agent
+copy_with_libs "$modctl" gna/bin/vm-modctl
+
+# The simulated node: its PCI devices from the fixture, the kernel's own module state.
+cp -a "$node/sys" gna/sys
+rm -rf gna/sys/module gna/sys/kernel/security
+ln -s /sys/module gna/sys/module
+mkdir -p gna/sys/kernel
+ln -s /sys/kernel/security gna/sys/kernel/security
+cp "$pciids" gna/pci.ids
+
+# The GSP firmware the stand-in nvidia names (the agent checks firmware= files before loading).
+ver=$(modinfo -F version "$mods/std/nvidia-current.ko")
+while read -r fw; do
+        mkdir -p "lib/firmware/$(dirname "$fw")"
+        echo "stand-in firmware" >"lib/firmware/$fw"
+done < <(modinfo -F firmware "$mods/std/nvidia-current.ko")
+
+for v in std enoexec release; do
+        mkdir -p "gna/ko/$v"
+        cp "$mods/$v"/*.ko "gna/ko/$v/"
+done
+
+# Module trees: the in-tree modules from the kernel package, plus the DKMS files as Debian's
+# package installs them (updates/dkms/nvidia-current*.ko). Hard links keep one copy of each file.
+cp -a "$kdir/lib/modules/$K" gna/kernel
+mktree() {
+        local name=$1 variant=$2 peermem=$3 t
+        t=gna/trees/$name/lib/modules/$K
+        mkdir -p "$t/updates/dkms"
+        cp -al gna/kernel/. "$t/"
+        for f in nvidia-current nvidia-current-uvm nvidia-current-modeset; do
+                ln "gna/ko/$variant/$f.ko" "$t/updates/dkms/$f.ko"
+        done
+        ln "gna/ko/$variant/$peermem.ko" "$t/updates/dkms/nvidia-current-peermem.ko"
+        depmod -b "gna/trees/$name" "$K"
+}
+mktree main std nvidia-current-peermem
+mktree stub std nvidia-current-peermem-stub
+mktree enoexec enoexec nvidia-current-peermem
+mktree release release nvidia-current-peermem
+rm -rf gna/kernel
+
+# Options for the Debian file name and for the kernel name: both must reach the kernel.
+cat >etc/modprobe.d/nvidia.conf <<'EOF'
+# Debian's nvidia-kernel-dkms names the file nvidia-current; its options may use either name.
+options nvidia-current NVreg_DeviceFileMode=432
+options nvidia NVreg_RegistryDwords=RMTestKey=1
+EOF
+
+cat >gna/expect.env <<EOF
+K='$K'
+DRIVER_VERSION='$ver'
+SIGNER='$(modinfo -F signer "$mods/std/nvidia-current.ko")'
+SIG_KEY='$(modinfo -F sig_key "$mods/std/nvidia-current.ko")'
+OTHER_RELEASE='$(modinfo -F vermagic "$mods/release/nvidia-current.ko" | cut -d' ' -f1)'
+EOF
+
+find . -mindepth 1 | LC_ALL=C sort | cpio -o -H newc --quiet | gzip -1 >"$out"

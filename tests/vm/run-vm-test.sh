@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# Owns the real-kernel test 'vm-driver': set up (cached, setup.sh), build the initramfs
+# (mkinitramfs.sh), boot the stock Debian kernel under QEMU with TCG once per kernel command line,
+# and judge the "GNA-VM: " lines guest.sh printed on the serial console. Every boot must report
+# each of its checks as passed; a boot that crashes, hangs or skips a check fails the test.
+#
+# Environment (meson sets the first ones): GNA_VM_SOURCE, GNA_VM_BUILD, GNA_VM_MODCTL, GNA_AGENT,
+# GNA_FIXTURE_NODES, GNA_FIXTURE_PCI_IDS; optional: GNA_VM_CACHE (default GNA_VM_BUILD/cache),
+# GNA_VM_KERNEL (a release instead of linux-headers-amd64's), GNA_VM_REQUIRE_AGENT=1 (fail unless
+# the agent's own driver stage ran), GNA_VM_MODE=lib (drive the kernel through the module library
+# with vm-modctl even when the agent's stage works), GNA_VM_NODE (fixture node, default dgx-h100: it has ConnectX).
+# Exit 77 only when QEMU or the kernel headers cannot be installed.
+set -uo pipefail
+
+t0=$SECONDS
+src=${GNA_VM_SOURCE:?run through meson test}
+build=${GNA_VM_BUILD:?run through meson test}
+cache=${GNA_VM_CACHE:-$build/cache}
+node=$GNA_FIXTURE_NODES/${GNA_VM_NODE:-dgx-h100}
+work=$build/run
+mkdir -p "$cache" "$work"
+
+grep -q '^nic' "$GNA_VM_SOURCE/../fixtures/nodes/${GNA_VM_NODE:-dgx-h100}.node" ||
+        { echo "FAIL: fixture node ${GNA_VM_NODE:-dgx-h100} has no ConnectX NIC; the peermem checks need one." >&2; exit 1; }
+
+# --- setup (cached) ---------------------------------------------------------------------------------
+setup_out=$(bash "$src/setup.sh" "$cache")
+rc=$?
+[ $rc -eq 77 ] && exit 77
+[ $rc -eq 0 ] || { echo "FAIL: setup failed (exit $rc)." >&2; exit 1; }
+eval "$setup_out"
+t_setup=$((SECONDS - t0))
+
+# --- initramfs --------------------------------------------------------------------------------------
+t1=$SECONDS
+bash "$src/mkinitramfs.sh" "$work/initramfs.cpio.gz" "$K" "$DIR/kernel" "$MODS" "$GNA_AGENT" "$GNA_VM_MODCTL" \
+        "$node" "$GNA_FIXTURE_PCI_IDS" || { echo "FAIL: building the initramfs failed." >&2; exit 1; }
+t_initramfs=$((SECONDS - t1))
+
+# --- boots ------------------------------------------------------------------------------------------
+# name | extra kernel command line | checks that must pass
+boots=(
+        "main||load-live load-ipmi load-order options-modprobe-d options-config debian-naming peermem-waits-ib-core fast-path ib-core-live peermem-stub-refused peermem-stub-einval peermem-loaded unload-kernel-eagain unload-refused unload-holder-order enoexec-reported enoexec-kernel vermagic-flagged vermagic-kernel-accepts"
+        "sig-enforce|module.sig_enforce=1|sig-enforce-on sig-intree-loads sig-rejected sig-kernel"
+        "lockdown|lockdown=integrity|lockdown-on lockdown-reported lockdown-kernel"
+)
+
+boot() {
+        local name=$1 extra=$2 start=$SECONDS
+        # Never KVM: on these machines it hangs or aborts with a stock kernel.
+        timeout 120 qemu-system-x86_64 -accel tcg -m 512 -nographic -no-reboot -nic none \
+                -kernel "$DIR/kernel/vmlinuz" -initrd "$work/initramfs.cpio.gz" \
+                -append "console=ttyS0 panic=-1 quiet rdinit=/init $extra${GNA_VM_MODE:+ gna.mode=$GNA_VM_MODE}" \
+                </dev/null >"$work/console-$name.log" 2>&1
+        echo "$? $((SECONDS - start))" >"$work/status-$name"
+}
+
+t2=$SECONDS
+pids=()
+for b in "${boots[@]}"; do
+        IFS='|' read -r name extra _ <<<"$b"
+        rm -f "$work/status-$name"
+        boot "$name" "$extra" &
+        pids+=($!)
+done
+wait "${pids[@]}"
+t_boots=$((SECONDS - t2))
+
+# --- verdict ----------------------------------------------------------------------------------------
+failed=0
+for b in "${boots[@]}"; do
+        IFS='|' read -r name extra want <<<"$b"
+        log=$work/console-$name.log
+        read -r qrc secs <"$work/status-$name"
+        # The console may put terminal escapes before a line: take what follows the prefix.
+        lines=$(tr -d '\r' <"$log" | grep -ao 'GNA-VM: .*' | grep -v '^GNA-VM: LOG ')
+        mode=$(sed -n 's/^GNA-VM: MODE //p' <<<"$lines")
+        up=$(sed -n 's/^GNA-VM: BOOTED .* at \([0-9.]*\)s,.*/\1/p' <<<"$lines")
+        down=$(sed -n 's/^GNA-VM: END .* at \([0-9.]*\)s$/\1/p' <<<"$lines")
+        echo "boot $name (${extra:-default cmdline}): ${secs}s wall (kernel up at ${up:-?}s, checks done at ${down:-?}s guest time), qemu exit $qrc, mode: ${mode:-unknown}"
+        bad=0
+        if [ "$qrc" -eq 124 ]; then
+                echo "  FAIL: the VM did not power off within 120 s"
+                bad=1
+        fi
+        grep -q '^GNA-VM: END' <<<"$lines" || { echo "  FAIL: guest.sh did not finish"; bad=1; }
+        while read -r l; do
+                [ -n "$l" ] && { echo "  $l"; bad=1; }
+        done < <(grep '^GNA-VM: FAIL ' <<<"$lines")
+        for c in $want; do
+                if grep -qx "GNA-VM: PASS $c" <<<"$lines"; then
+                        echo "  ok   $c"
+                elif ! grep -q "^GNA-VM: FAIL $c:" <<<"$lines"; then
+                        echo "  FAIL $c: not reported"
+                        bad=1
+                fi
+        done
+        if [ "${GNA_VM_REQUIRE_AGENT:-0}" = 1 ] && [[ "$mode" != agent* ]]; then
+                echo "  FAIL: GNA_VM_REQUIRE_AGENT=1 but the checks ran through the library ($mode)"
+                bad=1
+        fi
+        if [ $bad -ne 0 ]; then
+                failed=1
+                echo "  --- console ($log) ---"
+                tr -d '\r' <"$log" | tail -n 150 | sed 's/^/  | /'
+        fi
+done
+
+echo "times: setup ${t_setup}s, initramfs ${t_initramfs}s, boots ${t_boots}s (in parallel), total $((SECONDS - t0))s"
+exit $failed
