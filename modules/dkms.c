@@ -212,12 +212,16 @@ static void update_status_text(DkmsRun *run, uint64_t now) {
 
 static int on_progress(sd_event_source *s, uint64_t usec, void *userdata) {
         DkmsRun *run = userdata;
+        uint64_t due = usec;
 
-        update_status_text(run, usec);
+        /* Count from when the tick was due, not when a busy loop got to it: the text says "2m10s",
+         * not "2m10.3s", and the ticks do not drift. */
+        (void) sd_event_source_get_time(s, &due);
+        update_status_text(run, due);
         if (run->cb.progress && run->status_text)
                 run->cb.progress(run, run->status_text, run->userdata);
         if (run->progress_source) /* unless the callback cancelled the run */
-                (void) sd_event_source_set_time(run->progress_source, usec + run->progress_usec);
+                (void) sd_event_source_set_time(run->progress_source, due + run->progress_usec);
         return 0;
 }
 
