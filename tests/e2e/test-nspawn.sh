@@ -124,11 +124,25 @@ paths:
   pci-ids: /srv/pci.ids
 nvml:
   library: /srv/fake-nvml/libnvidia-ml.so.1
+# The container's device cgroup forbids mknod of NVIDIA majors; the devices stage is covered by the
+# integration suite (integration-devfab), which runs as root outside a container.
+devices:
+  enabled: false
 cdi:
   driver-root: /srv/node
 log:
   level: debug
 EOF
+# Stand-ins for the driver's daemons: the fabric stage starts them through systemd's D-Bus API (and, on
+# this NVSwitch node, waits for nvidia-fabricmanager).
+for unit in nvidia-persistenced nvidia-fabricmanager; do
+        cat >"$WORK/e2e/$unit.service" <<EOF
+[Unit]
+Description=e2e stand-in for $unit
+[Service]
+ExecStart=/bin/sleep infinity
+EOF
+done
 cat >"$WORK/e2e/50-e2e.conf" <<'EOF'
 # e2e: a short watchdog so the SIGSTOP check takes seconds; leak checking off because LeakSanitizer
 # needs ptrace, which SystemCallFilter= forbids (harmless in a non-sanitized build).
@@ -187,6 +201,9 @@ in_ct install -D -m 0644 /srv/e2e/agent.yaml /etc/gpu-node-agent/agent.yaml || f
 in_ct install -D -m 0644 /srv/e2e/50-e2e.conf "/etc/systemd/system/$UNIT.d/50-e2e.conf" || fail "cannot write the drop-in"
 # NFD's directory exists but features.d does not: the agent must create it (ReadWritePaths= allows it).
 in_ct mkdir -p "$NFD_DIR" || fail "cannot create $NFD_DIR"
+for unit in nvidia-persistenced nvidia-fabricmanager; do
+        in_ct install -m 0644 "/srv/e2e/$unit.service" "/etc/systemd/system/$unit.service" || fail "cannot install $unit.service"
+done
 in_ct systemctl daemon-reload || fail "systemctl daemon-reload failed"
 
 out=$(in_ct systemctl enable --now "$UNIT" 2>&1) || fail "systemctl enable --now $UNIT failed: $out"
@@ -224,6 +241,10 @@ grep -qx "nvidia.com/gpu.product=NVIDIA-H100-80GB-HBM3" <<<"$features" || fail "
 spec=$(in_ct cat /run/cdi/nvidia.yaml) || fail "the CDI spec /run/cdi/nvidia.yaml was not written (ReadWritePaths=/run/cdi, tmpfiles?)"
 grep -q "kind: nvidia.com/gpu" <<<"$spec" || fail "/run/cdi/nvidia.yaml is not our spec: $spec"
 log "feature file, CDI spec and ready file present"
+for unit in nvidia-fabricmanager nvidia-persistenced; do
+        [ "$(in_ct systemctl is-active "$unit")" = active ] || fail "the fabric stage did not start $unit"
+done
+log "fabric stage started nvidia-fabricmanager and nvidia-persistenced over systemd's D-Bus API"
 
 # ---- reload: same process, still active ----
 pid=$(in_ct systemctl show -P MainPID "$UNIT")
