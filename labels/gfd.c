@@ -211,11 +211,27 @@ static GfdSharing gfd_sharing(const LabelInput *in) {
         };
 }
 
-/* The model of one GPU: its sanitised NVML name; when NVML gave none that is usable, the name from
- * pci.ids, so that gpu.product is still written. */
+static const PciDevice *gfd_pci(const Gfd *g, const GpuInfo *gpu) {
+        const Inventory *inv = g->in->inventory;
+
+        for (size_t i = 0; inv && i < inv->n_gpus; i++)
+                if (streq(inv->gpus[i].address, gpu->pci_address))
+                        return &inv->gpus[i];
+        return NULL;
+}
+
+static bool gfd_same_pci_ids(const PciDevice *a, const PciDevice *b) {
+        return a && b && a->vendor_id == b->vendor_id && a->device_id == b->device_id &&
+               a->subsystem_vendor_id == b->subsystem_vendor_id && a->subsystem_device_id == b->subsystem_device_id;
+}
+
+/* The model of one GPU: its sanitised NVML name. When NVML gave none that is usable, the NVML name of
+ * another GPU with the same PCI vendor, device and subsystem ids — the same product, so that one bad
+ * answer does not split a node of identical GPUs into two models and lower gpu.count — else the name
+ * from pci.ids, so that gpu.product is still written. */
 static int gfd_gpu_model(Gfd *g, const GpuInfo *gpu, char **ret) {
-        _cleanup_free_ char *m = label_sanitize(gpu->name ?: "");
-        const PciDevice *pci = NULL;
+        _cleanup_free_ char *m = label_sanitize(gpu->name ?: ""), *bad = NULL, *fallback = NULL, *from = NULL;
+        const PciDevice *pci = gfd_pci(g, gpu);
         int r;
 
         if (!m)
@@ -225,23 +241,61 @@ static int gfd_gpu_model(Gfd *g, const GpuInfo *gpu, char **ret) {
                 return 0;
         }
 
-        const Inventory *inv = g->in->inventory;
-        for (size_t i = 0; inv && i < inv->n_gpus; i++)
-                if (streq(inv->gpus[i].address, gpu->pci_address))
-                        pci = &inv->gpus[i];
-        _cleanup_free_ char *fallback = pci ? label_product_from_pci(pci) : strdup("NVIDIA-unknown");
-        if (!fallback)
-                return -ENOMEM;
+        for (size_t i = 0; pci && !fallback && i < g->nvml->n_gpus; i++) {
+                const GpuInfo *other = &g->nvml->gpus[i];
+                if (other == gpu || !gfd_same_pci_ids(pci, gfd_pci(g, other)))
+                        continue;
+                _cleanup_free_ char *name = label_sanitize(other->name ?: "");
+                if (!name)
+                        return -ENOMEM;
+                if (!*name)
+                        continue;
+                from = strprintf(", the name NVML reported for GPU %s with the same PCI IDs (%04x:%04x, subsystem "
+                                 "%04x:%04x),", other->pci_address, pci->vendor_id, pci->device_id,
+                                 pci->subsystem_vendor_id, pci->subsystem_device_id);
+                if (!from)
+                        return -ENOMEM;
+                fallback = TAKE_PTR(name);
+        }
+        if (!fallback) {
+                fallback = pci ? label_product_from_pci(pci) : strdup("NVIDIA-unknown");
+                from = strdup(pci ? " from its PCI ID" : "");
+                if (!fallback || !from)
+                        return -ENOMEM;
+        }
+
         if (gpu->name)
-                r = gfd_warn(g, "NVML reported the name '%s' for GPU %s, which has no usable characters; "
-                             "using %s%s instead.",
-                             gpu->name, gpu->pci_address, fallback, pci ? " from its PCI ID" : "");
+                bad = strprintf("the name '%s' for GPU %s, which has no usable characters", gpu->name, gpu->pci_address);
         else
-                r = gfd_warn(g, "NVML reported no name for GPU %s; using %s%s instead.", gpu->pci_address,
-                             fallback, pci ? " from its PCI ID" : "");
+                bad = strprintf("no name for GPU %s", gpu->pci_address);
+        if (!bad)
+                return -ENOMEM;
+        r = gfd_warn(g, "NVML reported %s; using %s%s instead.", bad, fallback, from);
         if (r < 0)
                 return r;
         *ret = TAKE_PTR(fallback);
+        return 0;
+}
+
+/* A GPU whose MIG mode NVML could not read (an error, or an answer that is neither mode) is labelled as
+ * a full GPU; say what that leaves out. */
+static int gfd_warn_mig_unknown(Gfd *g) {
+        for (size_t i = 0; i < g->nvml->n_gpus; i++) {
+                const GpuInfo *gpu = &g->nvml->gpus[i];
+                int r;
+
+                if (gpu->mig_current == GPU_MIG_UNSUPPORTED || gpu->mig_current == GPU_MIG_DISABLED ||
+                    gpu->mig_current == GPU_MIG_ENABLED)
+                        continue;
+                r = gfd_warn(g, "NVML could not read the MIG mode of GPU %s; it is labelled as a full GPU%s, and "
+                             "mig.capable does not count it.", gpu->pci_address,
+                             g->in->mig_strategy == MIG_STRATEGY_MIXED ? ", any MIG devices it has are left out of "
+                                                                        "the mig-* labels" :
+                             g->in->mig_strategy == MIG_STRATEGY_SINGLE ? ", which MIG strategy single counts as a GPU "
+                                                                         "not in MIG mode" : "");
+                if (r < 0)
+                        return r;
+        }
         return 0;
 }
 
@@ -266,24 +320,50 @@ static int gfd_put_resource(Gfd *g, const char *resource, const char *model, con
         return r;
 }
 
+/* The GPU of the model whose answer gives a fact: the first that has it, one out of MIG mode before one
+ * in MIG mode (as GFD lets full GPUs override), so that one GPU's garbage does not cost the whole model
+ * its label; when none has it, the one whose absence is named. */
+typedef bool (*GfdHasFact)(const GpuInfo *gpu);
+
+static bool gfd_has_memory(const GpuInfo *gpu) {
+        return (gpu->memory_total_bytes >> 20) > 0;
+}
+
+static bool gfd_has_cc(const GpuInfo *gpu) {
+        return gpu->cc_major > 0 && gpu->cc_minor >= 0;
+}
+
+static const GpuInfo *gfd_model_rep(Gfd *g, const char *model, GfdHasFact has) {
+        const GpuInfo *best = NULL;
+        int best_rank = -1;
+
+        for (size_t i = 0; i < g->nvml->n_gpus; i++) {
+                const GpuInfo *gpu = &g->nvml->gpus[i];
+                if (!streq(g->products[i], model))
+                        continue;
+                int rank = (has(gpu) ? 2 : 0) + (gpu->mig_current != GPU_MIG_ENABLED ? 1 : 0);
+                if (rank > best_rank) {
+                        best = gpu;
+                        best_rank = rank;
+                }
+        }
+        return best;
+}
+
 /* The full-GPU labels of the chosen model. GPUs in MIG mode are counted under their full name but
  * cannot be shared (replicas 0); when the model also has GPUs out of MIG mode, those decide replicas
  * and the product, as GFD lets full GPUs override. */
 static int gfd_put_gpus(Gfd *g, const char *model) {
-        const GpuInfo *rep = NULL;
+        const GpuInfo *rep;
         bool any_full = false;
         size_t count = 0;
         int r;
 
         for (size_t i = 0; i < g->nvml->n_gpus; i++) {
-                const GpuInfo *gpu = &g->nvml->gpus[i];
-                bool full = gpu->mig_current != GPU_MIG_ENABLED;
                 if (!streq(g->products[i], model))
                         continue;
                 count++;
-                if (!rep || (full && !any_full))
-                        rep = gpu;
-                any_full = any_full || full;
+                any_full = any_full || g->nvml->gpus[i].mig_current != GPU_MIG_ENABLED;
         }
 
         GfdSharing sh = any_full ? gfd_sharing(g->in) : (GfdSharing) { .replicas = 0, .strategy = "none" };
@@ -291,16 +371,17 @@ static int gfd_put_gpus(Gfd *g, const char *model) {
         if (r < 0)
                 return r;
 
-        uint64_t mib = rep->memory_total_bytes >> 20;
-        if (mib > 0)
-                r = gfd_put_u(g, "gpu", "memory", mib);
+        rep = gfd_model_rep(g, model, gfd_has_memory);
+        if (gfd_has_memory(rep))
+                r = gfd_put_u(g, "gpu", "memory", rep->memory_total_bytes >> 20);
         else
                 r = gfd_warn(g, "NVML reported no memory size for GPU %s; gpu.memory is left out.",
                              rep->pci_address);
         if (r < 0)
                 return r;
 
-        if (rep->cc_major <= 0 || rep->cc_minor < 0)
+        rep = gfd_model_rep(g, model, gfd_has_cc);
+        if (!gfd_has_cc(rep))
                 return gfd_warn(g, "NVML reported no compute capability for GPU %s; gpu.family and "
                                 "gpu.compute.* are left out.",
                                 rep->pci_address);
@@ -353,7 +434,8 @@ static int gfd_collect_profiles(Gfd *g, GfdProfile **ret, size_t *ret_n) {
         return 0;
 }
 
-static int gfd_put_mig_attributes(Gfd *g, const char *resource, const MigDeviceInfo *d) {
+static int gfd_put_mig_attributes(Gfd *g, const char *resource, const GfdProfile *p) {
+        const MigDeviceInfo *d = p->first;
         const struct {
                 const char *field;
                 uint64_t value;
@@ -369,11 +451,13 @@ static int gfd_put_mig_attributes(Gfd *g, const char *resource, const MigDeviceI
         };
         int r;
 
-        if (d->memory_mib > 0) {
+        if (d->memory_mib > 0)
                 r = gfd_put_u(g, resource, "memory", d->memory_mib);
-                if (r < 0)
-                        return r;
-        }
+        else
+                r = gfd_warn(g, "NVML reported no memory size for MIG device %u of GPU %s (profile %s); %s.memory "
+                             "is left out.", d->index, g->nvml->gpus[p->gpu].pci_address, p->name, resource);
+        if (r < 0)
+                return r;
         for (size_t i = 0; i < ELEMENTSOF(a); i++) {
                 r = gfd_put_u(g, resource, a[i].field, a[i].value);
                 if (r < 0)
@@ -401,7 +485,7 @@ static int gfd_put_profile(Gfd *g, const char *resource, const GfdProfile *p) {
         r = gfd_put_resource(g, resource, g->products[p->gpu], profile, p->count, &sh);
         if (r < 0)
                 return r;
-        return gfd_put_mig_attributes(g, resource, p->first);
+        return gfd_put_mig_attributes(g, resource, p);
 }
 
 static int gfd_put_single_invalid(Gfd *g, size_t gpu, const char *reason) {
@@ -556,6 +640,9 @@ int label_put_gfd(LabelSet *s, const LabelInput *in, char ***warnings) {
                 addresses[i] = nvml->gpus[i].pci_address;
         }
         g.products = products;
+        r = gfd_warn_mig_unknown(&g);
+        if (r < 0)
+                return r;
 
         LabelModel *models = NULL;
         size_t n_models = 0;

@@ -89,6 +89,11 @@ typedef struct GpuNvmlCached {
         int cc_major, cc_minor;
         int minor;
         unsigned max_mig_devices;
+        /* The MIG devices the last read found and read without a warning, by UUID: a MIG device's facts
+         * (attributes, GI/CI ids, profiles, placement, profile name) cannot change while it exists, and
+         * re-creating it gives it a new UUID. Emptied when the GPU leaves MIG mode. */
+        MigDeviceInfo *mig_known;
+        size_t n_mig_known;
 } GpuNvmlCached;
 
 /* GPU instance profile id → attribute suffix ("+me" …), one table per GPU model (by name). */
@@ -220,6 +225,8 @@ const char *gpu_nvml_profile_index_suffix(unsigned index);
 
 /* Frees what a MigDeviceInfo owns. */
 void gpu_nvml_mig_device_done(MigDeviceInfo *m);
+/* Forgets c's known MIG devices. */
+void gpu_nvml_mig_known_clear(GpuNvmlCached *c);
 
 /* The cache entry of a PCI address (created empty on first use); NULL on OOM. */
 GpuNvmlCached *gpu_nvml_cached(GpuNvml *n, const char *pci_address);

@@ -10,11 +10,12 @@
  *   every read:   per GPU 1 MIG mode (0 once NOT_SUPPORTED) + 1 fabric (0 once NOT_SUPPORTED)
  *   MIG enabled:  + 1 max MIG device count (first time), + per GPU model once: one profile info call per
  *                 profile index until INVALID_ARGUMENT, + per slot 1 handle (NOT_FOUND = empty), + per MIG
- *                 device 6 (UUID, attributes, GI id, CI id, CI by id, CI info; without
+ *                 device 1 UUID, and for a device not known by that UUID from the last read (new, or
+ *                 read with a warning) 5 more (attributes, GI id, CI id, CI by id, CI info; without
  *                 nvmlGpuInstanceGetComputeInstanceById the last two become one CI profile info call per
- *                 (GI profile, CI slices) and model, once), + per GPU instance 2 (GI by id, GI info: its
- *                 profile id and placement; cheaper than GetGpuInstances per profile, which costs one call
- *                 per profile even for a GPU with one instance)
+ *                 (GI profile, CI slices) and model, once), + per GPU instance of such devices 2 (GI by
+ *                 id, GI info: its profile id and placement; cheaper than GetGpuInstances per profile,
+ *                 which costs one call per profile even for a GPU with one instance)
  *   every failed call adds 1 nvmlErrorString. */
 #include <inttypes.h>
 #include <stdarg.h>
@@ -499,7 +500,28 @@ static int mig_device_compare(const void *a, const void *b) {
         return x->index < y->index ? -1 : x->index > y->index;
 }
 
-/* One MIG device in slot i; *ret_found false for an empty slot. */
+/* A device the last read knew, by UUID (an instance keeps its UUID for its whole life). */
+static MigDeviceInfo *mig_known_find(GpuNvmlCached *c, const char *uuid) {
+        for (size_t k = 0; k < c->n_mig_known; k++)
+                if (streq_ptr(c->mig_known[k].uuid, uuid))
+                        return &c->mig_known[k];
+        return NULL;
+}
+
+/* *m = *from with its own strings, at slot index. */
+static int mig_device_copy(const MigDeviceInfo *from, unsigned index, MigDeviceInfo *m) {
+        *m = *from;
+        m->index = index;
+        m->uuid = m->profile = NULL;
+        if ((from->uuid && !(m->uuid = strdup(from->uuid))) || (from->profile && !(m->profile = strdup(from->profile)))) {
+                gpu_nvml_mig_device_done(m);
+                return -ENOMEM;
+        }
+        return 0;
+}
+
+/* One MIG device in slot i; *ret_found false for an empty slot. A device known by UUID from the last read
+ * costs only its handle and UUID. */
 static int read_mig_device(GpuNvml *n, NvmlSnapshot *s, GpuNvmlCached *c, GpuNvmlModel *model,
                            GiSeen *gis, size_t *n_gis, unsigned i, MigDeviceInfo *m, bool *ret_found) {
         char buf[NVML_DEVICE_UUID_V2_BUFFER_SIZE] = "";
@@ -522,6 +544,11 @@ static int read_mig_device(GpuNvml *n, NvmlSnapshot *s, GpuNvmlCached *c, GpuNvm
         *ret_found = true;
 
         r = gpu_nvml_device_get_uuid(n, md, buf, sizeof buf);
+        if (r >= 0 && *buf) {
+                MigDeviceInfo *k = mig_known_find(c, buf);
+                if (k)
+                        return mig_device_copy(k, i, m);
+        }
         if (r >= 0 && *buf && !(m->uuid = strdup(buf)))
                 return -ENOMEM;
         if (r >= 0 && !*buf)
@@ -609,10 +636,10 @@ static int read_mig_device(GpuNvml *n, NvmlSnapshot *s, GpuNvmlCached *c, GpuNvm
 }
 
 static int read_mig_devices(GpuNvml *n, NvmlSnapshot *s, GpuNvmlCached *c, GpuInfo *g) {
-        _cleanup_free_ MigDeviceInfo *devices = NULL;
+        _cleanup_free_ MigDeviceInfo *devices = NULL, *known = NULL;
         _cleanup_free_ GiSeen *gis = NULL;
         GpuNvmlModel *model = NULL;
-        size_t n_devices = 0, n_gis = 0;
+        size_t n_devices = 0, n_gis = 0, n_known = 0;
         int r;
 
         if (!(c->facts & GPU_FACT_MAX_MIG)) {
@@ -624,30 +651,44 @@ static int read_mig_devices(GpuNvml *n, NvmlSnapshot *s, GpuNvmlCached *c, GpuIn
                                     "out.", c->pci_address, c->max_mig_devices);
                 c->facts |= GPU_FACT_MAX_MIG;
         }
-        if (c->max_mig_devices == 0)
+        if (c->max_mig_devices == 0) {
+                gpu_nvml_mig_known_clear(c);
                 return 0;
+        }
 
         r = gpu_model(n, s, c, &model);
         if (r < 0)
                 return r;
 
         devices = calloc(c->max_mig_devices, sizeof *devices);
+        known = calloc(c->max_mig_devices, sizeof *known);
         gis = calloc(c->max_mig_devices, sizeof *gis);
-        if (!devices || !gis)
+        if (!devices || !known || !gis)
                 return -ENOMEM;
 
         for (unsigned i = 0; i < c->max_mig_devices; i++) {
+                size_t n_warnings = strv_length(s->warnings);
                 bool found;
 
                 r = read_mig_device(n, s, c, model, gis, &n_gis, i, &devices[n_devices], &found);
+                /* Kept for the next read only when read completely: a failed call is asked again. */
+                if (r >= 0 && found && devices[n_devices].uuid && strv_length(s->warnings) == n_warnings)
+                        r = mig_device_copy(&devices[n_devices], devices[n_devices].index, &known[n_known++]);
                 if (found)
                         n_devices++;
                 if (r < 0) {
                         for (size_t k = 0; k < n_devices; k++)
                                 gpu_nvml_mig_device_done(&devices[k]);
+                        for (size_t k = 0; k < n_known; k++)
+                                gpu_nvml_mig_device_done(&known[k]);
                         return r;
                 }
         }
+
+        /* What this read found replaces what the last one knew: destroyed instances are forgotten. */
+        gpu_nvml_mig_known_clear(c);
+        c->mig_known = n_known > 0 ? TAKE_PTR(known) : NULL;
+        c->n_mig_known = n_known;
 
         qsort(devices, n_devices, sizeof *devices, mig_device_compare);
         g->mig_devices = n_devices > 0 ? TAKE_PTR(devices) : NULL;
@@ -689,7 +730,8 @@ static int read_gpu(GpuNvml *n, NvmlSnapshot *s, const char *address, unsigned p
                 r = read_mig_devices(n, s, c, g);
                 if (r < 0)
                         return r;
-        }
+        } else
+                gpu_nvml_mig_known_clear(c);
         return read_fabric(n, s, c, g);
 }
 

@@ -300,10 +300,18 @@ GpuNvmlCached *gpu_nvml_cached(GpuNvml *n, const char *pci_address) {
         return c;
 }
 
+void gpu_nvml_mig_known_clear(GpuNvmlCached *c) {
+        for (size_t i = 0; i < c->n_mig_known; i++)
+                gpu_nvml_mig_device_done(&c->mig_known[i]);
+        c->mig_known = mfree(c->mig_known);
+        c->n_mig_known = 0;
+}
+
 void gpu_nvml_cache_clear(GpuNvml *n) {
         for (size_t i = 0; i < n->n_cached; i++) {
                 free(n->cached[i].name);
                 free(n->cached[i].uuid);
+                gpu_nvml_mig_known_clear(&n->cached[i]);
         }
         n->cached = mfree(n->cached);
         n->n_cached = 0;

@@ -8,8 +8,10 @@
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <inttypes.h>
 #include <stdint.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <cmocka.h>
 
 #include "cdi.h"
@@ -494,6 +496,156 @@ static void test_bad_nvml_data(void **state) {
         assert_int_equal(cdi_spec_build(&in, &s, &warnings), 0);
         assert_int_equal(s->n_devices, 4); /* 0, 1, GPU-6666…, all */
         assert_string_equal(warnings[0], "GPU 0000:3b:00.0: \"GPU/../x\" cannot be a CDI device name (invalid or used twice); left out");
+        warnings = strv_free(warnings);
+        s = cdi_spec_free(s);
+
+        /* No UUID from NVML: the device keeps its index name, and the user hears why the other is missing. */
+        MigDeviceInfo no_uuid[] = { { .index = 0, .gi_id = 1, .ci_id = 0 } };
+        gpus[0].uuid = NULL;
+        gpus[1].mig_current = GPU_MIG_ENABLED;
+        gpus[1].mig_devices = no_uuid;
+        assert_int_equal(cdi_spec_build(&in, &s, &warnings), 0);
+        assert_int_equal(s->n_devices, 3); /* 0, 1:0, all */
+        assert_int_equal(strv_length(warnings), 2);
+        assert_string_equal(warnings[0], "GPU 0000:3b:00.0: NVML gave no UUID; its CDI device is named \"0\" only");
+        assert_string_equal(warnings[1], "MIG device 1:0: NVML gave no UUID; its CDI device is named \"1:0\" only");
+        node_free(&n);
+}
+
+/* mig-minors as the driver lays it out (tests/fixtures/mknode.py): config and monitor, then per GPU 15 GPU
+ * instances, each an access minor followed by its 8 compute instances'. With 32 GPUs (the driver's own
+ * count) that is 4322 lines; with offset 0 the first lines are those of the fixture. */
+static char *driver_mig_minors(unsigned n_gpus, unsigned offset) {
+        _cleanup_strv_free_ char **lines = NULL;
+        unsigned minor = 3 + offset;
+
+        assert_int_equal(strv_extend(&lines, "config 1"), 0);
+        assert_int_equal(strv_extend(&lines, "monitor 2"), 0);
+        for (unsigned gpu = 0; gpu < n_gpus; gpu++)
+                for (unsigned gi = 0; gi < 15; gi++) {
+                        assert_int_equal(strv_extendf(&lines, "gpu%u/gi%u/access %u", gpu, gi, minor++), 0);
+                        for (unsigned ci = 0; ci < 8; ci++)
+                                assert_int_equal(strv_extendf(&lines, "gpu%u/gi%u/ci%u/access %u", gpu, gi, ci, minor++), 0);
+                }
+        assert_int_equal(strv_length(lines), 2 + n_gpus * 15 * 9);
+        char *text = strv_join(lines, "\n");
+        assert_non_null(text);
+        return text;
+}
+
+static void write_mig_minors(const TestNode *n, const char *text) {
+        _cleanup_free_ char *p = path_join(n->proc, "driver/nvidia-caps/mig-minors"), *t = strprintf("%s\n", text);
+        assert_int_equal(write_file_atomic(p, NULL, t, strlen(t), 0444), 0);
+}
+
+static const CdiDevice *find_device(const CdiSpec *s, const char *name) {
+        for (size_t i = 0; i < s->n_devices; i++)
+                if (streq(s->devices[i].name, name))
+                        return &s->devices[i];
+        fail_msg("no CDI device \"%s\"", name);
+        return NULL;
+}
+
+static uint64_t now_usec(void) {
+        struct timespec ts;
+        assert_int_equal(clock_gettime(CLOCK_MONOTONIC, &ts), 0);
+        return (uint64_t) ts.tv_sec * USEC_PER_SEC + (uint64_t) ts.tv_nsec / 1000;
+}
+
+/* Builds with a freshly written mig-minors (so it is parsed, not served from the kept table) and fails
+ * when that takes 20 ms or more. */
+static CdiSpec *timed_build(const CdiBuildInput *in, const char *what, char ***ret_warnings) {
+        CdiSpec *s = NULL;
+        uint64_t t0 = now_usec();
+
+        assert_int_equal(cdi_spec_build(in, &s, ret_warnings), 0);
+        uint64_t took = now_usec() - t0;
+        if (took >= 20 * USEC_PER_MSEC)
+                fail_msg("building the spec with %s took %" PRIu64 " µs", what, took);
+        return s;
+}
+
+static void test_mig_minors_driver_size(void **state) {
+        TestNode n = node_new(true);
+        GpuInfo gpus[] = { gpu_a(false), gpu_b(true) };
+        NvmlSnapshot snap = snapshot(gpus, 2);
+        CdiBuildInput in = node_input(&n, &snap, NULL);
+        _cleanup_(cdi_spec_freep) CdiSpec *s = NULL;
+        _cleanup_strv_free_ char **warnings = NULL;
+        _cleanup_free_ char *text = NULL, *gpus32 = driver_mig_minors(32, 0), *gpus64 = driver_mig_minors(64, 0),
+                           *shifted = driver_mig_minors(32, 10000);
+        const CdiDevice *d;
+
+        /* The driver's whole file costs one linear pass, not one that grows with the square of its lines
+         * (that took 35 ms per build on 32 GPUs, 130 ms on 64). Well under 5 ms here; the bound is
+         * generous for sanitizer builds and busy machines. */
+        write_mig_minors(&n, gpus32);
+        s = timed_build(&in, "the driver's 4322-line mig-minors", &warnings);
+        assert_null(warnings);
+        /* The same spec as from the short fixture. */
+        assert_int_equal(cdi_spec_to_yaml(s, &text), 0);
+        assert_golden("mixed", text);
+        s = cdi_spec_free(s);
+
+        /* 64 GPUs, and the last one's lines at the end of the file: gpu63/gi1/access is 3 + 63 × 135 + 9. */
+        gpus[1].minor = 63;
+        write_mig_minors(&n, gpus64);
+        s = timed_build(&in, "a 64-GPU (8642-line) mig-minors", NULL);
+        d = find_device(s, "1:0");
+        assert_int_equal(d->edits.n_device_nodes, 3);
+        assert_string_equal(d->edits.device_nodes[0].path, "/dev/nvidia63");
+        assert_string_equal(d->edits.device_nodes[1].path, "/dev/nvidia-caps/nvidia-cap8517");
+        assert_string_equal(d->edits.device_nodes[2].path, "/dev/nvidia-caps/nvidia-cap8518");
+        s = cdi_spec_free(s);
+
+        /* A new file (the driver reloaded) is read again, not served from the kept table. */
+        gpus[1].minor = 31;
+        write_mig_minors(&n, shifted);
+        assert_int_equal(cdi_spec_build(&in, &s, NULL), 0);
+        d = find_device(s, "1:0");
+        assert_string_equal(d->edits.device_nodes[1].path, "/dev/nvidia-caps/nvidia-cap14197");
+        assert_string_equal(d->edits.device_nodes[2].path, "/dev/nvidia-caps/nvidia-cap14198");
+        s = cdi_spec_free(s);
+
+        /* Lines out of order and lines of other kinds are fine; a malformed access line gives no minor. */
+        write_mig_minors(&n, "gpu31/gi1/ci0/access 77\nmonitor 2\ngpu31/gi1/access 76\ngpu31/gi1/ci1/access x\n"
+                             "gpu31/gi2/access\ngpu31/gi2/ci0/access 5 6\nconfig 1");
+        assert_int_equal(cdi_spec_build(&in, &s, &warnings), 0);
+        d = find_device(s, "1:0");
+        assert_string_equal(d->edits.device_nodes[1].path, "/dev/nvidia-caps/nvidia-cap76");
+        assert_string_equal(d->edits.device_nodes[2].path, "/dev/nvidia-caps/nvidia-cap77");
+        assert_int_equal(strv_length(warnings), 1);
+        assert_string_equal(warnings[0], "MIG device 1:1 (MIG-bbbbbbbb-0000-4000-8000-000000000002): "
+                                         "driver/nvidia-caps/mig-minors has no \"gpu31/gi2/access\" line; left out "
+                                         "of the CDI spec (is the nvidia-caps support of the driver loaded?)");
+        node_free(&n);
+}
+
+static void test_mig_minors_only_for_mig(void **state) {
+        TestNode n = node_new(true);
+        GpuInfo gpus[] = { gpu_a(false), gpu_b(false) };
+        NvmlSnapshot snap = snapshot(gpus, 2);
+        CdiBuildInput in = node_input(&n, &snap, NULL);
+        _cleanup_(cdi_spec_freep) CdiSpec *s = NULL;
+        _cleanup_strv_free_ char **warnings = NULL;
+        _cleanup_free_ char *p = path_join(n.proc, "driver/nvidia-caps/mig-minors");
+        _cleanup_free_ char *expected = strprintf("cannot read %s/driver/nvidia-caps/mig-minors: Too many levels of "
+                                                  "symbolic links", n.proc);
+
+        /* An unreadable file: a node without MIG devices has no reason to read it, so no warning. */
+        assert_int_equal(unlink(p), 0);
+        assert_int_equal(symlink("mig-minors", p), 0);
+        assert_int_equal(cdi_spec_build(&in, &s, &warnings), 0);
+        assert_null(warnings);
+        s = cdi_spec_free(s);
+
+        /* With MIG devices it is read, and the failure is named. */
+        gpus[1] = gpu_b(true);
+        assert_int_equal(cdi_spec_build(&in, &s, &warnings), 0);
+        assert_int_equal(strv_length(warnings), 3);
+        assert_string_equal(warnings[0], expected);
+        assert_true(startswith(warnings[1], "MIG device 1:0 (MIG-bbbbbbbb-0000-4000-8000-000000000001): "
+                                            "driver/nvidia-caps/mig-minors has no \"gpu1/gi1/access\" line"));
         node_free(&n);
 }
 
@@ -702,6 +854,8 @@ int main(void) {
                 cmocka_unit_test(test_ldcache),
                 cmocka_unit_test(test_driver_root),
                 cmocka_unit_test(test_bad_nvml_data),
+                cmocka_unit_test(test_mig_minors_driver_size),
+                cmocka_unit_test(test_mig_minors_only_for_mig),
                 cmocka_unit_test(test_conflict),
                 cmocka_unit_test(test_refresh_unit),
                 cmocka_unit_test(test_no_churn_and_atomic),

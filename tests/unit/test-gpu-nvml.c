@@ -391,6 +391,23 @@ static size_t trace_lines(const Fake *f) {
         return n;
 }
 
+/* The entry points of the trace from line skip on, one per call. */
+static char **trace_names(const Fake *f, size_t skip) {
+        _cleanup_free_ char *s = NULL;
+        char **l = NULL;
+        size_t line = 0;
+
+        assert_int_equal(read_full_file(f->trace, SIZE_MAX, &s, NULL), 0);
+        for (char *p = s, *e; *p; p = e + 1, line++) {
+                e = strchrnul(p, '\n');
+                if (line >= skip)
+                        assert_int_equal(strv_extendf(&l, "%.*s", (int) strcspn(p, " \n"), p), 0);
+                if (!*e)
+                        break;
+        }
+        return l;
+}
+
 static GpuNvml *fake_open(Fake *f) {
         _cleanup_free_ char *error = NULL;
         GpuNvml *n = NULL;
@@ -520,11 +537,16 @@ static void test_fake_call_counts(void **state) {
         assert_int_equal(gpu_nvml_calls(n), trace_lines(f));
         assert_true(nvml_snapshot_equal(a, b));
         assert_true(second < first);
-        /* What is read again (gpu-nvml-read.c's table): the A100 in MIG mode: mode 1 + 7 slots + 4 MIG
-         * devices × 4 (+ 2 when CIs can be looked up by id) + 3 GPU instances × 2; each H100: mode 1 +
+        /* What is read again (gpu-nvml-read.c's table): the A100 in MIG mode: mode 1 + 7 slots + the UUID
+         * of each of its 4 MIG devices, whose other facts are known by that UUID; each H100: mode 1 +
          * fabric 1; the L40S (no MIG, no fabric) and the GPU NVML does not know: nothing. */
-        unsigned per_device = n->fn.nvmlGpuInstanceGetComputeInstanceById ? 6 : 4;
-        assert_int_equal(second, 1 + 7 + 4 * per_device + 3 * 2 + 2 + 2);
+        assert_int_equal(second, 1 + 7 + 4 + 2 + 2);
+        _cleanup_strv_free_ char **called = trace_names(f, (size_t) (before + first));
+        STRV_FOREACH(name, called)
+                if (!strv_contains((char **) (const char *const[]) { "nvmlDeviceGetMigMode", "nvmlDeviceGetGpuFabricInfo",
+                                                                   "nvmlDeviceGetMigDeviceHandleByIndex",
+                                                                   "nvmlDeviceGetUUID", NULL }, *name))
+                        fail_msg("the second read called %s", *name);
 
         /* GPUs with nothing that can change cost no call at all. */
         c = fake_read(n, no_mig);
@@ -539,6 +561,79 @@ static void test_fake_call_counts(void **state) {
         c = fake_read(n, fake_addresses);
         assert_int_equal(gpu_nvml_calls(n) - before, first);
         assert_true(nvml_snapshot_equal(a, c));
+}
+
+static const MigDeviceInfo *mig_by_gi(const GpuInfo *g, unsigned gi_id) {
+        for (size_t i = 0; i < g->n_mig_devices; i++)
+                if (g->mig_devices[i].gi_id == gi_id)
+                        return &g->mig_devices[i];
+        fail_msg("GPU %s has no MIG device in GPU instance %u", g->pci_address, gi_id);
+        return NULL;
+}
+
+static void test_fake_mig_recreated(void **state) {
+        Fake *f = fake_or_skip(state);
+        GpuNvml *n = fake_open(f);
+        _cleanup_(nvml_snapshot_freep) NvmlSnapshot *a = NULL, *b = NULL, *c = NULL;
+        nvmlGpuInstancePlacement_t placement = { .start = 2, .size = 1 };
+        nvmlGpuInstance_t gi = NULL;
+        nvmlComputeInstance_t ci = NULL;
+        nvmlDevice_t gpu = NULL;
+        uint64_t before;
+
+        a = fake_read(n, fake_addresses);
+        b = fake_read(n, fake_addresses);
+        assert_true(nvml_snapshot_equal(a, b));
+        _cleanup_free_ char *old_uuid = strdup(mig_by_gi(&a->gpus[0], 9)->uuid);
+        assert_string_equal(mig_by_gi(&a->gpus[0], 9)->profile, "1g.5gb+me");
+
+        /* Re-create GPU instance 9 (1g.5gb+me at slice 2) as a 1g.5gb in the same place: same GI and CI
+         * ids, a new UUID and other facts, as the MIG manager would. */
+        assert_int_equal(gpu_nvml_device_get_handle_by_pci_bus_id(n, "00000000:3B:00.0", &gpu), 0);
+        assert_int_equal(gpu_nvml_device_get_gpu_instance_by_id(n, gpu, 9, &gi), 0);
+        unsigned count = 1;
+        assert_int_equal(gpu_nvml_gpu_instance_get_compute_instances(n, gi, 0, &ci, &count), 0);
+        assert_int_equal(count, 1);
+        assert_int_equal(gpu_nvml_compute_instance_destroy(n, ci), 0);
+        assert_int_equal(gpu_nvml_gpu_instance_destroy(n, gi), 0);
+        assert_int_equal(gpu_nvml_device_create_gpu_instance_with_placement(n, gpu, 19, &placement, &gi), 0);
+        assert_int_equal(gpu_nvml_gpu_instance_create_compute_instance(n, gi, 0, &ci), 0);
+
+        before = gpu_nvml_calls(n);
+        c = fake_read(n, fake_addresses);
+        assert_no_warnings(c);
+        const MigDeviceInfo *m = mig_by_gi(&c->gpus[0], 9);
+        assert_string_not_equal(m->uuid, old_uuid);
+        assert_string_equal(m->profile, "1g.5gb");
+        assert_int_equal(m->gi_profile_id, 19);
+        assert_int_equal(m->ci_id, 0);
+        assert_int_equal(m->placement_start, 2);
+        assert_int_equal(m->placement_size, 1);
+        assert_int_equal(m->memory_mib, 4864);
+        assert_int_equal(m->decoders, 0); /* +me had the media engines */
+        /* Only the new device is read in full: 5 calls beyond its UUID, and its GPU instance's 2 (without
+         * CI look-up by id: GI id, CI id, attributes and one CI profile info for the new GI profile). */
+        unsigned full = n->fn.nvmlGpuInstanceGetComputeInstanceById ? 5 + 2 : 3 + 2 + 1;
+        assert_int_equal(gpu_nvml_calls(n) - before, 1 + 7 + 4 + full + 2 + 2);
+        /* The other devices are as they were. */
+        assert_int_equal(c->gpus[0].n_mig_devices, 4);
+        for (size_t i = 0; i < 3; i++) {
+                const MigDeviceInfo *x = &c->gpus[0].mig_devices[i], *y = &b->gpus[0].mig_devices[i];
+                assert_int_equal(x->gi_id, y->gi_id);
+                assert_int_equal(x->ci_id, y->ci_id);
+                assert_int_equal(x->gi_profile_id, y->gi_profile_id);
+                assert_int_equal(x->multiprocessors, y->multiprocessors);
+                assert_string_equal(x->uuid, y->uuid);
+                assert_string_equal(x->profile, y->profile);
+        }
+        assert_false(nvml_snapshot_equal(b, c));
+
+        /* And from then on it is known too. */
+        c = nvml_snapshot_free(c);
+        before = gpu_nvml_calls(n);
+        c = fake_read(n, fake_addresses);
+        assert_int_equal(gpu_nvml_calls(n) - before, 1 + 7 + 4 + 2 + 2);
+        assert_string_equal(mig_by_gi(&c->gpus[0], 9)->profile, "1g.5gb");
 }
 
 static void test_fake_enumerate(void **state) {
@@ -617,6 +712,8 @@ static void test_fake_mig_call_fails(void **state) {
         GpuNvml *n = NULL;
         _cleanup_(nvml_snapshot_freep) NvmlSnapshot *a = NULL;
 
+        _cleanup_(nvml_snapshot_freep) NvmlSnapshot *b = NULL;
+
         /* A MIG device whose attributes cannot be read: listed, unnamed, warned about. */
         setenv("FAKE_NVML_FAIL", "nvmlDeviceGetAttributes_v2:2:UNKNOWN", 1);
         n = fake_open(f);
@@ -625,6 +722,11 @@ static void test_fake_mig_call_fails(void **state) {
         assert_null(a->gpus[0].mig_devices[1].profile);
         assert_string_equal(a->gpus[0].mig_devices[0].profile, "3g.20gb");
         assert_true(has_warning(a, "GPU 0000:3b:00.0: nvmlDeviceGetAttributes_v2: Unknown Error (NVML_ERROR_UNKNOWN)"));
+
+        /* A device read with a warning is not kept: the next read asks again and gets its name. */
+        b = fake_read(n, fake_addresses);
+        assert_no_warnings(b);
+        assert_string_equal(b->gpus[0].mig_devices[1].profile, "1c.2g.10gb");
         unsetenv("FAKE_NVML_FAIL");
 }
 
@@ -681,6 +783,7 @@ int main(void) {
                 cmocka_unit_test(test_snapshot_equal_find),
                 cmocka_unit_test_setup_teardown(test_fake_read, fake_setup, fake_teardown),
                 cmocka_unit_test_setup_teardown(test_fake_call_counts, fake_setup, fake_teardown),
+                cmocka_unit_test_setup_teardown(test_fake_mig_recreated, fake_setup, fake_teardown),
                 cmocka_unit_test_setup_teardown(test_fake_enumerate, fake_setup, fake_teardown),
                 cmocka_unit_test_setup_teardown(test_fake_init_failure, fake_setup, fake_teardown),
                 cmocka_unit_test_setup_teardown(test_fake_single_call_fails, fake_setup, fake_teardown),

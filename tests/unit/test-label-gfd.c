@@ -534,6 +534,9 @@ static void test_garbage(void **state) {
         GpuInfo *g1 = node_add_gpu(n, "0000:2a:00.0", &H100, GPU_MIG_DISABLED);
         g0->name = (char *) "";
         g1->name = NULL;
+        /* Neither GPU of the model knows its memory or compute capability: those labels go. */
+        g0->memory_total_bytes = 0;
+        g0->cc_major = g0->cc_minor = -1;
         g1->memory_total_bytes = 0;
         g1->cc_major = g1->cc_minor = -1;
         MigDeviceInfo *d = gpu_add_mig(g0, &H100_1G10);
@@ -556,7 +559,82 @@ static void test_garbage(void **state) {
                        "NVML reported no compute capability for GPU 0000:2a:00.0; gpu.family and gpu.compute.* "
                        "are left out.",
                        "MIG device 1 of GPU 0000:18:00.0 (GPU instance 2, compute instance 0) has no known "
-                       "profile; it is left out of the MIG labels."));
+                       "profile; it is left out of the MIG labels.",
+                       "NVML reported no memory size for MIG device 0 of GPU 0000:18:00.0 (profile 1g.10gb); "
+                       "mig-1g.10gb.memory is left out."));
+}
+
+static void test_garbage_name_same_ids(void **state) {
+        /* One bad name on a node of identical GPUs: the GPU takes the name of a GPU with the same PCI ids,
+         * so the node still has 8 GPUs of one model (not 7 + 1 named from pci.ids). The GPU that knows
+         * nothing else either does not cost the model its memory or compute capability. */
+        Node *n = hgx_h100(GPU_MIG_DISABLED);
+        for (size_t i = 0; i < 8; i++) {
+                n->pci[i].subsystem_vendor_id = 0x10de;
+                n->pci[i].subsystem_device_id = 0x16c1;
+        }
+        n->gpus[0].name = NULL;
+        n->gpus[0].memory_total_bytes = 0;
+        n->gpus[0].cc_major = n->gpus[0].cc_minor = -1;
+        n->gpus[5].name = (char *) "(\t)";
+        check(n, "garbage-name-same-ids",
+              WARNINGS("NVML reported no name for GPU 0000:18:00.0; using NVIDIA-H100-80GB-HBM3, the name NVML "
+                       "reported for GPU 0000:2a:00.0 with the same PCI IDs (10de:2330, subsystem 10de:16c1), "
+                       "instead.",
+                       "NVML reported the name '(\t)' for GPU 0000:ab:00.0, which has no usable characters; using "
+                       "NVIDIA-H100-80GB-HBM3, the name NVML reported for GPU 0000:2a:00.0 with the same PCI IDs "
+                       "(10de:2330, subsystem 10de:16c1), instead."));
+}
+
+static void test_garbage_name_other_ids(void **state) {
+        /* Another subsystem is another board: no borrowed name, the pci.ids one as before. */
+        Node *n = node_new("550.54.15", 12040);
+        node_add_gpu(n, "0000:18:00.0", &H100, GPU_MIG_DISABLED);
+        node_add_gpu(n, "0000:2a:00.0", &H100, GPU_MIG_DISABLED)->name = NULL;
+        node_add_gpu(n, "0000:3a:00.0", &H100, GPU_MIG_DISABLED);
+        n->pci[1].subsystem_device_id = 0x1234;
+        _cleanup_(label_set_freep) LabelSet *s = NULL;
+        _cleanup_strv_free_ char **warnings = NULL;
+
+        assert_int_equal(labels_compute(&n->in, &s, &warnings), 0);
+        assert_string_equal(label_set_get(s, "nvidia.com/gpu.product"), "NVIDIA-H100-80GB-HBM3");
+        assert_string_equal(label_set_get(s, "nvidia.com/gpu.count"), "2");
+        assert_int_equal(strv_length(warnings), 2);
+        assert_string_equal(warnings[0], "NVML reported no name for GPU 0000:2a:00.0; using NVIDIA-H100-SXM5-80GB from "
+                                         "its PCI ID instead.");
+        assert_string_equal(warnings[1], "GPUs of more than one model on this node: labelling NVIDIA-H100-80GB-HBM3 (2 "
+                                         "GPUs, the most numerous); gpu.count and gpu.product leave out "
+                                         "NVIDIA-H100-SXM5-80GB (1 GPU).");
+        free(n);
+}
+
+static void test_mig_mode_unknown(void **state) {
+        /* GPU 1's MIG mode could not be read: labelled as a full GPU, and the user is told what that leaves
+         * out. */
+        Node *n = node_new("550.54.15", 12040);
+        gpu_add_migs(node_add_gpu(n, "0000:18:00.0", &H100, GPU_MIG_ENABLED), &H100_1G10, 7);
+        GpuInfo *g = node_add_gpu(n, "0000:2a:00.0", &H100, GPU_MIG_DISABLED);
+        g->mig_current = g->mig_pending = _GPU_MIG_MODE_INVALID;
+        n->in.mig_strategy = MIG_STRATEGY_MIXED;
+        check_full(&n->in, "mig-mode-unknown",
+                   WARNINGS("NVML could not read the MIG mode of GPU 0000:2a:00.0; it is labelled as a full GPU, any "
+                            "MIG devices it has are left out of the mig-* labels, and mig.capable does not count "
+                            "it."));
+
+        /* Under none, and as the only GPU: mig.capable is false for want of an answer. */
+        n->gpus[0] = *g;
+        n->nvml.n_gpus = n->inv.n_gpus = 1;
+        snprintf(n->gpus[0].pci_address, sizeof n->gpus[0].pci_address, "0000:18:00.0");
+        n->in.mig_strategy = MIG_STRATEGY_NONE;
+        _cleanup_(label_set_freep) LabelSet *s = NULL;
+        _cleanup_strv_free_ char **warnings = NULL;
+        assert_int_equal(labels_compute(&n->in, &s, &warnings), 0);
+        assert_string_equal(label_set_get(s, "nvidia.com/mig.capable"), "false");
+        assert_string_equal(label_set_get(s, "nvidia.com/gpu.count"), "1");
+        assert_int_equal(strv_length(warnings), 1);
+        assert_string_equal(warnings[0], "NVML could not read the MIG mode of GPU 0000:18:00.0; it is labelled as a full "
+                                         "GPU, and mig.capable does not count it.");
+        free(n);
 }
 
 static void test_unknown_family(void **state) {
@@ -649,6 +727,9 @@ int main(void) {
                 cmocka_unit_test(test_nvml_down),
                 cmocka_unit_test(test_nvml_no_gpus),
                 cmocka_unit_test(test_garbage),
+                cmocka_unit_test(test_garbage_name_same_ids),
+                cmocka_unit_test(test_garbage_name_other_ids),
+                cmocka_unit_test(test_mig_mode_unknown),
                 cmocka_unit_test(test_unknown_family),
                 cmocka_unit_test(test_clique),
                 cmocka_unit_test(test_clique_disagreed),
