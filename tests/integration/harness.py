@@ -210,3 +210,37 @@ class TempDir:
 
     def __exit__(self, *exc):
         shutil.rmtree(self.path, ignore_errors=True)
+
+
+class Skip(Exception):
+    """Raised by a test that cannot run here; reported as a TAP skip with the reason."""
+
+
+def tap_main(tests, argv=()):
+    """Runs the test functions as a TAP stream (meson's protocol: 'tap'). argv may name tests to run
+    only those. Every integration test needs root: the private bus's policy and setpriv to nobody."""
+    import sys
+    import traceback
+
+    if os.geteuid() != 0:
+        print("1..0 # SKIP the integration tests need root (private system bus policy, setpriv to nobody)")
+        return 0
+    only = [a for a in argv if not a.startswith("-")]
+    tests = [t for t in tests if not only or t.__name__ in only]
+    print("1..%d" % len(tests), flush=True)
+    failed = 0
+    for i, t in enumerate(tests, 1):
+        start = time.monotonic()
+        try:
+            t()
+            print("ok %d - %s (%.1fs)" % (i, t.__name__, time.monotonic() - start), flush=True)
+        except Skip as e:
+            print("ok %d - %s # SKIP %s" % (i, t.__name__, e), flush=True)
+        except Exception as e:  # noqa: BLE001 - report every failure as TAP
+            failed += 1
+            print("not ok %d - %s" % (i, t.__name__), flush=True)
+            for line in ("".join(traceback.format_exception_only(type(e), e)) +
+                         ("" if isinstance(e, Fail) else traceback.format_exc())).splitlines():
+                print("# " + line, flush=True)
+        sys.stdout.flush()
+    return 1 if failed else 0

@@ -7,11 +7,10 @@ import os
 import signal
 import sys
 import time
-import traceback
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import (AGENT, CTL, SRC, Agent, Bus, Fail, Node, Notify, TempDir, busctl, check,  # noqa: E402
-                     get_property, run)
+from harness import (AGENT, Agent, Bus, CTL, Fail, Node, Notify, SRC, TempDir, busctl, check,  # noqa: E402
+                     get_property, run, tap_main)
 
 SCALE = float(os.environ.get("GNA_TIMEOUT_SCALE", "1"))
 VALGRIND = "valgrind" in os.environ.get("GNA_WRAPPER", "")
@@ -265,23 +264,7 @@ TESTS = [
 
 
 def main():
-    if os.geteuid() != 0:
-        print("1..0 # SKIP the integration tests need root (private system bus policy, setpriv to nobody)")
-        return 0
-    print("1..%d" % len(TESTS), flush=True)
-    failed = 0
-    for i, t in enumerate(TESTS, 1):
-        start = time.monotonic()
-        try:
-            t()
-            print("ok %d - %s (%.1fs)" % (i, t.__name__, time.monotonic() - start), flush=True)
-        except Exception as e:  # noqa: BLE001 - report every failure as TAP
-            failed += 1
-            print("not ok %d - %s" % (i, t.__name__), flush=True)
-            for line in ("".join(traceback.format_exception_only(type(e), e)) +
-                         ("" if isinstance(e, Fail) else traceback.format_exc())).splitlines():
-                print("# " + line, flush=True)
-    return 1 if failed else 0
+    return tap_main(TESTS, sys.argv[1:])
 
 
 if __name__ == "__main__":

@@ -13,11 +13,10 @@ import stat
 import subprocess
 import sys
 import time
-import traceback
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import (BUILD, CTL, SRC, Agent, Bus, Fail, Node, Notify, TempDir, busctl, check,  # noqa: E402
-                     get_property, run)
+from harness import (Agent, BUILD, Bus, CTL, Fail, Node, Notify, SRC, Skip, TempDir, busctl, check,  # noqa: E402
+                     get_property, run, tap_main)
 
 SCALE = float(os.environ.get("GNA_TIMEOUT_SCALE", "1"))
 FAKE_SYSTEMD = os.path.join(BUILD, "tests/fake-systemd/fake-systemd")
@@ -471,8 +470,6 @@ def test_unload_refused_then_done():
             e.close()
 
 
-class Skip(Exception):
-    pass
 
 
 TESTS = [
@@ -487,25 +484,7 @@ TESTS = [
 
 
 def main():
-    if os.geteuid() != 0:
-        print("1..0 # SKIP the integration tests need root (private system bus policy, setpriv to nobody)")
-        return 0
-    print("1..%d" % len(TESTS), flush=True)
-    failed = 0
-    for i, t in enumerate(TESTS, 1):
-        start = time.monotonic()
-        try:
-            t()
-            print("ok %d - %s (%.1fs)" % (i, t.__name__, time.monotonic() - start), flush=True)
-        except Skip as e:
-            print("ok %d - %s # SKIP %s" % (i, t.__name__, e), flush=True)
-        except Exception as e:  # noqa: BLE001 - report every failure as TAP
-            failed += 1
-            print("not ok %d - %s" % (i, t.__name__), flush=True)
-            for line in ("".join(traceback.format_exception_only(type(e), e)) +
-                         ("" if isinstance(e, Fail) else traceback.format_exc())).splitlines():
-                print("# " + line, flush=True)
-    return 1 if failed else 0
+    return tap_main(TESTS, sys.argv[1:])
 
 
 if __name__ == "__main__":

@@ -11,11 +11,9 @@ import os
 import signal
 import subprocess
 import sys
-import time
-import traceback
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import BUILD, SRC, Agent, Fail, Node, Notify, TempDir, busctl, check  # noqa: E402
+from harness import (Agent, BUILD, Fail, Node, Notify, SRC, TempDir, busctl, check, tap_main)  # noqa: E402
 
 _spec = importlib.util.spec_from_file_location("devfab", os.path.join(os.path.dirname(__file__), "test-devfab.py"))
 devfab = importlib.util.module_from_spec(_spec)
@@ -29,8 +27,6 @@ YAML = ("driver:\n  enabled: false\nfabric:\n  persistenced: off\n  fabricmanage
         "mig:\n  config-file: %s\n  selected: all-balanced\n  hooks:\n    stop-units: [%s]\n" % (CONFIG, ", ".join(UNITS)))
 
 
-class Skip(Exception):
-    pass
 
 
 def labels(node):
@@ -178,25 +174,7 @@ TESTS = [
 
 
 def main():
-    if os.geteuid() != 0:
-        print("1..0 # SKIP the integration tests need root (private system bus policy)")
-        return 0
-    print("1..%d" % len(TESTS), flush=True)
-    failed = 0
-    for i, t in enumerate(TESTS, 1):
-        start = time.monotonic()
-        try:
-            t()
-            print("ok %d - %s (%.1fs)" % (i, t.__name__, time.monotonic() - start), flush=True)
-        except Skip as e:
-            print("ok %d - %s # SKIP %s" % (i, t.__name__, e), flush=True)
-        except Exception as e:  # noqa: BLE001 - report every failure as TAP
-            failed += 1
-            print("not ok %d - %s" % (i, t.__name__), flush=True)
-            for line in ("".join(traceback.format_exception_only(type(e), e)) +
-                         ("" if isinstance(e, Fail) else traceback.format_exc())).splitlines():
-                print("# " + line, flush=True)
-    return 1 if failed else 0
+    return tap_main(TESTS, sys.argv[1:])
 
 
 if __name__ == "__main__":
