@@ -83,7 +83,10 @@ DEFINE_CLEANUP_FUNC(GpuNvml *, gpu_nvml_close);
 /* Reads the whole snapshot: system versions, then every GPU. pci_addresses (our inventory's GPUs, in
  * order) selects and orders the GPUs; NULL = every GPU NVML lists, in PCI order. Static facts (name,
  * UUID, memory, compute capability, minor) are cached by PCI address inside GpuNvml and not read again;
- * MIG mode, MIG devices and fabric state are read every time. A failing call for one GPU omits that
+ * MIG mode and fabric state are read every time. MIG devices are cached by their MIG UUID (an instance
+ * keeps it for its whole life; a re-created one gets a new one), so on an unchanged node a read costs
+ * the MIG mode per GPU, a handle per MIG device slot and the UUID per MIG device; a device the last read
+ * did not know, or read only with a warning, is read in full. A failing call for one GPU omits that
  * field with a warning; only a failure that leaves nothing usable (e.g. GetCount) fails the read. */
 int gpu_nvml_read(GpuNvml *n, char *const *pci_addresses, NvmlSnapshot **ret, char **ret_error);
 

@@ -3,7 +3,8 @@
  * mig-profiles.yaml (A100-40GB, A100-80GB, H100, H200: 8 memory slices; A30: 4; L40S: no MIG) and
  * mig-parted's own config files. Plans are checked step by step for representative cases, and every
  * plan is applied by a small simulator that enforces the driver's rules (placements, overlaps, limits,
- * mode) so that "re-planning after applying is empty" is checked for every all-<profile> config. */
+ * mode) so that "re-planning after applying is empty" is checked for every all-<profile> config. The
+ * models and the simulator live in mig-test-gpus.c. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -12,293 +13,10 @@
 
 #include "mig-config.h"
 #include "mig-plan.h"
+#include "mig-test-gpus.h"
 #include "strv.h"
 
 #define STRV_MAKE(...) ((const char *const[]) { __VA_ARGS__, NULL })
-
-/* ---- models ---- */
-
-typedef struct ProfileTemplate {
-        unsigned index, id, g, inst, size;
-        unsigned starts[8];
-        unsigned n_starts;
-} ProfileTemplate;
-
-static const ProfileTemplate gi8[] = {
-        { 4, 0, 7, 1, 8, { 0 }, 1 },
-        { 3, 5, 4, 1, 4, { 0 }, 1 },
-        { 2, 9, 3, 2, 4, { 0, 4 }, 2 },
-        { 1, 14, 2, 3, 2, { 0, 2, 4 }, 3 },
-        { 9, 15, 1, 4, 2, { 0, 2, 4, 6 }, 4 },
-        { 0, 19, 1, 7, 1, { 0, 1, 2, 3, 4, 5, 6 }, 7 },
-        { 7, 20, 1, 1, 1, { 0, 1, 2, 3, 4, 5, 6 }, 7 },
-};
-
-static const ProfileTemplate gi4[] = {
-        { 3, 0, 4, 1, 4, { 0 }, 1 },
-        { 1, 5, 2, 2, 2, { 0, 2 }, 2 },
-        { 8, 6, 2, 1, 2, { 0, 2 }, 2 },
-        { 0, 14, 1, 4, 1, { 0, 1, 2, 3 }, 4 },
-        { 7, 21, 1, 1, 1, { 0, 1, 2, 3 }, 4 },
-};
-
-typedef struct Model {
-        const char *name;
-        uint32_t pci_id, subsystem_id;
-        const ProfileTemplate *t;   /* NULL: not MIG capable */
-        size_t n_t;
-        unsigned memory_slices;
-        const char *names[7];       /* in the template's order */
-} Model;
-
-static const Model A100_40 = { "NVIDIA A100-SXM4-40GB", 0x20B010DE, 0x134F10DE, gi8, 7, 8,
-                               { "7g.40gb", "4g.20gb", "3g.20gb", "2g.10gb", "1g.10gb", "1g.5gb", "1g.5gb+me" } };
-static const Model A100_80 = { "NVIDIA A100-SXM4-80GB", 0x20B210DE, 0x147F10DE, gi8, 7, 8,
-                               { "7g.80gb", "4g.40gb", "3g.40gb", "2g.20gb", "1g.20gb", "1g.10gb", "1g.10gb+me" } };
-static const Model H100 = { "NVIDIA H100 80GB HBM3", 0x233010DE, 0x16C110DE, gi8, 7, 8,
-                            { "7g.80gb", "4g.40gb", "3g.40gb", "2g.20gb", "1g.20gb", "1g.10gb", "1g.10gb+me" } };
-static const Model H200 = { "NVIDIA H200", 0x233510DE, 0x18BE10DE, gi8, 7, 8,
-                            { "7g.141gb", "4g.71gb", "3g.71gb", "2g.35gb", "1g.35gb", "1g.18gb", "1g.18gb+me" } };
-static const Model A30 = { "NVIDIA A30", 0x20B710DE, 0x153210DE, gi4, 5, 4,
-                           { "4g.24gb", "2g.12gb", "2g.12gb+me", "1g.6gb", "1g.6gb+me" } };
-static const Model L40S = { "NVIDIA L40S", 0x26B910DE, 0x185110DE, NULL, 0, 0, {} };
-static const Model DISPLAY = { "NVIDIA DGX Display", 0x1FB010DE, 0x12DB10DE, NULL, 0, 0, {} };
-
-static void gpu_init(MigGpuState *g, unsigned index, const Model *m) {
-        static const unsigned ci_slices[] = { 1, 2, 3, 4, 7 };
-
-        *g = (MigGpuState) { .index = index, .pci_id = m->pci_id, .subsystem_id = m->subsystem_id,
-                             .mig_capable = m->t != NULL };
-        snprintf(g->pci_address, sizeof(g->pci_address), "0000:%02x:00.0", 0x10 + index);
-        g->model = strdup(m->name);
-        g->gi_profiles = calloc(m->n_t + 1, sizeof(MigGiProfile));
-        assert_true(g->model && g->gi_profiles);
-        g->n_gi_profiles = m->n_t;
-        for (size_t i = 0; i < m->n_t; i++) {
-                const ProfileTemplate *t = &m->t[i];
-                MigGiProfile *p = &g->gi_profiles[i];
-                *p = (MigGiProfile) { .index = t->index, .id = t->id, .name = strdup(m->names[i]), .slices = t->g,
-                                      .memory_slices = t->size, .instance_count = t->inst,
-                                      .starts = calloc(t->n_starts, sizeof(unsigned)), .n_starts = t->n_starts,
-                                      .ci_profiles = calloc(5, sizeof(MigCiProfile)) };
-                assert_true(p->name && p->starts && p->ci_profiles);
-                memcpy(p->starts, t->starts, t->n_starts * sizeof(unsigned));
-                for (unsigned c = 0; c < ELEMENTSOF(ci_slices); c++)
-                        if (ci_slices[c] <= t->g && !(ci_slices[c] == 3 && t->g == 4))
-                                p->ci_profiles[p->n_ci_profiles++] = (MigCiProfile) {
-                                        .index = c, .id = c, .slices = ci_slices[c],
-                                        .instance_count = t->g / ci_slices[c] };
-        }
-}
-
-typedef struct Node {
-        MigGpuState *gpus;
-        size_t n;
-        const Model *models[16];
-} Node;
-
-static void node_done(Node *n) {
-        mig_gpu_states_free(n->gpus, n->n);
-}
-
-static Node node_new(const Model *const *models, size_t n) {
-        Node node = { .gpus = calloc(n, sizeof(MigGpuState)), .n = n };
-        assert_non_null(node.gpus);
-        for (size_t i = 0; i < n; i++) {
-                node.models[i] = models[i];
-                gpu_init(&node.gpus[i], (unsigned) i, models[i]);
-        }
-        return node;
-}
-
-static Node node_same(const Model *m, size_t n) {
-        const Model *v[16];
-        for (size_t i = 0; i < n; i++)
-                v[i] = m;
-        return node_new(v, n);
-}
-
-static const MigGiProfile *profile_named(const MigGpuState *g, const char *name) {
-        for (size_t i = 0; i < g->n_gi_profiles; i++)
-                if (streq(g->gi_profiles[i].name, name))
-                        return &g->gi_profiles[i];
-        fail_msg("GPU %u has no profile %s", g->index, name);
-        return NULL;
-}
-
-static const MigGiProfile *profile_by_id(const MigGpuState *g, unsigned id) {
-        for (size_t i = 0; i < g->n_gi_profiles; i++)
-                if (g->gi_profiles[i].id == id)
-                        return &g->gi_profiles[i];
-        fail_msg("GPU %u has no profile id %u", g->index, id);
-        return NULL;
-}
-
-static unsigned memory_slices_of(const MigGpuState *g) {
-        return g->gi_profiles[0].memory_slices; /* the whole-GPU profile comes first in both templates */
-}
-
-/* ---- a driver in miniature: the rules the fake NVML enforces ---- */
-
-static MigGiState *gi_find(MigGpuState *g, unsigned id) {
-        for (size_t i = 0; i < g->n_gis; i++)
-                if (g->gis[i].id == id)
-                        return &g->gis[i];
-        return NULL;
-}
-
-static unsigned sim_create_gi(MigGpuState *g, unsigned profile_id, unsigned start, unsigned size) {
-        const MigGiProfile *p = profile_by_id(g, profile_id);
-        unsigned same = 0, compute = p->slices;
-        unsigned id = memory_slices_of(g) / p->memory_slices - 1 + start / p->memory_slices; /* as the driver numbers */
-        bool start_ok = false;
-
-        assert_true(g->mig_current);
-        assert_int_equal(size, p->memory_slices);
-        for (size_t i = 0; i < p->n_starts; i++)
-                start_ok = start_ok || p->starts[i] == start;
-        assert_true(start_ok);
-        for (size_t i = 0; i < g->n_gis; i++) {
-                const MigGiState *o = &g->gis[i];
-                if (start < o->start + o->size && o->start < start + size)
-                        fail_msg("GPU %u: GI at %u+%u overlaps GI %u at %u+%u", g->index, start, size, o->id, o->start,
-                                 o->size);
-                same += o->profile_id == profile_id;
-                compute += profile_by_id(g, o->profile_id)->slices;
-        }
-        assert_true(same < p->instance_count);
-        assert_true(compute <= g->gi_profiles[0].slices);
-        MigGiState *t = realloc(g->gis, (g->n_gis + 1) * sizeof(MigGiState));
-        assert_non_null(t);
-        g->gis = t;
-        g->gis[g->n_gis++] = (MigGiState) { .id = id, .profile_id = profile_id, .start = start, .size = size };
-        return id;
-}
-
-static void sim_create_ci(MigGpuState *g, unsigned gi_id, unsigned ci_profile_id) {
-        MigGiState *gi = gi_find(g, gi_id);
-        assert_non_null(gi);
-        const MigGiProfile *p = profile_by_id(g, gi->profile_id);
-        unsigned used = 0, id = 0, slices = 0;
-        for (size_t i = 0; i < p->n_ci_profiles; i++)
-                if (p->ci_profiles[i].id == ci_profile_id)
-                        slices = p->ci_profiles[i].slices;
-        assert_true(slices > 0);
-        for (size_t i = 0; i < gi->n_cis; i++)
-                for (size_t k = 0; k < p->n_ci_profiles; k++)
-                        if (p->ci_profiles[k].id == gi->ci_profile_ids[i])
-                                used += p->ci_profiles[k].slices;
-        assert_true(used + slices <= p->slices);
-        for (bool taken = true; taken; id += taken) {
-                taken = false;
-                for (size_t i = 0; i < gi->n_cis; i++)
-                        taken = taken || gi->ci_ids[i] == id;
-        }
-        gi->ci_ids = realloc(gi->ci_ids, (gi->n_cis + 1) * sizeof(unsigned));
-        gi->ci_profile_ids = realloc(gi->ci_profile_ids, (gi->n_cis + 1) * sizeof(unsigned));
-        assert_true(gi->ci_ids && gi->ci_profile_ids);
-        gi->ci_ids[gi->n_cis] = id;
-        gi->ci_profile_ids[gi->n_cis++] = ci_profile_id;
-}
-
-static void sim_apply(Node *node, const MigPlan *plan) {
-        for (size_t p = 0; p < plan->n_gpus; p++) {
-                const MigGpuPlan *gp = &plan->gpus[p];
-                assert_true(gp->gpu < node->n);
-                MigGpuState *g = &node->gpus[gp->gpu];
-                unsigned created[64] = {};
-
-                assert_true(gp->n_steps < ELEMENTSOF(created));
-                for (size_t s = 0; s < gp->n_steps; s++) {
-                        const MigStep *st = &gp->steps[s];
-                        MigGiState *gi;
-                        switch (st->kind) {
-                        case MIG_STEP_SET_MODE:
-                                assert_int_equal(g->n_gis, 0); /* SetMigMode is IN_USE while GIs exist */
-                                g->mig_current = g->mig_pending = st->enable;
-                                break;
-                        case MIG_STEP_RESET_GPU:
-                                g->mig_current = g->mig_pending;
-                                for (size_t i = 0; i < g->n_gis; i++)
-                                        mig_gi_state_done(&g->gis[i]);
-                                g->n_gis = 0;
-                                break;
-                        case MIG_STEP_DESTROY_CI: {
-                                gi = gi_find(g, st->gi_id);
-                                assert_non_null(gi);
-                                size_t i = 0;
-                                while (i < gi->n_cis && gi->ci_ids[i] != st->ci_id)
-                                        i++;
-                                assert_true(i < gi->n_cis);
-                                memmove(gi->ci_ids + i, gi->ci_ids + i + 1, (gi->n_cis - i - 1) * sizeof(unsigned));
-                                memmove(gi->ci_profile_ids + i, gi->ci_profile_ids + i + 1,
-                                        (gi->n_cis - i - 1) * sizeof(unsigned));
-                                gi->n_cis--;
-                                break;
-                        }
-                        case MIG_STEP_DESTROY_GI:
-                                gi = gi_find(g, st->gi_id);
-                                assert_non_null(gi);
-                                assert_int_equal(gi->n_cis, 0); /* the driver says IN_USE */
-                                mig_gi_state_done(gi);
-                                *gi = g->gis[--g->n_gis];
-                                break;
-                        case MIG_STEP_CREATE_GI:
-                                created[s] = sim_create_gi(g, st->profile_id, st->start, st->size);
-                                break;
-                        case MIG_STEP_CREATE_CI:
-                                if (st->gi_step >= 0) {
-                                        assert_true((size_t) st->gi_step < s);
-                                        assert_int_equal(gp->steps[st->gi_step].kind, MIG_STEP_CREATE_GI);
-                                }
-                                sim_create_ci(g, st->gi_step >= 0 ? created[st->gi_step] : st->gi_id, st->profile_id);
-                                break;
-                        case _MIG_STEP_KIND_MAX:
-                        case _MIG_STEP_KIND_INVALID:
-                                fail();
-                        }
-                }
-        }
-}
-
-/* Sets a layout on a GPU with MIG on: "3g.20gb@4 1g.5gb@2/1c,1c" (CIs by slices; default one whole CI). */
-static void set_layout(MigGpuState *g, const char *spec) {
-        _cleanup_free_ char *copy = strdup(spec);
-        char *save = NULL;
-
-        for (size_t i = 0; i < g->n_gis; i++)
-                mig_gi_state_done(&g->gis[i]);
-        g->n_gis = 0;
-        g->mig_current = g->mig_pending = true;
-        for (char *item = strtok_r(copy, " ", &save); item; item = strtok_r(NULL, " ", &save)) {
-                char *at = strchr(item, '@'), *slash = strchr(item, '/');
-                assert_non_null(at);
-                *at = 0;
-                if (slash)
-                        *slash = 0;
-                const MigGiProfile *p = profile_named(g, item);
-                unsigned id = sim_create_gi(g, p->id, (unsigned) atoi(at + 1), p->memory_slices);
-                if (!slash) {
-                        sim_create_ci(g, id, p->ci_profiles[p->n_ci_profiles - 1].id);
-                        continue;
-                }
-                for (char *c = slash + 1; c && *c; c = strchr(c, ',') ? strchr(c, ',') + 1 : NULL)
-                        for (size_t k = 0; k < p->n_ci_profiles; k++)
-                                if (p->ci_profiles[k].slices == (unsigned) atoi(c))
-                                        sim_create_ci(g, id, p->ci_profiles[k].id);
-        }
-}
-
-/* "2g.10gb@0 3g.20gb@4 …" sorted by start, for comparing layouts. */
-static char *layout_of(const MigGpuState *g) {
-        _cleanup_strv_free_ char **l = NULL;
-        for (unsigned s = 0; s < 64; s++)
-                for (size_t i = 0; i < g->n_gis; i++)
-                        if (g->gis[i].start == s)
-                                assert_int_equal(
-                                        strv_extendf(&l, "%s@%u", profile_by_id(g, g->gis[i].profile_id)->name, s), 0);
-        return l ? strv_join(l, " ") : strdup("");
-}
 
 /* ---- configs and plans ---- */
 
@@ -327,7 +45,7 @@ static const MigConfig *config(const MigConfigFile *f, const char *name) {
         return c;
 }
 
-static MigPlan *plan_ok(const MigConfig *c, const Node *node) {
+static MigPlan *plan_ok(const MigConfig *c, const MigTestNode *node) {
         _cleanup_free_ char *error = NULL;
         MigPlan *p = NULL;
         int r = mig_plan_build(c, node->gpus, node->n, &p, &error);
@@ -337,7 +55,7 @@ static MigPlan *plan_ok(const MigConfig *c, const Node *node) {
         return p;
 }
 
-static void plan_fails(const MigConfig *c, const Node *node, const char *message) {
+static void plan_fails(const MigConfig *c, const MigTestNode *node, const char *message) {
         _cleanup_free_ char *error = NULL;
         MigPlan *p = NULL;
         assert_int_equal(mig_plan_build(c, node->gpus, node->n, &p, &error), -EINVAL);
@@ -365,9 +83,9 @@ static void assert_steps(const MigGpuPlan *p, const char *const *expected) {
 }
 
 /* Applies c, then checks that planning c again finds nothing to do. */
-static void apply_and_recheck(const MigConfig *c, Node *node) {
+static void apply_and_recheck(const MigConfig *c, MigTestNode *node) {
         _cleanup_(mig_plan_freep) MigPlan *p = plan_ok(c, node), *again = NULL;
-        sim_apply(node, p);
+        mig_test_apply(node, p);
         again = plan_ok(c, node);
         if (again->n_gpus > 0) {
                 _cleanup_free_ char *s = mig_step_to_string(&again->gpus[0].steps[0]);
@@ -380,7 +98,7 @@ static void apply_and_recheck(const MigConfig *c, Node *node) {
 static void test_a100_disabled_to_balanced(void **state) {
         (void) state;
         _cleanup_(mig_config_file_freep) MigConfigFile *f = load("config-default.yaml");
-        _cleanup_(node_done) Node node = node_same(&A100_40, 8);
+        _cleanup_(mig_test_node_done) MigTestNode node = mig_test_node_same(&mig_test_a100_40, 8);
         _cleanup_(mig_plan_freep) MigPlan *p = plan_ok(config(f, "all-balanced"), &node), *again = NULL;
 
         assert_int_equal(p->n_gpus, 8);
@@ -407,8 +125,8 @@ static void test_a100_disabled_to_balanced(void **state) {
         assert_int_equal(s->gi_step, 4);
         assert_string_equal(s->profile, "1g.5gb");
 
-        sim_apply(&node, p);
-        _cleanup_free_ char *layout = layout_of(&node.gpus[7]);
+        mig_test_apply(&node, p);
+        _cleanup_free_ char *layout = mig_test_layout_of(&node.gpus[7]);
         assert_string_equal(layout, "2g.10gb@0 1g.5gb@2 1g.5gb@3 3g.20gb@4");
         /* idempotent: the same config again is an empty plan (no writes, no hooks) */
         again = plan_ok(config(f, "all-balanced"), &node);
@@ -419,12 +137,12 @@ static void test_a100_disabled_to_balanced(void **state) {
 /* Every config of config-default.yaml on four GPUs of one model, from MIG disabled: the ones meant for
  * the model apply (and re-planning after them is empty), the others are refused for naming a profile
  * the model does not have, or leave the GPUs unmanaged when their device-filter names other models. */
-static void check_model(const MigConfigFile *f, const Model *m, const char *const *expected_applied) {
+static void check_model(const MigConfigFile *f, const MigTestModel *m, const char *const *expected_applied) {
         _cleanup_strv_free_ char **applied = NULL;
 
         for (size_t i = 0; i < f->n_configs; i++) {
                 const MigConfig *c = &f->configs[i];
-                _cleanup_(node_done) Node node = node_same(m, 4);
+                _cleanup_(mig_test_node_done) MigTestNode node = mig_test_node_same(m, 4);
                 _cleanup_(mig_plan_freep) MigPlan *p = NULL;
                 _cleanup_free_ char *error = NULL;
 
@@ -450,7 +168,8 @@ static void check_model(const MigConfigFile *f, const Model *m, const char *cons
                 for (size_t k = 0; k < e->n_requests; k++) {
                         unsigned have = 0;
                         for (size_t gi = 0; gi < node.gpus[2].n_gis; gi++)
-                                have += streq(profile_by_id(&node.gpus[2], node.gpus[2].gis[gi].profile_id)->name,
+                                have += streq(mig_test_profile_by_id(&node.gpus[2],
+                                                                     node.gpus[2].gis[gi].profile_id)->name,
                                               e->requests[k].profile);
                         assert_int_equal(have, e->requests[k].count);
                         wanted += e->requests[k].count;
@@ -468,20 +187,24 @@ static void test_each_profile_config_per_model(void **state) {
         (void) state;
         _cleanup_(mig_config_file_freep) MigConfigFile *f = load("config-default.yaml");
 
-        check_model(f, &A100_40, STRV_MAKE("all-enabled", "all-1g.5gb", "all-1g.5gb.me", "all-2g.10gb", "all-3g.20gb",
-                                           "all-4g.20gb", "all-7g.40gb", "all-1g.10gb", "all-balanced"));
-        check_model(f, &H100, STRV_MAKE("all-enabled", "all-1g.10gb", "all-1g.10gb.me", "all-1g.20gb", "all-2g.20gb",
-                                        "all-3g.40gb", "all-4g.40gb", "all-7g.80gb", "all-balanced"));
-        check_model(f, &H200, STRV_MAKE("all-enabled", "all-balanced", "all-1g.18gb", "all-1g.18gb.me", "all-1g.35gb",
-                                        "all-2g.35gb", "all-3g.71gb", "all-4g.71gb", "all-7g.141gb"));
-        check_model(f, &A30, STRV_MAKE("all-enabled", "all-1g.6gb", "all-1g.6gb.me", "all-2g.12gb", "all-2g.12gb.me",
-                                       "all-4g.24gb", "all-balanced"));
+        check_model(f, &mig_test_a100_40,
+                    STRV_MAKE("all-enabled", "all-1g.5gb", "all-1g.5gb.me", "all-2g.10gb", "all-3g.20gb",
+                              "all-4g.20gb", "all-7g.40gb", "all-1g.10gb", "all-balanced"));
+        check_model(f, &mig_test_h100,
+                    STRV_MAKE("all-enabled", "all-1g.10gb", "all-1g.10gb.me", "all-1g.20gb", "all-2g.20gb",
+                              "all-3g.40gb", "all-4g.40gb", "all-7g.80gb", "all-balanced"));
+        check_model(f, &mig_test_h200,
+                    STRV_MAKE("all-enabled", "all-balanced", "all-1g.18gb", "all-1g.18gb.me", "all-1g.35gb",
+                              "all-2g.35gb", "all-3g.71gb", "all-4g.71gb", "all-7g.141gb"));
+        check_model(f, &mig_test_a30,
+                    STRV_MAKE("all-enabled", "all-1g.6gb", "all-1g.6gb.me", "all-2g.12gb", "all-2g.12gb.me",
+                              "all-4g.24gb", "all-balanced"));
 }
 
 static void test_h100_all_1g(void **state) {
         (void) state;
         _cleanup_(mig_config_file_freep) MigConfigFile *f = load("config-default.yaml");
-        _cleanup_(node_done) Node node = node_same(&H100, 8);
+        _cleanup_(mig_test_node_done) MigTestNode node = mig_test_node_same(&mig_test_h100, 8);
         _cleanup_(mig_plan_freep) MigPlan *p = plan_ok(config(f, "all-1g.10gb"), &node);
 
         assert_int_equal(p->n_gpus, 8);
@@ -502,12 +225,12 @@ static void test_h100_all_1g(void **state) {
 static void test_one_gpu_changed(void **state) {
         (void) state;
         _cleanup_(mig_config_file_freep) MigConfigFile *f = load("config-default.yaml");
-        _cleanup_(node_done) Node node = node_same(&H100, 8);
+        _cleanup_(mig_test_node_done) MigTestNode node = mig_test_node_same(&mig_test_h100, 8);
         const MigConfig *c = config(f, "all-balanced");
 
         apply_and_recheck(c, &node);
         /* someone re-partitioned GPU 5 by hand */
-        set_layout(&node.gpus[5], "7g.80gb@0");
+        mig_test_set_layout(&node.gpus[5], "7g.80gb@0");
         _cleanup_(mig_plan_freep) MigPlan *p = plan_ok(c, &node);
         assert_int_equal(p->n_gpus, 1);
         assert_steps(gpu_plan(p, 5), STRV_MAKE("destroy-ci gi=0 ci=0 (7g.80gb)",
@@ -520,7 +243,7 @@ static void test_one_gpu_changed(void **state) {
 
         /* a GI missing on GPU 2: only the missing one is created, the rest stays */
         apply_and_recheck(c, &node);
-        set_layout(&node.gpus[2], "2g.20gb@0 1g.10gb@2 3g.40gb@4");
+        mig_test_set_layout(&node.gpus[2], "2g.20gb@0 1g.10gb@2 3g.40gb@4");
         mig_plan_free(p);
         p = plan_ok(c, &node);
         assert_int_equal(p->n_gpus, 1);
@@ -532,10 +255,10 @@ static void test_one_gpu_changed(void **state) {
 static void test_keep_existing_where_the_rest_fits(void **state) {
         (void) state;
         _cleanup_(mig_config_file_freep) MigConfigFile *f = load("config-default.yaml");
-        _cleanup_(node_done) Node node = node_same(&A100_40, 1);
+        _cleanup_(mig_test_node_done) MigTestNode node = mig_test_node_same(&mig_test_a100_40, 1);
 
         /* 7 × 1g.5gb → balanced: two of the 1g stay, at the starts where 2g and 3g still fit */
-        set_layout(&node.gpus[0], "1g.5gb@0 1g.5gb@1 1g.5gb@2 1g.5gb@3 1g.5gb@4 1g.5gb@5 1g.5gb@6");
+        mig_test_set_layout(&node.gpus[0], "1g.5gb@0 1g.5gb@1 1g.5gb@2 1g.5gb@3 1g.5gb@4 1g.5gb@5 1g.5gb@6");
         _cleanup_(mig_plan_freep) MigPlan *p = plan_ok(config(f, "all-balanced"), &node);
         assert_steps(gpu_plan(p, 0), STRV_MAKE("destroy-ci gi=7 ci=0 (1g.5gb)",
                                                "destroy-ci gi=8 ci=0 (1g.5gb)", "destroy-ci gi=11 ci=0 (1g.5gb)",
@@ -548,7 +271,7 @@ static void test_keep_existing_where_the_rest_fits(void **state) {
         apply_and_recheck(config(f, "all-balanced"), &node);
 
         /* 1g at 5 and 6 cannot stay under 3g@4 … but 1g at 0, 1 can: the planner finds them */
-        set_layout(&node.gpus[0], "1g.5gb@0 1g.5gb@6");
+        mig_test_set_layout(&node.gpus[0], "1g.5gb@0 1g.5gb@6");
         mig_plan_free(p);
         p = plan_ok(config(f, "all-balanced"), &node);
         assert_steps(gpu_plan(p, 0), STRV_MAKE("destroy-ci gi=13 ci=0 (1g.5gb)",
@@ -561,9 +284,10 @@ static void test_keep_existing_where_the_rest_fits(void **state) {
 static void test_unknown_profile(void **state) {
         (void) state;
         _cleanup_(mig_config_file_freep) MigConfigFile *f = load("config-default.yaml");
-        _cleanup_(node_done) Node h100 = node_same(&H100, 8);
-        const Model *mixed[] = { &A100_40, &A100_40, &H100, &H100, &A30 };
-        _cleanup_(node_done) Node node = node_new(mixed, 5);
+        _cleanup_(mig_test_node_done) MigTestNode h100 = mig_test_node_same(&mig_test_h100, 8);
+        const MigTestModel *mixed[] = { &mig_test_a100_40, &mig_test_a100_40, &mig_test_h100, &mig_test_h100,
+                                        &mig_test_a30 };
+        _cleanup_(mig_test_node_done) MigTestNode node = mig_test_node_new(mixed, 5);
 
         plan_fails(config(f, "all-1g.5gb"), &h100,
                    "GPUs 0-7 (NVIDIA H100 80GB HBM3): no MIG profile '1g.5gb' (entry on line 14); valid profiles: "
@@ -590,8 +314,8 @@ static void test_unknown_profile(void **state) {
 
 static void test_over_capacity(void **state) {
         (void) state;
-        _cleanup_(node_done) Node node = node_same(&A100_40, 2);
-        _cleanup_(node_done) Node a30 = node_same(&A30, 1);
+        _cleanup_(mig_test_node_done) MigTestNode node = mig_test_node_same(&mig_test_a100_40, 2);
+        _cleanup_(mig_test_node_done) MigTestNode a30 = mig_test_node_same(&mig_test_a30, 1);
         _cleanup_(mig_config_file_freep) MigConfigFile *f = parse(
                 "version: v1\nmig-configs:\n"
                 "  too-many:\n    - devices: all\n      mig-enabled: true\n      mig-devices: {3g.20gb: 3}\n"
@@ -616,13 +340,13 @@ static void test_over_capacity(void **state) {
 static void test_no_placement(void **state) {
         (void) state;
         /* a made-up GPU whose 2g can only sit in the middle and whose 1g cannot use the last slice */
-        static const ProfileTemplate t[] = {
+        static const MigTestProfileTemplate t[] = {
                 { 0, 0, 4, 1, 4, { 0 }, 1 },
                 { 1, 1, 2, 1, 2, { 1 }, 1 },
                 { 2, 2, 1, 4, 1, { 0, 1, 2 }, 3 },
         };
-        static const Model odd = { "Odd GPU", 0x000110DE, 0, t, 3, 4, { "4g.8gb", "2g.4gb", "1g.2gb" } };
-        _cleanup_(node_done) Node node = node_same(&odd, 1);
+        static const MigTestModel odd = { "Odd GPU", 0x000110DE, 0, t, 3, 4, { "4g.8gb", "2g.4gb", "1g.2gb" } };
+        _cleanup_(mig_test_node_done) MigTestNode node = mig_test_node_same(&odd, 1);
         _cleanup_(mig_config_file_freep) MigConfigFile *f = parse(
                 "version: v1\nmig-configs:\n  c:\n    - devices: all\n      mig-enabled: true\n"
                 "      mig-devices: {1g.2gb: 2, 2g.4gb: 1}\n");
@@ -635,12 +359,12 @@ static void test_no_placement(void **state) {
 
 static void test_count_zero(void **state) {
         (void) state;
-        _cleanup_(node_done) Node node = node_same(&A100_40, 1);
+        _cleanup_(mig_test_node_done) MigTestNode node = mig_test_node_same(&mig_test_a100_40, 1);
         _cleanup_(mig_config_file_freep) MigConfigFile *f = parse(
                 "version: v1\nmig-configs:\n  c:\n    - devices: all\n      mig-enabled: true\n"
                 "      mig-devices: {1g.5gb: 0, 3g.20gb: 2, 7g.80gb: 0}\n");
 
-        set_layout(&node.gpus[0], "1g.5gb@0");
+        mig_test_set_layout(&node.gpus[0], "1g.5gb@0");
         _cleanup_(mig_plan_freep) MigPlan *p = plan_ok(config(f, "c"), &node);
         assert_steps(gpu_plan(p, 0), STRV_MAKE("destroy-ci gi=7 ci=0 (1g.5gb)",
                                                "destroy-gi gi=7 (1g.5gb)", "create-gi 3g.20gb id=9 start=0 size=4",
@@ -651,8 +375,8 @@ static void test_count_zero(void **state) {
 
 static void test_device_filter_and_indices(void **state) {
         (void) state;
-        const Model *models[] = { &A100_40, &A100_40, &H100, &A100_40 };
-        _cleanup_(node_done) Node node = node_new(models, 4);
+        const MigTestModel *models[] = { &mig_test_a100_40, &mig_test_a100_40, &mig_test_h100, &mig_test_a100_40 };
+        _cleanup_(mig_test_node_done) MigTestNode node = mig_test_node_new(models, 4);
         _cleanup_(mig_config_file_freep) MigConfigFile *f = parse(
                 "version: v1\nmig-configs:\n  c:\n"
                 "    - device-filter: \"0x20b010de:0x134f10de\"\n      devices: all\n      mig-enabled: true\n"
@@ -681,7 +405,7 @@ static void test_device_filter_and_indices(void **state) {
 
 static void test_last_entry_wins(void **state) {
         (void) state;
-        _cleanup_(node_done) Node node = node_same(&A100_40, 4);
+        _cleanup_(mig_test_node_done) MigTestNode node = mig_test_node_same(&mig_test_a100_40, 4);
         _cleanup_(mig_config_file_freep) MigConfigFile *f = parse(
                 "version: v1\nmig-configs:\n  c:\n"
                 "    - devices: all\n      mig-enabled: true\n      mig-devices: {7g.40gb: 1}\n"
@@ -690,7 +414,7 @@ static void test_last_entry_wins(void **state) {
                 "      mig-devices: {3g.20gb: 2}\n"
                 "    - device-filter: 0x233010DE\n      devices: all\n      mig-enabled: false\n");
 
-        set_layout(&node.gpus[1], "7g.40gb@0");
+        mig_test_set_layout(&node.gpus[1], "7g.40gb@0");
         _cleanup_(mig_plan_freep) MigPlan *p = plan_ok(config(f, "c"), &node);
         assert_int_equal(p->n_gpus, 3);
         assert_non_null(gpu_plan(p, 0));
@@ -706,7 +430,7 @@ static void test_mixed_per_gpu_configs(void **state) {
         (void) state;
         _cleanup_(mig_config_file_freep) MigConfigFile *ex = load("examples-config.yaml");
         _cleanup_(mig_config_file_freep) MigConfigFile *dgx = load("examples-dgx-station-80gb-config.yaml");
-        _cleanup_(node_done) Node node = node_same(&A100_40, 8);
+        _cleanup_(mig_test_node_done) MigTestNode node = mig_test_node_same(&mig_test_a100_40, 8);
 
         /* custom-config: 0-3 off (already), 4: 7 × 1g.5gb, 5: 3 × 2g.10gb, 6: 2 × 3g.20gb, 7: balanced */
         _cleanup_(mig_plan_freep) MigPlan *p = plan_ok(config(ex, "custom-config"), &node);
@@ -714,15 +438,16 @@ static void test_mixed_per_gpu_configs(void **state) {
         for (unsigned i = 0; i < 4; i++)
                 assert_null(gpu_plan(p, i));
         apply_and_recheck(config(ex, "custom-config"), &node);
-        _cleanup_free_ char *l4 = layout_of(&node.gpus[4]), *l5 = layout_of(&node.gpus[5]),
-                            *l6 = layout_of(&node.gpus[6]);
+        _cleanup_free_ char *l4 = mig_test_layout_of(&node.gpus[4]), *l5 = mig_test_layout_of(&node.gpus[5]),
+                            *l6 = mig_test_layout_of(&node.gpus[6]);
         assert_string_equal(l4, "1g.5gb@0 1g.5gb@1 1g.5gb@2 1g.5gb@3 1g.5gb@4 1g.5gb@5 1g.5gb@6");
         assert_string_equal(l5, "2g.10gb@0 2g.10gb@2 2g.10gb@4");
         assert_string_equal(l6, "3g.20gb@0 3g.20gb@4");
 
         /* DGX Station A100-80GB: four MIG GPUs around a display GPU at index 3 */
-        const Model *models[] = { &A100_80, &A100_80, &A100_80, &DISPLAY, &A100_80 };
-        _cleanup_(node_done) Node station = node_new(models, 5);
+        const MigTestModel *models[] = { &mig_test_a100_80, &mig_test_a100_80, &mig_test_a100_80, &mig_test_display,
+                                         &mig_test_a100_80 };
+        _cleanup_(mig_test_node_done) MigTestNode station = mig_test_node_new(models, 5);
         mig_plan_free(p);
         p = plan_ok(config(dgx, "balanced-k8s-dgx-station-80"), &station);
         assert_int_equal(p->n_unmanaged, 0);
@@ -730,8 +455,8 @@ static void test_mixed_per_gpu_configs(void **state) {
         assert_null(gpu_plan(p, 0));
         assert_null(gpu_plan(p, 3));
         apply_and_recheck(config(dgx, "balanced-k8s-dgx-station-80"), &station);
-        _cleanup_free_ char *s1 = layout_of(&station.gpus[1]), *s2 = layout_of(&station.gpus[2]),
-                            *s4 = layout_of(&station.gpus[4]);
+        _cleanup_free_ char *s1 = mig_test_layout_of(&station.gpus[1]), *s2 = mig_test_layout_of(&station.gpus[2]),
+                            *s4 = mig_test_layout_of(&station.gpus[4]);
         assert_string_equal(s1, "3g.40gb@0 3g.40gb@4");
         assert_string_equal(s2, "2g.20gb@0 2g.20gb@2 2g.20gb@4 1g.10gb@6");
         assert_string_equal(s4, "1g.10gb@0 1g.10gb@1 1g.10gb@2 1g.10gb@3 1g.10gb@4 1g.10gb@5 1g.10gb@6");
@@ -741,8 +466,8 @@ static void test_mixed_per_gpu_configs(void **state) {
 static void test_non_mig_and_unmanaged(void **state) {
         (void) state;
         _cleanup_(mig_config_file_freep) MigConfigFile *f = load("config-default.yaml");
-        const Model *models[] = { &H100, &L40S, &H100, &L40S };
-        _cleanup_(node_done) Node node = node_new(models, 4);
+        const MigTestModel *models[] = { &mig_test_h100, &mig_test_l40s, &mig_test_h100, &mig_test_l40s };
+        _cleanup_(mig_test_node_done) MigTestNode node = mig_test_node_new(models, 4);
 
         /* all-balanced filters by model: the L40S are no entry's business */
         _cleanup_(mig_plan_freep) MigPlan *p = plan_ok(config(f, "all-balanced"), &node);
@@ -771,9 +496,9 @@ static void test_non_mig_and_unmanaged(void **state) {
 static void test_disable(void **state) {
         (void) state;
         _cleanup_(mig_config_file_freep) MigConfigFile *f = load("config-default.yaml");
-        _cleanup_(node_done) Node node = node_same(&A100_40, 2);
+        _cleanup_(mig_test_node_done) MigTestNode node = mig_test_node_same(&mig_test_a100_40, 2);
 
-        set_layout(&node.gpus[1], "3g.20gb@4 2g.10gb@0 1g.5gb@2 1g.5gb@3/1c");
+        mig_test_set_layout(&node.gpus[1], "3g.20gb@4 2g.10gb@0 1g.5gb@2 1g.5gb@3/1c");
         _cleanup_(mig_plan_freep) MigPlan *p = plan_ok(config(f, "all-disabled"), &node);
         assert_int_equal(p->n_gpus, 1);
         assert_steps(gpu_plan(p, 1), STRV_MAKE("destroy-ci gi=2 ci=0 (3g.20gb)",
@@ -784,7 +509,7 @@ static void test_disable(void **state) {
         apply_and_recheck(config(f, "all-disabled"), &node);
 
         /* MIG on without devices: instances go, the mode stays */
-        set_layout(&node.gpus[0], "7g.40gb@0");
+        mig_test_set_layout(&node.gpus[0], "7g.40gb@0");
         mig_plan_free(p);
         p = plan_ok(config(f, "all-enabled"), &node);
         assert_steps(gpu_plan(p, 0), STRV_MAKE("destroy-ci gi=0 ci=0 (7g.40gb)", "destroy-gi gi=0 (7g.40gb)"));
@@ -794,14 +519,14 @@ static void test_disable(void **state) {
 static void test_pending_mode(void **state) {
         (void) state;
         _cleanup_(mig_config_file_freep) MigConfigFile *f = load("config-default.yaml");
-        _cleanup_(node_done) Node node = node_same(&A100_40, 3);
+        _cleanup_(mig_test_node_done) MigTestNode node = mig_test_node_same(&mig_test_a100_40, 3);
         _cleanup_(mig_plan_freep) MigPlan *p = NULL;
 
         /* 0: on is pending until a reset; 1: off is pending; 2: on, with off pending and instances left */
         node.gpus[0].mig_pending = true;
-        set_layout(&node.gpus[1], "");
+        mig_test_set_layout(&node.gpus[1], "");
         node.gpus[1].mig_pending = false;
-        set_layout(&node.gpus[2], "7g.40gb@0");
+        mig_test_set_layout(&node.gpus[2], "7g.40gb@0");
         node.gpus[2].mig_pending = false;
 
         p = plan_ok(config(f, "all-4g.20gb"), &node);
@@ -826,7 +551,7 @@ static void test_pending_mode(void **state) {
 
 static void test_compute_instance_profiles(void **state) {
         (void) state;
-        _cleanup_(node_done) Node node = node_same(&A100_40, 1);
+        _cleanup_(mig_test_node_done) MigTestNode node = mig_test_node_same(&mig_test_a100_40, 1);
         _cleanup_(mig_config_file_freep) MigConfigFile *f = parse(
                 "version: v1\nmig-configs:\n"
                 "  small-ci:\n    - devices: all\n      mig-enabled: true\n      mig-devices: {1c.3g.20gb: 2}\n"
