@@ -1,11 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 /* Owns the org.gpunodeagent.Agent1.Manager interface on /org/gpunodeagent/Agent1: the node-wide
  * properties (stage engine, readiness, labels, kernel and driver versions, kernel modules and DKMS,
- * config), Reload/Reconcile/GetLabels/Unload and the StageChanged signal. Their changes from NVML are announced by
- * manager_bus_nvml_changed() in bus-gpu.c. Documented in docs/dbus/org.gpunodeagent.Agent1.Manager.md. */
+ * config, MIG), Reload/Reconcile/GetLabels/Unload and the StageChanged signal. Their changes from NVML are
+ * announced by manager_bus_nvml_changed() in bus-gpu.c; the MIG members are implemented in bus-mig.c.
+ * Documented in docs/dbus/org.gpunodeagent.Agent1.Manager.md. */
 #include <systemd/sd-bus.h>
 
 #include "build-config.h"
+#include "bus-mig.h"
 #include "bus.h"
 #include "driver-unload.h"
 #include "log.h"
@@ -246,6 +248,9 @@ static const sd_bus_vtable manager_vtable[] = {
         SD_BUS_PROPERTY("ConfigError", "s", property_get_config_error, 0, SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
         SD_BUS_PROPERTY("ConfigSources", "as", property_get_config_sources, 0,
                         SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
+        SD_BUS_PROPERTY("MigConfig", "s", bus_mig_property_get_config, 0, SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
+        SD_BUS_PROPERTY("MigConfigState", "s", bus_mig_property_get_config_state, 0,
+                        SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
 
         SD_BUS_METHOD_WITH_ARGS("Reload", SD_BUS_NO_ARGS, SD_BUS_NO_RESULT, method_reload,
                                 SD_BUS_VTABLE_UNPRIVILEGED),
@@ -254,6 +259,15 @@ static const sd_bus_vtable manager_vtable[] = {
         SD_BUS_METHOD_WITH_ARGS("GetLabels", SD_BUS_NO_ARGS, SD_BUS_RESULT("a{ss}", labels), method_get_labels,
                                 SD_BUS_VTABLE_UNPRIVILEGED),
         SD_BUS_METHOD_WITH_ARGS("Unload", SD_BUS_NO_ARGS, SD_BUS_RESULT("as", units, "as", modules), method_unload,
+                                SD_BUS_VTABLE_UNPRIVILEGED),
+        /* Answered when the apply has finished (seconds to minutes: GPU resets, hook units). */
+        SD_BUS_METHOD_WITH_ARGS("ApplyMigConfig", SD_BUS_ARGS("s", name, "s", config_file, "b", force),
+                                SD_BUS_RESULT("s", state, "s", message), bus_mig_method_apply,
+                                SD_BUS_VTABLE_UNPRIVILEGED),
+        SD_BUS_METHOD_WITH_ARGS("AssertMigConfig", SD_BUS_ARGS("s", name, "s", config_file),
+                                SD_BUS_RESULT("b", matches, "s", report), bus_mig_method_assert,
+                                SD_BUS_VTABLE_UNPRIVILEGED),
+        SD_BUS_METHOD_WITH_ARGS("ExportMigConfig", SD_BUS_NO_ARGS, SD_BUS_RESULT("s", yaml), bus_mig_method_export,
                                 SD_BUS_VTABLE_UNPRIVILEGED),
 
         SD_BUS_SIGNAL_WITH_ARGS("StageChanged", SD_BUS_ARGS("s", stage, "s", state, "s", message), 0),

@@ -7,6 +7,7 @@
 #include <systemd/sd-bus.h>
 #include <systemd/sd-event.h>
 
+#include "bus-mig.h"
 #include "bus.h"
 #include "driver-unload.h"
 #include "log.h"
@@ -30,6 +31,8 @@ struct BusDirty {
         size_t n_entries;
         /* While InterfacesRemoved is being built, the inventory the vanishing GPUs still live in. */
         const Inventory *vanishing;
+        /* The ApplyMigConfig() call waiting for its apply (bus-mig.c); dropped unanswered at exit. */
+        sd_bus_message *mig_request;
 };
 
 static const sd_bus_error_map agent_error_map[] = {
@@ -37,6 +40,7 @@ static const sd_bus_error_map agent_error_map[] = {
         SD_BUS_ERROR_MAP(AGENT_ERROR_ACCESS_DENIED, EACCES),
         SD_BUS_ERROR_MAP(AGENT_ERROR_BUSY, EBUSY),
         SD_BUS_ERROR_MAP(AGENT_ERROR_UNLOAD_FAILED, EIO),
+        SD_BUS_ERROR_MAP(AGENT_ERROR_FAILED, EIO),
         SD_BUS_ERROR_MAP_END,
 };
 
@@ -60,6 +64,7 @@ void bus_dirty_free(BusDirty *d) {
                 return;
         bus_dirty_clear(d);
         sd_event_source_disable_unref(d->defer);
+        sd_bus_message_unref(d->mig_request);
         free(d);
 }
 
@@ -108,6 +113,12 @@ static int bus_dirty_get(Manager *m, BusDirty **ret) {
         }
         *ret = m->bus_dirty;
         return 0;
+}
+
+sd_bus_message **bus_mig_pending_request(Manager *m) {
+        BusDirty *d;
+
+        return bus_dirty_get(m, &d) < 0 ? NULL : &d->mig_request;
 }
 
 static int bus_dirty_schedule(Manager *m, BusDirty *d) {
@@ -257,6 +268,11 @@ int manager_bus_connect(Manager *m) {
         if (r < 0)
                 return log_error_errno(r, "Failed to register the %s objects: %s", AGENT_GPU_INTERFACE,
                                        strerror(-r));
+
+        /* Before the first pass, so that MigConfig/MigConfigState changes of the mig stage are announced. */
+        r = bus_mig_attach(m);
+        if (r < 0)
+                return log_oom();
 
         r = bus_dirty_get(m, &d);
         if (r < 0)

@@ -15,6 +15,8 @@ void ctl_status_done(AgentStatus *s) {
         free(s->driver_version);
         free(s->cuda_version);
         free(s->dkms_state);
+        free(s->mig_config);
+        free(s->mig_config_state);
         strv_free(s->config_sources);
         for (size_t i = 0; i < s->n_modules; i++) {
                 free(s->modules[i].name);
@@ -147,6 +149,10 @@ int ctl_parse_status(sd_bus_message *m, AgentStatus *st) {
                         r = read_variant_string(m, &st->cuda_version);
                 else if (streq(name, "DkmsState"))
                         r = read_variant_string(m, &st->dkms_state);
+                else if (streq(name, "MigConfig"))
+                        r = read_variant_string(m, &st->mig_config);
+                else if (streq(name, "MigConfigState"))
+                        r = read_variant_string(m, &st->mig_config_state);
                 else if (streq(name, "Modules"))
                         r = read_modules(m, st);
                 else if (streq(name, "Ready"))

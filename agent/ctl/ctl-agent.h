@@ -31,6 +31,7 @@ typedef struct AgentStatus {
         char *version, *stage, *state, *kernel_release, *config_error;
         char *driver_version, *cuda_version;  /* "" or NULL: NVML unavailable / agent too old */
         char *dkms_state;                     /* NULL: agent too old */
+        char *mig_config, *mig_config_state;  /* "" or NULL: MIG not managed / agent too old */
         int ready;
         uint32_t gpu_count;
         char **config_sources;

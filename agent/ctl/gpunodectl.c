@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* Owns gpunodectl, the command-line client of gpu-node-agent's D-Bus API on the system bus: argument
  * parsing, the commands (status, gpus, labels, reload, reconcile, wait-ready; the driver commands
- * live in ctl-driver.c), reading the Manager and Gpu objects. */
+ * live in ctl-driver.c, the MIG commands in ctl-mig.c), reading the Manager and Gpu objects. */
 #include <getopt.h>
 #include <inttypes.h>
 #include <time.h>
@@ -12,17 +12,23 @@
 #include "config.h"
 #include "ctl-agent.h"
 #include "ctl-driver.h"
+#include "ctl-mig.h"
 #include "ctl-output.h"
 #include "strv.h"
 
 #define DEFAULT_TIMEOUT_USEC (90 * USEC_PER_SEC)
 /* driver unload answers only after systemd stopped the units, each allowed fabric.timeout. */
 #define DEFAULT_UNLOAD_TIMEOUT_USEC (10 * 60 * USEC_PER_SEC)
+/* mig apply answers when the apply is done: hook units stopped and started, a GPU reset (2 min) per GPU. */
+#define DEFAULT_MIG_APPLY_TIMEOUT_USEC (30 * 60 * USEC_PER_SEC)
 
 static bool arg_json = false;
 static bool arg_legend = true;
 static uint64_t arg_timeout_usec = DEFAULT_TIMEOUT_USEC;
 static bool arg_timeout_set = false;
+static const char *arg_mig_config = NULL;
+static bool arg_force = false;
+static bool arg_no_block = false;
 
 static const char *agent_state_color(const char *state) {
         if (streq_ptr(state, "ready"))
@@ -85,6 +91,8 @@ static void print_status_json(const AgentStatus *st) {
         ctl_json_kv_string_or_null(stdout, &first, "driver_version", st->driver_version);
         ctl_json_kv_string_or_null(stdout, &first, "cuda_version", st->cuda_version);
         ctl_json_kv_string_or_null(stdout, &first, "config_error", st->config_error);
+        ctl_json_kv_string_or_null(stdout, &first, "mig_config", st->mig_config);
+        ctl_json_kv_string_or_null(stdout, &first, "mig_config_state", st->mig_config_state);
         ctl_json_key(stdout, &first, "config_sources");
         putchar('[');
         STRV_FOREACH(s, st->config_sources) {
@@ -160,6 +168,8 @@ static int verb_status(sd_bus *bus, char **args) {
                        *s);
         if (!isempty(st.config_error))
                 printf("%12s: %s%s%s\n", "Config error", ctl_ansi(ANSI_RED), st.config_error, ctl_ansi(ANSI_NORMAL));
+        if (!isempty(st.mig_config))
+                printf("%12s: %s (%s)\n", "MIG config", st.mig_config, strna(st.mig_config_state));
 
         if (st.n_stages > 0) {
                 putchar('\n');
@@ -557,7 +567,14 @@ static int help(void) {
                "  wait-ready            Wait until every stage succeeded\n"
                "  driver [status]       Show the kernel modules, DKMS state and driver version\n"
                "  driver unload         Stop the driver's daemons and unload its modules, refused\n"
-               "                        with the list of processes while the GPU is in use (root)\n\n"
+               "                        with the list of processes while the GPU is in use (root)\n"
+               "  mig [show]            Show the MIG mode and devices of every GPU, the selected\n"
+               "                        MIG config and its state\n"
+               "  mig apply NAME        Apply a MIG config of mig.config-file (or --config) and wait\n"
+               "                        for the result (root)\n"
+               "  mig assert [NAME]     Check whether the GPUs match a MIG config (default: the\n"
+               "                        selected one); exit status 1 when they do not\n"
+               "  mig export            Print the current MIG layout as a mig-parted config\n\n"
                "Options:\n"
                "  -h --help             Show this help\n"
                "     --version          Show the version\n"
@@ -566,10 +583,17 @@ static int help(void) {
                "     --no-pager         Accepted for compatibility; output is never paged\n"
                "     --timeout=SEC      wait-ready: give up after SEC (default 90s, 0 waits forever);\n"
                "                        driver unload: wait SEC for the answer (default 10min);\n"
-               "                        units ms, s, min, h, d are accepted (\"2min\")\n\n"
+               "                        mig apply: wait SEC for the result (default 30min);\n"
+               "                        units ms, s, min, h, d are accepted (\"2min\")\n"
+               "     --config=FILE      mig apply, mig assert: read the MIG config from FILE instead\n"
+               "                        of mig.config-file (assert: root only)\n"
+               "     --force            mig apply: even while GPUs to change run compute processes\n"
+               "     --no-block         mig apply: return once the agent has accepted the apply\n\n"
                "Exit status:\n"
-               "  0  success (wait-ready: the agent is ready)\n"
-               "  1  the operation failed or was refused, or wait-ready timed out\n"
+               "  0  success (wait-ready: the agent is ready; mig apply: also when a GPU waits for\n"
+               "     a reset, \"reboot required\"; mig assert: the GPUs match)\n"
+               "  1  the operation failed or was refused, wait-ready timed out, or the GPUs do not\n"
+               "     match the config (mig assert)\n"
                "  2  invalid command line\n"
                "  3  the agent is not running or the system bus is unreachable\n"
                "  4  permission denied\n\n"
@@ -584,6 +608,9 @@ enum {
         ARG_NO_LEGEND,
         ARG_NO_PAGER,
         ARG_TIMEOUT,
+        ARG_CONFIG,
+        ARG_FORCE,
+        ARG_NO_BLOCK,
 };
 
 /* Returns 1 to go on, 0 to exit successfully (help, version), or CTL_EXIT_USAGE negated. */
@@ -595,6 +622,9 @@ static int parse_argv(int argc, char **argv) {
                 { "no-legend", no_argument, NULL, ARG_NO_LEGEND },
                 { "no-pager", no_argument, NULL, ARG_NO_PAGER },
                 { "timeout", required_argument, NULL, ARG_TIMEOUT },
+                { "config", required_argument, NULL, ARG_CONFIG },
+                { "force", no_argument, NULL, ARG_FORCE },
+                { "no-block", no_argument, NULL, ARG_NO_BLOCK },
                 {},
         };
         int c, r;
@@ -626,6 +656,15 @@ static int parse_argv(int argc, char **argv) {
                         }
                         arg_timeout_set = true;
                         break;
+                case ARG_CONFIG:
+                        arg_mig_config = optarg;
+                        break;
+                case ARG_FORCE:
+                        arg_force = true;
+                        break;
+                case ARG_NO_BLOCK:
+                        arg_no_block = true;
+                        break;
                 case '?':
                         if (optopt >= ARG_VERSION)
                                 fprintf(stderr, "gpunodectl: Option '%s' needs an argument. See gpunodectl --help.\n",
@@ -656,10 +695,26 @@ static int verb_driver(sd_bus *bus, char **args) {
         return ctl_driver(bus, args + 1, &o);
 }
 
+static CtlMigOptions mig_options(void) {
+        return (CtlMigOptions) {
+                .json = arg_json,
+                .legend = arg_legend,
+                .config_file = arg_mig_config,
+                .force = arg_force,
+                .no_block = arg_no_block,
+                .timeout_usec = arg_timeout_set ? arg_timeout_usec : DEFAULT_MIG_APPLY_TIMEOUT_USEC,
+        };
+}
+
+static int verb_mig(sd_bus *bus, char **args) {
+        CtlMigOptions o = mig_options();
+        return ctl_mig(bus, args + 1, &o);
+}
+
 static const Verb verbs[] = {
         { "status", verb_status },       { "gpus", verb_gpus },           { "labels", verb_labels },
         { "reload", verb_reload },       { "reconcile", verb_reconcile }, { "wait-ready", verb_wait_ready },
-        { "driver", verb_driver },
+        { "driver", verb_driver },       { "mig", verb_mig },
 };
 
 int main(int argc, char **argv) {
@@ -684,14 +739,24 @@ int main(int argc, char **argv) {
                 r = ctl_driver_check_args(optind + 1 < argc ? argv + optind + 1 : NULL);
                 if (r != CTL_EXIT_OK)
                         return r;
+        } else if (verb->run == verb_mig) {
+                CtlMigOptions o = mig_options();
+                r = ctl_mig_check_args(optind + 1 < argc ? argv + optind + 1 : NULL, &o);
+                if (r != CTL_EXIT_OK)
+                        return r;
         } else if (optind + 1 < argc) {
                 fprintf(stderr, "gpunodectl: '%s' takes no arguments, got '%s'. See gpunodectl --help.\n", name,
                         argv[optind + 1]);
                 return CTL_EXIT_USAGE;
         }
         bool unload = verb->run == verb_driver && optind + 1 < argc && streq(argv[optind + 1], "unload");
-        if (arg_timeout_set && verb->run != verb_wait_ready && !unload) {
-                fprintf(stderr, "gpunodectl: --timeout only applies to wait-ready and driver unload.\n");
+        bool mig_apply = verb->run == verb_mig && optind + 1 < argc && streq(argv[optind + 1], "apply");
+        if (arg_timeout_set && verb->run != verb_wait_ready && !unload && !mig_apply) {
+                fprintf(stderr, "gpunodectl: --timeout only applies to wait-ready, driver unload and mig apply.\n");
+                return CTL_EXIT_USAGE;
+        }
+        if ((arg_mig_config || arg_force || arg_no_block) && verb->run != verb_mig) {
+                fprintf(stderr, "gpunodectl: --config, --force and --no-block only apply to the mig commands.\n");
                 return CTL_EXIT_USAGE;
         }
 

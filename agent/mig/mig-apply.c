@@ -199,9 +199,11 @@ static int on_child_timer(sd_event_source *s, uint64_t usec, void *userdata) {
                 child_finished(a, false);
                 return 0;
         }
-        if (a->pidfd >= 0)
-                return sd_event_source_set_time(s, a->child_started + limit);
-        return sd_event_source_set_time(s, usec + POLL_CHILD_USEC);
+        /* A time source fires once per arming: move it, then enable it again. */
+        int r = sd_event_source_set_time(s, a->pidfd >= 0 ? a->child_started + limit : usec + POLL_CHILD_USEC);
+        if (r < 0)
+                return r;
+        return sd_event_source_set_enabled(s, SD_EVENT_ONESHOT);
 }
 
 static int spawn_reset(MigApply *a, const char *pci_address, char **ret_error) {

@@ -243,8 +243,11 @@ static MigApplyOptions apply_options(MigManager *mm, const char *journal, bool f
         };
 }
 
-static int apply_internal(MigManager *mm, const char *name, const char *file, bool force, MigApplyDone cb,
-                          void *userdata, char **ret_error) {
+/* request: an ApplyMigConfig() call rather than the configured selection. A request the planner
+ * rejects (unknown config or profile, over capacity) changes nothing, not even the reported state:
+ * the node keeps the geometry it has and the caller gets the error. */
+static int apply_internal(MigManager *mm, const char *name, const char *file, bool force, bool request,
+                          MigApplyDone cb, void *userdata, char **ret_error) {
         _cleanup_(mig_config_file_freep) MigConfigFile *cf = NULL;
         _cleanup_(mig_plan_freep) MigPlan *plan = NULL;
         _cleanup_free_ char *journal = NULL;
@@ -270,7 +273,8 @@ static int apply_internal(MigManager *mm, const char *name, const char *file, bo
         if (r < 0) {
                 if (!*ret_error)
                         *ret_error = strprintf("Cannot apply MIG config %s: %s.", name, strerror(-r));
-                set_result(mm, name, MIG_CONFIG_FAILED, *ret_error);
+                if (!(request && r == -EINVAL))
+                        set_result(mm, name, MIG_CONFIG_FAILED, *ret_error);
                 return r;
         }
 
@@ -322,12 +326,13 @@ int mig_manager_apply(MigManager *mm, const char *name, const char *config_file,
         assert(mm && name && ret_error);
         *ret_error = NULL;
 
-        r = apply_internal(mm, name, file, force, cb, userdata, ret_error);
+        r = apply_internal(mm, name, file, force, true, cb, userdata, ret_error);
         if (r < 0 && r != -EBUSY && r != -EINVAL && r != -ENODEV)
                 return r;
         /* The request is what the node should have from now on, also when it failed for a reason the
-         * next pass may not have (busy GPUs). A busy apply is not a new request. */
-        if (r != -EBUSY &&
+         * next pass may not have (busy GPUs). A busy apply is not a new request, and neither is one the
+         * planner rejected: the previous selection stays. */
+        if (r != -EBUSY && r != -EINVAL &&
             (replace(&mm->request_name, name) < 0 || replace(&mm->request_file, config_file) < 0 ||
              replace(&mm->request_base_name, c->selected) < 0 || replace(&mm->request_base_file, c->config_file) < 0))
                 return -ENOMEM;
@@ -344,7 +349,7 @@ int mig_manager_apply_selected(MigManager *mm, MigApplyDone cb, void *userdata, 
                 set_result(mm, NULL, MIG_CONFIG_SUCCESS, NULL);
                 return -ENODATA;
         }
-        return apply_internal(mm, name, file, false, cb, userdata, ret_error);
+        return apply_internal(mm, name, file, false, false, cb, userdata, ret_error);
 }
 
 /* ---- recovery ---- */

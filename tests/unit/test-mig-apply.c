@@ -439,8 +439,9 @@ static void test_rejected(void **state) {
         assert_int_equal(apply(f, "unknown-profile", false, &d, &error), -EINVAL);
         assert_non_null(strstr(error, "1g.7gb"));
         assert_non_null(strstr(error, "1g.10gb")); /* the valid choices are listed */
-        assert_string_equal(mig_manager_state(f->m->mig), "failed");
-        assert_string_equal(mig_manager_config(f->m->mig), "unknown-profile");
+        /* A rejected request leaves the node and what is reported about it as they were. */
+        assert_string_equal(mig_manager_state(f->m->mig), "success");
+        assert_string_equal(mig_manager_config(f->m->mig), "all-3g.40gb");
         error = mfree(error);
 
         assert_int_equal(apply(f, "too-many", false, &d, &error), -EINVAL);

@@ -1,0 +1,226 @@
+/* SPDX-License-Identifier: MIT */
+/* Owns the MIG members of org.gpunodeagent.Agent1.Manager (listed in bus-manager.c's vtable): the
+ * MigConfig/MigConfigState properties and their change announcements, ApplyMigConfig() — answered when
+ * the apply has finished, the one call in flight kept with the bus state — AssertMigConfig() and
+ * ExportMigConfig(), and the follow-up after an apply (NVML re-read, a pass for device nodes, CDI and
+ * labels). Documented in docs/dbus/org.gpunodeagent.Agent1.Manager.md. */
+#include <systemd/sd-bus.h>
+
+#include "bus-mig.h"
+#include "bus.h"
+#include "driver-unload.h"
+#include "label.h"
+#include "log.h"
+#include "mig-manager.h"
+#include "strv.h"
+
+static void on_mig_changed(MigManager *mm, void *userdata) {
+        Manager *m = userdata;
+
+        manager_bus_mark_dirty(m, NULL, AGENT_MANAGER_INTERFACE, "MigConfig");
+        manager_bus_mark_dirty(m, NULL, AGENT_MANAGER_INTERFACE, "MigConfigState");
+}
+
+int bus_mig_attach(Manager *m) {
+        int r;
+
+        if (!m->mig) {
+                r = mig_manager_new(m, &m->mig);
+                if (r < 0)
+                        return r;
+        }
+        mig_manager_set_changed_callback(m->mig, on_mig_changed, m);
+        return 0;
+}
+
+int bus_mig_property_get_config(sd_bus *bus, const char *path, const char *interface, const char *property,
+                                sd_bus_message *reply, void *userdata, sd_bus_error *error) {
+        Manager *m = userdata;
+        return sd_bus_message_append(reply, "s", mig_manager_config(m->mig) ?: "");
+}
+
+int bus_mig_property_get_config_state(sd_bus *bus, const char *path, const char *interface,
+                                      const char *property, sd_bus_message *reply, void *userdata,
+                                      sd_bus_error *error) {
+        Manager *m = userdata;
+        return sd_bus_message_append(reply, "s", mig_manager_state(m->mig) ?: "");
+}
+
+/* The stages own device nodes, CDI and labels: after an apply the NVML snapshot is re-read at once (so the
+ * GPUs' MigDevices are current when the caller gets its answer), and a pass makes the rest follow — also
+ * when only mig.config/mig.config.state moved, e.g. to "failed". Nothing at all changed: no pass. */
+static void follow_up(Manager *m, bool changed, const char *reason) {
+        _cleanup_free_ char *error = NULL;
+
+        if (changed && m->nvml && manager_nvml_refresh(m, &error) < 0)
+                log_warning("Re-reading NVML after the MIG change failed: %s", strna(error));
+        if (changed || !m->labels ||
+            !streq_ptr(label_set_get(m->labels, "nvidia.com/mig.config"), mig_manager_config(m->mig)) ||
+            !streq_ptr(label_set_get(m->labels, "nvidia.com/mig.config.state"), mig_manager_state(m->mig)))
+                manager_request_pass(m, reason);
+}
+
+/* -EBUSY: another apply, or compute processes; -ENOENT/-EINVAL: the file, the name or the geometry. */
+static int mig_error(sd_bus_error *error, int r, const char *message, const char *what) {
+        const char *name;
+
+        if (r == -ENOMEM)
+                return r;
+        if (r == -EBUSY)
+                name = AGENT_ERROR_BUSY;
+        else if (r == -ENOENT || r == -EINVAL)
+                name = AGENT_ERROR_INVALID_CONFIG;
+        else
+                name = AGENT_ERROR_FAILED;
+        if (message)
+                return sd_bus_error_set(error, name, message);
+        return sd_bus_error_setf(error, name, "%s: %s", what, strerror(-r));
+}
+
+/* "" = mig.config-file. The agent's working directory is /: a relative name would not be the caller's. */
+static int check_config_file(const char *file, const char *method, sd_bus_error *error) {
+        if (!isempty(file) && file[0] != '/')
+                return sd_bus_error_setf(error, AGENT_ERROR_INVALID_CONFIG,
+                                         "%s: the config file '%s' is not an absolute path; give the full path, "
+                                         "or \"\" for mig.config-file.", method, file);
+        return 0;
+}
+
+static void on_applied(MigManager *mm, const MigApplyOutcome *o, void *userdata) {
+        Manager *m = userdata;
+        sd_bus_message **slot = bus_mig_pending_request(m);
+        _cleanup_(sd_bus_message_unrefp) sd_bus_message *request = slot ? TAKE_PTR(*slot) : NULL;
+        int r;
+
+        follow_up(m, o->changed, "ApplyMigConfig() finished");
+        if (!request)
+                return;
+        if (streq(o->state, "failed"))
+                r = sd_bus_reply_method_errorf(request, AGENT_ERROR_FAILED, "MIG config %s failed: %s", o->config,
+                                               strna(o->message));
+        else
+                r = sd_bus_reply_method_return(request, "ss", o->state, strna(o->message));
+        /* The caller may have gone (gpunodectl --no-block): the apply is done all the same. */
+        if (r < 0)
+                log_debug("Could not answer ApplyMigConfig(): %s", strerror(-r));
+}
+
+int bus_mig_method_apply(sd_bus_message *msg, void *userdata, sd_bus_error *error) {
+        _cleanup_free_ char *message = NULL;
+        Manager *m = userdata;
+        const char *name, *file;
+        sd_bus_message **slot;
+        int force, r;
+
+        r = sd_bus_message_read(msg, "ssb", &name, &file, &force);
+        if (r < 0)
+                return r;
+        r = bus_check_privileged(msg, error);
+        if (r < 0)
+                return r;
+        if (isempty(name))
+                return sd_bus_error_set(error, AGENT_ERROR_INVALID_CONFIG,
+                                        "ApplyMigConfig: no MIG config name given; name one of the configs of the "
+                                        "file (mig-configs).");
+        r = check_config_file(file, "ApplyMigConfig", error);
+        if (r < 0)
+                return r;
+
+        /* Until the mig stage ran once, a journal left by a crash may still be waiting to be rolled back: an
+         * apply now would overwrite it. */
+        if (m->stages[STAGE_MIG].started_usec == 0)
+                return sd_bus_error_set(error, AGENT_ERROR_BUSY,
+                                        "The agent has not run its mig stage yet (it first checks for an apply a "
+                                        "crash interrupted); try again when 'gpunodectl wait-ready' returns.");
+        r = bus_mig_attach(m);
+        if (r < 0)
+                return r;
+        slot = bus_mig_pending_request(m);
+        if (!slot)
+                return -ENOMEM;
+        if (*slot || mig_manager_busy(m->mig))
+                return sd_bus_error_setf(error, AGENT_ERROR_BUSY,
+                                         "A MIG apply (%s) is already running; try again when it has finished.",
+                                         mig_manager_config(m->mig) ?: "the selected config");
+
+        log_info("ApplyMigConfig(%s%s%s%s) requested over D-Bus by %s.", name, isempty(file) ? "" : ", ",
+                 isempty(file) ? "" : file, force ? ", force" : "", strna(sd_bus_message_get_sender(msg)));
+        r = mig_manager_apply(m->mig, name, isempty(file) ? NULL : file, force, on_applied, m, &message);
+        if (r < 0) {
+                log_error("ApplyMigConfig(%s) refused: %s", name, message ?: strerror(-r));
+                follow_up(m, false, "ApplyMigConfig() refused");
+                return mig_error(error, r, message, "Cannot apply the MIG config");
+        }
+        *slot = sd_bus_message_ref(msg);
+        return 1;
+}
+
+/* Reading a file the caller names, with the agent's privileges, would let anyone read any file through
+ * the parser's error messages: only mig.config-file is open to everyone. */
+static int check_file_access(Manager *m, sd_bus_message *msg, const char *file, sd_bus_error *error) {
+        _cleanup_(sd_bus_error_free) sd_bus_error denied = SD_BUS_ERROR_NULL;
+
+        if (isempty(file) || streq_ptr(file, m->config->mig.config_file))
+                return 0;
+        if (bus_check_privileged(msg, &denied) >= 0)
+                return 0;
+        return sd_bus_error_setf(error, AGENT_ERROR_ACCESS_DENIED,
+                                 "AssertMigConfig with a config file other than mig.config-file (%s) requires root "
+                                 "(or CAP_SYS_ADMIN): the agent would read %s with its own privileges. Run it as "
+                                 "root, or leave the file out.", strna(m->config->mig.config_file), file);
+}
+
+int bus_mig_method_assert(sd_bus_message *msg, void *userdata, sd_bus_error *error) {
+        _cleanup_free_ char *report = NULL;
+        Manager *m = userdata;
+        const char *name, *file;
+        int r;
+
+        r = sd_bus_message_read(msg, "ss", &name, &file);
+        if (r < 0)
+                return r;
+        r = check_config_file(file, "AssertMigConfig", error);
+        if (r < 0)
+                return r;
+        r = check_file_access(m, msg, file, error);
+        if (r < 0)
+                return r;
+        r = bus_mig_attach(m);
+        if (r < 0)
+                return r;
+
+        if (isempty(name)) {
+                const char *selected_file;
+
+                /* The selection, with its own file unless the caller named one. */
+                mig_manager_selected(m->mig, &name, &selected_file);
+                if (isempty(name))
+                        return sd_bus_error_set(error, AGENT_ERROR_INVALID_CONFIG,
+                                                "AssertMigConfig: no MIG config name given and none is selected "
+                                                "(mig.selected); name the config to check.");
+                if (isempty(file))
+                        file = selected_file;
+        }
+
+        r = mig_manager_assert(m->mig, name, isempty(file) ? NULL : file, &report);
+        if (r < 0)
+                return mig_error(error, r, report, "Cannot check the MIG config");
+        return sd_bus_reply_method_return(msg, "bs", r > 0, strna(report));
+}
+
+int bus_mig_method_export(sd_bus_message *msg, void *userdata, sd_bus_error *error) {
+        _cleanup_free_ char *yaml = NULL;
+        Manager *m = userdata;
+        int r;
+
+        r = bus_mig_attach(m);
+        if (r < 0)
+                return r;
+        r = mig_manager_export(m->mig, &yaml);
+        if (r == -ENODEV)
+                return sd_bus_error_set(error, AGENT_ERROR_FAILED,
+                                        "NVML is not available (see the nvml stage); the MIG layout cannot be read.");
+        if (r < 0)
+                return mig_error(error, r == -EINVAL ? -EIO : r, NULL, "Reading the MIG layout through NVML failed");
+        return sd_bus_reply_method_return(msg, "s", yaml);
+}
