@@ -55,41 +55,14 @@ int mig_state_device(GpuNvml *n, const char *pci_address, nvmlDevice_t *ret) {
 }
 
 int mig_state_enumerate(GpuNvml *n, char ***ret, char **ret_error) {
-        _cleanup_strv_free_ char **l = NULL;
-        unsigned count = 0;
+        char **l = NULL;
         int r;
 
-        r = gpu_nvml_device_get_count(n, &count);
-        if (r < 0) {
-                *ret_error = strprintf("Cannot list GPUs through NVML: %s.", gpu_nvml_last_error(n));
+        r = gpu_nvml_enumerate(n, &l, ret_error);
+        if (r < 0)
                 return r;
-        }
-        for (unsigned i = 0; i < count; i++) {
-                nvmlPciInfo_t pci = {};
-                nvmlDevice_t d = NULL;
-                char address[32];
-
-                r = gpu_nvml_device_get_handle_by_index(n, i, &d);
-                if (r >= 0)
-                        r = gpu_nvml_device_get_pci_info(n, d, &pci);
-                if (r < 0) {
-                        *ret_error = strprintf("Cannot list GPUs through NVML: GPU %u: %s.", i, gpu_nvml_last_error(n));
-                        return r;
-                }
-                pci.busId[sizeof pci.busId - 1] = '\0';
-                if (gpu_nvml_normalize_bus_id(pci.busId, address) < 0) {
-                        *ret_error = strprintf("Cannot list GPUs through NVML: GPU %u has the PCI bus id \"%s\", which "
-                                               "is not a PCI address.", i, pci.busId);
-                        return -EBADMSG;
-                }
-                if (strv_extend(&l, address) < 0)
-                        return -ENOMEM;
-        }
-        strv_sort(l);
-        if (!l && !(l = calloc(1, sizeof(char *))))
-                return -ENOMEM;
-        *ret = TAKE_PTR(l);
-        return 0;
+        *ret = strv_copy(l);
+        return *ret ? 0 : -ENOMEM;
 }
 
 int mig_state_processes(GpuNvml *n, nvmlDevice_t d, unsigned *ret) {

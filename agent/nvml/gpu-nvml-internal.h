@@ -219,6 +219,9 @@ int gpu_nvml_device_get_compute_instance_id(GpuNvml *n, nvmlDevice_t d, unsigned
 
 /* "00000000:1B:00.0" (NVML) → "0000:1b:00.0" (ours, sysfs). -EINVAL if it is not a PCI address. */
 int gpu_nvml_normalize_bus_id(const char *nvml_bus_id, char ret[static 32]);
+
+/* The PCI addresses of every GPU NVML lists, in PCI order (owned by n, cached for its lifetime). */
+int gpu_nvml_enumerate(GpuNvml *n, char ***ret, char **ret_error);
 /* The attribute suffix of a GPU instance profile index: "" "+me" "+me.all" "+gfx" "-me"; NULL for an
  * index newer than this code knows. */
 const char *gpu_nvml_profile_index_suffix(unsigned index);

@@ -113,8 +113,9 @@ static int read_system(GpuNvml *n, NvmlSnapshot *s) {
         return 0;
 }
 
-/* Every GPU NVML lists, in PCI order, with its handle and index remembered in the cache. */
-static int enumerate(GpuNvml *n, char ***ret, char **ret_error) {
+/* Every GPU NVML lists, in PCI order, with its handle and index remembered in the cache. The list is
+ * n's (kept for its lifetime): callers must not free it. */
+int gpu_nvml_enumerate(GpuNvml *n, char ***ret, char **ret_error) {
         _cleanup_strv_free_ char **l = NULL;
         unsigned count = 0;
         int r;
@@ -756,7 +757,7 @@ int gpu_nvml_read(GpuNvml *n, char *const *pci_addresses, NvmlSnapshot **ret, ch
                 goto fail;
 
         if (!pci_addresses) {
-                r = enumerate(n, &all, ret_error);
+                r = gpu_nvml_enumerate(n, &all, ret_error);
                 if (r < 0)
                         return r;
                 pci_addresses = all;
