@@ -1,0 +1,285 @@
+#!/usr/bin/python3
+# SPDX-License-Identifier: MIT
+"""Benchmarks MIG management (issue 5): NVML calls, split into writes and reads, and wall time of the mig
+stage when the real daemon applies a MIG config at start against the fake NVML, in four cases:
+
+  a. 8x A100-SXM4-40GB (node a100-sxm), MIG disabled -> all-balanced (mode change + GPU reset)
+  b. the same node restarted on the same fake NVML state: all-balanced again (nothing to do)
+  c. restarted with a config that differs for GPU 7 only (tests/fixtures/mig-bench/one-gpu-changed.yaml)
+  d. 8x H100 80GB (node gen-8), MIG disabled -> all-1g.10gb (mode change applies without a reset)
+
+a, b and c run in that order on one temporary node; d on another. The wall time is the mig stage's
+started/finished times from the Stages property (it includes the GPU resets and, after a change, the
+NVML re-read and the device nodes), plus start -> READY=1 for the whole first pass. Medians of --runs
+timed runs at log level warning without the call trace; then one more run of each case at log level debug
+with FAKE_NVML_TRACE pointing at the daemon's own (append-mode) log, so the fake's "<symbol> <rc>" lines
+fall between the daemon's "Stage mig: pending -> running" and "Stage mig: running -> done" lines and the
+mig stage's calls can be told from the other stages'. GPU resets are child processes (GNA_MIG_RESET_PROGRAM),
+not NVML calls of the daemon: in the traced run a wrapper appends "reset <args>" to the same log and runs
+fake-nvml-ctl. Writes are nvmlDeviceSetMigMode, every *Create* and *Destroy* entry point, and resets.
+
+Each case's result is checked before it is reported: the stage succeeded, and the fake's state
+(fake-nvml-ctl show) is unchanged by b and changed only on GPU 7 by c.
+
+Usage: bench/bench-mig.py [--build DIR] [--runs N] [--tmpdir DIR] [--reads]
+GNA_WRAPPER (as in the integration tests) runs the daemon under a command, e.g. a script around
+strace -f -c that passes SIGTERM on to the daemon (strace does not); the times then include it.
+Needs a build with tests enabled (fixture nodes, fake NVML, fake-nvml-ctl) and root (private system bus).
+Prints a Markdown table."""
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SRC = os.path.dirname(HERE)
+CONFIG_DEFAULT = os.path.join(SRC, "tests/fixtures/mig-parted/config-default.yaml")
+ONE_CHANGED = os.path.join(SRC, "tests/fixtures/mig-bench/one-gpu-changed.yaml")
+
+# Stages that would need a real host or a systemd manager are off; the bench measures the mig stage.
+BASE_YAML = "driver:\n  enabled: false\nfabric:\n  persistenced: off\n  fabricmanager: off\n"
+
+# (key, description, node, config file, selected config, fresh node)
+CASES = [
+    ("a", "8× A100-40GB: disabled → all-balanced", "a100-sxm", CONFIG_DEFAULT, "all-balanced", True),
+    ("b", "8× A100-40GB: all-balanced re-applied (restart)", "a100-sxm", CONFIG_DEFAULT, "all-balanced", False),
+    ("c", "8× A100-40GB: GPU 7 changed to 7× 1g.5gb", "a100-sxm", ONE_CHANGED, "all-balanced-gpu7-1g", False),
+    ("d", "8× H100 80GB: disabled → all-1g.10gb", "gen-8", CONFIG_DEFAULT, "all-1g.10gb", True),
+]
+
+TRACE_RE = re.compile(r"^(nvml\w+) (-?\d+)$")
+STAGE_RE = re.compile(r"Stage mig: (\w+) → (\w+)")
+# Write classes, in the table's order; everything else the fake traces is a read.
+WRITES = [("SetMigMode", re.compile(r"SetMigMode$")),
+          ("GI create", re.compile(r"^nvmlDeviceCreateGpuInstance")),
+          ("CI create", re.compile(r"^nvmlGpuInstanceCreateComputeInstance")),
+          ("CI destroy", re.compile(r"^nvmlComputeInstanceDestroy$")),
+          ("GI destroy", re.compile(r"^nvmlGpuInstanceDestroy$"))]
+
+
+class BenchError(Exception):
+    pass
+
+
+def write_class(symbol):
+    for name, rx in WRITES:
+        if rx.search(symbol):
+            return name
+    if "Create" in symbol or "Destroy" in symbol or "Set" in symbol:
+        raise BenchError("NVML call %s is neither a read nor a write this bench knows; add it to WRITES" % symbol)
+    return None
+
+
+def parse_log(text):
+    """Counts from an interleaved daemon log + fake NVML trace: calls inside the mig stage (writes by class,
+    reads, failed calls) and outside it."""
+    inside = False
+    seen_stage = False
+    mig = {name: 0 for name, _ in WRITES}
+    mig.update({"reset": 0, "reads": 0, "failed": 0, "by_symbol": {}})
+    other = {"reads": 0, "writes": 0}
+    for line in text.splitlines():
+        m = STAGE_RE.search(line)
+        if m:
+            if m.group(2) == "running":
+                inside, seen_stage = True, True
+            elif m.group(1) == "running":
+                inside = False
+            continue
+        if line.startswith("reset "):
+            if not inside:
+                raise BenchError("a GPU reset ran outside the mig stage: %r" % line)
+            mig["reset"] += 1
+            continue
+        m = TRACE_RE.match(line)
+        if not m:
+            continue
+        cls = write_class(m.group(1))
+        if not inside:
+            other["writes" if cls else "reads"] += 1
+            continue
+        if cls and m.group(2) != "0":
+            raise BenchError("NVML write %s failed (return code %s)" % (m.group(1), m.group(2)))
+        if cls:
+            mig[cls] += 1
+        else:
+            mig["reads"] += 1
+            sym = "%s %s" % (m.group(1), "ok" if m.group(2) == "0" else "rc=" + m.group(2))
+            mig["by_symbol"][sym] = mig["by_symbol"].get(sym, 0) + 1
+            mig["failed"] += m.group(2) != "0"
+    if not seen_stage:
+        raise BenchError("the mig stage never ran (no 'Stage mig: … → running' in the debug log)")
+    mig["writes"] = sum(mig[name] for name, _ in WRITES) + mig["reset"]
+    return mig, other
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", default=os.path.join(SRC, "build"))
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--tmpdir", help="where the temporary nodes go (default: $TMPDIR or /tmp); a tmpfs "
+                    "such as /dev/shm takes the fsyncs of the journal and the atomic writes out of the time")
+    ap.add_argument("--reads", action="store_true", help="also list the mig stage's reads by entry point")
+    a = ap.parse_args()
+
+    build = os.path.abspath(a.build)
+    os.environ.setdefault("GNA_SOURCE_ROOT", SRC)
+    os.environ.setdefault("GNA_BUILD_ROOT", build)
+    os.environ.setdefault("GNA_AGENT", os.path.join(build, "gpu-node-agent"))
+    os.environ.setdefault("GNA_FIXTURE_NODES", os.path.join(build, "tests/fixtures/nodes"))
+    os.environ.setdefault("GNA_FIXTURE_PCI_IDS", os.path.join(SRC, "tests/fixtures/pci.ids"))
+    os.environ.setdefault("GNA_FAKE_NVML", os.path.join(build, "tests/fakes/libnvidia-ml.so.1"))
+    ctl_fake = os.path.join(build, "tests/fakes/fake-nvml-ctl")
+    sys.path.insert(0, os.path.join(SRC, "tests/integration"))
+    from harness import AGENT, WRAPPER, Bus, Node, Notify, busctl  # noqa: E402
+
+    if os.geteuid() != 0:
+        print("bench-mig: needs root (the private system bus's policy)", file=sys.stderr)
+        return 1
+    for p in (AGENT, ctl_fake):
+        if not os.access(p, os.X_OK):
+            print("bench-mig: %s is missing; build first (ninja -C %s)" % (p, build), file=sys.stderr)
+            return 1
+
+    def show(node):
+        """fake-nvml-ctl show, split per GPU: {index line prefix: block}."""
+        p = subprocess.run([ctl_fake, "show"], env=dict(os.environ, **node.nvml_env), capture_output=True,
+                           text=True, check=True)
+        blocks, cur = {}, None
+        for line in p.stdout.splitlines():
+            if line.startswith("GPU "):
+                cur = " ".join(line.split()[:2])
+                blocks[cur] = []
+            if cur:
+                blocks[cur].append(line)
+        return {k: "\n".join(v) for k, v in blocks.items()}
+
+    def run_case(tmp, bus, node, case, traced):
+        """Starts the daemon for one case, waits for READY=1, returns (mig stage ms, start→ready ms,
+        stage message, log path)."""
+        key, _, _, config, selected, _ = case
+        with open(os.path.join(node.confd, "50-bench.yaml"), "w") as f:
+            f.write("mig:\n  config-file: %s\n  selected: %s\n  reset: auto\n" % (config, selected))
+        sock = os.path.join(tmp, "notify")
+        if os.path.exists(sock):
+            os.unlink(sock)
+        notify = Notify(tmp)
+        log_path = os.path.join(tmp, "agent-%s%s.log" % (key, "-traced" if traced else ""))
+        env = dict(os.environ)
+        for k in ("NOTIFY_SOCKET", "WATCHDOG_USEC", "JOURNAL_STREAM", "FAKE_NVML_TRACE"):
+            env.pop(k, None)
+        env.update(node.nvml_env)
+        env.update(DBUS_SYSTEM_BUS_ADDRESS=bus.address, NOTIFY_SOCKET=notify.path)
+        if traced:
+            # Same file, both in append mode: the trace lines land between the daemon's log lines in order.
+            reset = os.path.join(tmp, "reset-traced")
+            with open(reset, "w") as f:
+                f.write('#!/bin/sh\necho "reset $*" >> "$FAKE_NVML_TRACE"\nexec %s "$@"\n' % ctl_fake)
+            os.chmod(reset, 0o755)
+            env.update(FAKE_NVML_TRACE=log_path, GNA_MIG_RESET_PROGRAM=reset)
+        else:
+            env.update(GNA_MIG_RESET_PROGRAM=ctl_fake)
+        level = "debug" if traced else "warning"
+        with open(log_path, "a") as log:
+            t0 = time.monotonic()
+            proc = subprocess.Popen(WRAPPER + [AGENT] + node.args() + ["--log-level", level], env=env, stdout=log,
+                                    stderr=subprocess.STDOUT)
+        try:
+            notify.wait_for("READY=1", 60)
+            ready_ms = (time.monotonic() - t0) * 1000
+            p = busctl(bus, "--json=short", "get-property", "org.gpunodeagent.Agent1", "/org/gpunodeagent/Agent1",
+                       "org.gpunodeagent.Agent1.Manager", "Stages")
+            stages = {s[0]: s for s in json.loads(p.stdout)["data"]}
+        except Exception:
+            proc.kill()
+            proc.wait()
+            with open(log_path) as f:
+                sys.stderr.write(f.read()[-4000:])
+            raise
+        finally:
+            notify.close()
+        proc.terminate()
+        try:
+            rc = proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            raise BenchError("case %s: the daemon did not exit within 60s of SIGTERM" % key)
+        if rc != 0:
+            raise BenchError("case %s: the daemon exited %d; see %s" % (key, rc, log_path))
+        st = stages.get("mig")
+        if not st or st[1] != "done" or ": success" not in st[4]:
+            raise BenchError("case %s: mig stage %r" % (key, st))
+        return (st[3] - st[2]) / 1000, ready_ms, st[4], log_path
+
+    def run_sequence(cases, traced):
+        """Runs cases in order on one temporary node; returns {key: (mig ms, ready ms, counts or None)}."""
+        out = {}
+        with tempfile.TemporaryDirectory(prefix="gna-bench-mig-", dir=a.tmpdir) as tmp:
+            bus = Bus(tmp)
+            try:
+                node = Node(tmp, cases[0][2], BASE_YAML)
+                for case in cases:
+                    before = show(node)
+                    mig_ms, ready_ms, message, log_path = run_case(tmp, bus, node, case, traced)
+                    after = show(node)
+                    key = case[0]
+                    if key == "b" and after != before:
+                        raise BenchError("case b changed the fake NVML state:\n%s" % "\n".join(after.values()))
+                    if key == "c":
+                        changed = [g for g in before if before[g] != after[g]]
+                        if changed != ["GPU 7"]:
+                            raise BenchError("case c changed %r, not GPU 7 alone" % changed)
+                    counts = None
+                    if traced:
+                        with open(log_path) as f:
+                            counts = parse_log(f.read())
+                    out[key] = (mig_ms, ready_ms, counts, message)
+            finally:
+                bus.stop()
+        return out
+
+    sequences = [[c for c in CASES if c[2] == "a100-sxm"], [c for c in CASES if c[2] == "gen-8"]]
+    timed = {c[0]: ([], []) for c in CASES}
+    for _ in range(a.runs):
+        for seq in sequences:
+            for key, (mig_ms, ready_ms, _, _) in run_sequence(seq, False).items():
+                timed[key][0].append(mig_ms)
+                timed[key][1].append(ready_ms)
+    traced = {}
+    for seq in sequences:
+        traced.update(run_sequence(seq, True))
+
+    print("| case | mig stage, median (min) | start → READY=1, median | NVML writes: SetMigMode / GI create / "
+          "CI create / CI destroy / GI destroy / GPU resets | writes | NVML reads in the mig stage "
+          "(of them failed) | NVML calls of the other stages |")
+    print("| --- | ---: | ---: | --- | ---: | ---: | ---: |")
+    for key, desc, *_ in CASES:
+        mig_ms, ready_ms = timed[key]
+        mig, other = traced[key][2]
+        if other["writes"]:
+            raise BenchError("case %s: %d NVML writes outside the mig stage" % (key, other["writes"]))
+        per = " / ".join(str(mig[name]) for name, _ in WRITES + [("reset", None)])
+        print("| %s. %s | %.1f ms (%.1f ms) | %.1f ms | %s | %d | %d (%d) | %d |"
+              % (key, desc, statistics.median(mig_ms), min(mig_ms), statistics.median(ready_ms), per,
+                 mig["writes"], mig["reads"], mig["failed"], other["reads"]))
+    print()
+    for key, *_ in CASES:
+        print("- %s: %s" % (key, traced[key][3][:300]))
+        if a.reads:
+            for sym, n in sorted(traced[key][2][0]["by_symbol"].items(), key=lambda kv: -kv[1]):
+                print("    %5d %s" % (n, sym))
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except BenchError as e:
+        print("bench-mig: %s" % e, file=sys.stderr)
+        sys.exit(1)
