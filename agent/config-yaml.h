@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
-/* Owns the YAML node tree of the configuration loader (internal to config.c): one file parsed with
+/* Owns the YAML node tree of the configuration loader: one file parsed with
  * libyaml into Nodes that remember file:line:column, trees merged the way drop-ins override, and the
- * "FILE:LINE:COLUMN: message" errors the loader reports. */
+ * "FILE:LINE:COLUMN: message" errors the loader reports (the MIG config reader shares the latter). */
 #pragma once
 
 #include <stdbool.h>

@@ -9,6 +9,7 @@
 #include <strings.h>
 #include <yaml.h>
 
+#include "config-yaml.h"
 #include "fileio.h"
 #include "mig-config.h"
 #include "strv.h"
@@ -44,20 +45,6 @@ static void pairs_done(Pairs *p) {
         free(p->items);
 }
 
-static int set_error(char **error, int r, const char *fmt, ...) _printf_(3, 4);
-static int set_error(char **error, int r, const char *fmt, ...) {
-        va_list ap;
-
-        if (error) {
-                free(*error);
-                va_start(ap, fmt);
-                if (vasprintf(error, fmt, ap) < 0)
-                        *error = NULL;
-                va_end(ap);
-        }
-        return r;
-}
-
 /* "FILE:LINE:COLUMN: KEY: message" at node n (libyaml counts from 0, editors from 1). */
 static int reader_error(Reader *r, const yaml_node_t *n, const char *key, const char *fmt, ...) _printf_(4, 5);
 static int reader_error(Reader *r, const yaml_node_t *n, const char *key, const char *fmt, ...) {
@@ -69,7 +56,7 @@ static int reader_error(Reader *r, const yaml_node_t *n, const char *key, const 
         va_end(ap);
         if (k < 0)
                 return -ENOMEM;
-        return set_error(r->error, -EINVAL, "%s:%zu:%zu: %s%s%s", r->path, n ? n->start_mark.line + 1 : 1,
+        return config_yaml_set_error(r->error, -EINVAL, "%s:%zu:%zu: %s%s%s", r->path, n ? n->start_mark.line + 1 : 1,
                          n ? n->start_mark.column + 1 : 1, key ?: "", key ? ": " : "", msg);
 }
 
@@ -599,7 +586,7 @@ static int read_top(Reader *r, yaml_node_t *top, MigConfigFile *f) {
         int k;
 
         if (!top || node_is_null(top))
-                return set_error(r->error, -EINVAL,
+                return config_yaml_set_error(r->error, -EINVAL,
                                  "%s: the file is empty; a MIG config file starts with 'version: v1' and "
                                  "'mig-configs:'", r->path);
         if (top->type != YAML_MAPPING_NODE)
@@ -650,10 +637,11 @@ static int yaml_load_error(Reader *r, const yaml_parser_t *y, const char *data, 
         if (y->error == YAML_MEMORY_ERROR)
                 return -ENOMEM;
         if (y->error == YAML_READER_ERROR)
-                return set_error(r->error, -EBADMSG, "%s: invalid YAML: %s at byte %zu", r->path, strna(y->problem),
+                return config_yaml_set_error(r->error, -EBADMSG, "%s: invalid YAML: %s at byte %zu", r->path,
+                                             strna(y->problem),
                                  y->problem_offset);
         bool tab = y->problem_mark.index < size && data[y->problem_mark.index] == '\t';
-        return set_error(r->error, -EBADMSG, "%s:%zu:%zu: invalid YAML: %s%s%s%s%s", r->path,
+        return config_yaml_set_error(r->error, -EBADMSG, "%s:%zu:%zu: invalid YAML: %s%s%s%s%s", r->path,
                          y->problem_mark.line + 1, y->problem_mark.column + 1, strna(y->problem),
                          y->context ? " (" : "", y->context ?: "", y->context ? ")" : "",
                          tab ? "; indent with spaces, YAML does not allow tabs" : "");
@@ -714,10 +702,12 @@ int mig_config_file_load(const char *path, MigConfigFile **ret, char **ret_error
         assert(path);
         k = read_full_file(path, MIG_CONFIG_FILE_MAX, &data, &size);
         if (k == -EFBIG)
-                return set_error(ret_error, k, "%s: larger than %u MiB; this is not a MIG config file", path,
+                return config_yaml_set_error(ret_error, k, "%s: larger than %u MiB; this is not a MIG config file",
+                                             path,
                                  MIG_CONFIG_FILE_MAX / 1024 / 1024);
         if (k < 0)
-                return set_error(ret_error, k, "%s: cannot read the MIG config file: %s", path, strerror(-k));
+                return config_yaml_set_error(ret_error, k, "%s: cannot read the MIG config file: %s", path,
+                                             strerror(-k));
         return mig_config_file_parse(path, data, size, ret, ret_error);
 }
 
@@ -740,5 +730,6 @@ int mig_config_file_find(const MigConfigFile *f, const char *name, const MigConf
         _cleanup_free_ char *list = strv_join(names, ", ");
         if (!list)
                 return -ENOMEM;
-        return set_error(ret_error, -ENOENT, "%s has no MIG config named '%s'; it has: %s", f->path, strna(name), list);
+        return config_yaml_set_error(ret_error, -ENOENT, "%s has no MIG config named '%s'; it has: %s", f->path,
+                                     strna(name), list);
 }
