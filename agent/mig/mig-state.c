@@ -1,7 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /* Owns reading MIG state through NVML (see mig-state.h). Profile names come from what the GPU reports
  * (slices, memory, the profile index's attribute suffix) through the same formula the labels use
- * (gpu_mig_profile_name), never from a table of ours. */
+ * (gpu_mig_profile_name), never from a table of ours. The GI profile table (profiles, placements, CI
+ * profiles) is a fact of the GPU model and the driver, so it is read once per model and kept for the
+ * life of the NVML handle: a pass then reads per GPU only its identity, MIG mode, instances and
+ * processes. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,6 +31,164 @@ static int failed(GpuNvml *n, const char *pci_address, int r, char **ret_error) 
         if (ret_error && !*ret_error)
                 *ret_error = strprintf("Cannot read the MIG state of GPU %s: %s.", pci_address, gpu_nvml_last_error(n));
         return r;
+}
+
+/* --- per-model facts --- */
+
+typedef struct MigCiAsked {         /* the CI profiles NVML reported through a GI of one GI profile */
+        unsigned gi_profile_id;
+        MigCiProfile *l;
+        size_t n;
+} MigCiAsked;
+
+typedef struct MigModelFacts {
+        char *name;                 /* key: NVML name, PCI device id, total memory (the names depend on it) */
+        uint32_t pci_id;
+        uint64_t total_bytes;
+        MigGiProfile *gi_profiles;  /* as read_gi_profiles() leaves them: CI profiles from NVML's numbering */
+        size_t n_gi_profiles;
+        MigCiAsked *asked;
+        size_t n_asked;
+} MigModelFacts;
+
+/* Kept inside the GpuNvml handle (n->mig_models), so it lives and dies with one driver load: the
+ * applier and the MigManager read through the same handle, and a reopened handle starts empty. */
+typedef struct MigModelCache {
+        MigModelFacts *models;
+        size_t n_models;
+} MigModelCache;
+
+static void ci_asked_done(MigCiAsked *a) {
+        free(a->l);
+}
+
+static void model_facts_done(MigModelFacts *m) {
+        free(m->name);
+        for (size_t i = 0; i < m->n_gi_profiles; i++)
+                mig_gi_profile_done(&m->gi_profiles[i]);
+        free(m->gi_profiles);
+        for (size_t i = 0; i < m->n_asked; i++)
+                ci_asked_done(&m->asked[i]);
+        free(m->asked);
+}
+
+static void model_cache_free(MigModelCache *c) {
+        if (!c)
+                return;
+        for (size_t i = 0; i < c->n_models; i++)
+                model_facts_done(&c->models[i]);
+        free(c->models);
+        free(c);
+}
+
+/* n's cache, created on first use; NULL on OOM (the cache only saves reads). */
+static MigModelCache *model_cache_get(GpuNvml *n) {
+        if (!n->mig_models) {
+                n->mig_models = calloc(1, sizeof(MigModelCache));
+                if (!n->mig_models)
+                        return NULL;
+                n->mig_models_free = model_cache_free;
+        }
+        return n->mig_models;
+}
+
+static int ci_profiles_copy(const MigCiProfile *src, size_t n, MigCiProfile **ret) {
+        MigCiProfile *l = calloc(n ?: 1, sizeof *l);
+
+        if (!l)
+                return -ENOMEM;
+        if (n > 0)
+                memcpy(l, src, n * sizeof *l);
+        *ret = l;
+        return 0;
+}
+
+static int gi_profiles_copy(const MigGiProfile *src, size_t n, MigGiProfile **ret, size_t *ret_n) {
+        MigGiProfile *l = calloc(n ?: 1, sizeof *l);
+        size_t k = 0;
+
+        if (!l)
+                return -ENOMEM;
+        for (; k < n; k++) {
+                const MigGiProfile *s = &src[k];
+                MigGiProfile *d = &l[k];
+
+                *d = *s;
+                d->name = strdup(s->name);
+                d->starts = calloc(s->n_starts ?: 1, sizeof *d->starts);
+                d->ci_profiles = NULL;
+                if (!d->name || !d->starts || ci_profiles_copy(s->ci_profiles, s->n_ci_profiles, &d->ci_profiles) < 0) {
+                        k++;
+                        goto oom;
+                }
+                if (s->n_starts > 0)
+                        memcpy(d->starts, s->starts, s->n_starts * sizeof *d->starts);
+        }
+        *ret = l;
+        *ret_n = n;
+        return 0;
+oom:
+        while (k > 0)
+                mig_gi_profile_done(&l[--k]);
+        free(l);
+        return -ENOMEM;
+}
+
+/* The cached facts of g's model on this handle. */
+static MigModelFacts *model_facts_find(GpuNvml *n, const MigGpuState *g, uint64_t total_bytes) {
+        MigModelCache *c = model_cache_get(n);
+
+        for (size_t i = 0; c && i < c->n_models; i++) {
+                MigModelFacts *m = &c->models[i];
+                if (streq(m->name, g->model) && m->pci_id == g->pci_id && m->total_bytes == total_bytes)
+                        return m;
+        }
+        return NULL;
+}
+
+/* Keeps what read_gi_profiles() read for g's model. Only a table with profiles: an empty one may be a
+ * driver that answers only in MIG mode, and is asked again. NULL (nothing kept) also on OOM: the cache
+ * only saves reads. */
+static MigModelFacts *model_facts_add(GpuNvml *n, const MigGpuState *g, uint64_t total_bytes) {
+        MigModelFacts *l, m = { .pci_id = g->pci_id, .total_bytes = total_bytes };
+        MigModelCache *c = model_cache_get(n);
+
+        if (!c || g->n_gi_profiles == 0)
+                return NULL;
+        m.name = strdup(g->model);
+        if (!m.name || gi_profiles_copy(g->gi_profiles, g->n_gi_profiles, &m.gi_profiles, &m.n_gi_profiles) < 0)
+                goto fail;
+        l = realloc(c->models, (c->n_models + 1) * sizeof *l);
+        if (!l)
+                goto fail;
+        c->models = l;
+        l[c->n_models] = m;
+        return &l[c->n_models++];
+fail:
+        model_facts_done(&m);
+        return NULL;
+}
+
+static const MigCiAsked *ci_asked_find(const MigModelFacts *m, unsigned gi_profile_id) {
+        for (size_t i = 0; m && i < m->n_asked; i++)
+                if (m->asked[i].gi_profile_id == gi_profile_id)
+                        return &m->asked[i];
+        return NULL;
+}
+
+static void ci_asked_add(MigModelFacts *m, const MigGiProfile *p) {
+        MigCiAsked a = { .gi_profile_id = p->id, .n = p->n_ci_profiles }, *l;
+
+        /* Kept only when NVML reported some: an empty answer is asked again. */
+        if (!m || p->n_ci_profiles == 0 || ci_profiles_copy(p->ci_profiles, p->n_ci_profiles, &a.l) < 0)
+                return;
+        l = realloc(m->asked, (m->n_asked + 1) * sizeof *l);
+        if (!l) {
+                ci_asked_done(&a);
+                return;
+        }
+        m->asked = l;
+        m->asked[m->n_asked++] = a;
 }
 
 int mig_state_device(GpuNvml *n, const char *pci_address, nvmlDevice_t *ret) {
@@ -182,14 +343,30 @@ static int gi_compare(const void *a, const void *b) {
         return x->id < y->id ? -1 : x->id > y->id;
 }
 
-static int read_cis(GpuNvml *n, nvmlGpuInstance_t handle, MigGiProfile *p, bool ask_profiles, MigGiState *gi) {
+static int read_cis(GpuNvml *n, nvmlGpuInstance_t handle, MigModelFacts *facts, MigGiProfile *p, bool ask_profiles,
+                    MigGiState *gi) {
         int r;
 
-        /* The real CI profiles, now that a GI of this profile is at hand (once per GI profile). */
+        /* The real CI profiles, now that a GI of this profile is at hand (once per GI profile; once per
+         * model when a previous GPU of the model already had one). */
         if (ask_profiles) {
-                r = read_ci_profiles(n, handle, p);
-                if (r < 0)
-                        return r;
+                const MigCiAsked *a = ci_asked_find(facts, p->id);
+
+                if (a) {
+                        MigCiProfile *l;
+
+                        r = ci_profiles_copy(a->l, a->n, &l);
+                        if (r < 0)
+                                return r;
+                        free(p->ci_profiles);
+                        p->ci_profiles = l;
+                        p->n_ci_profiles = a->n;
+                } else {
+                        r = read_ci_profiles(n, handle, p);
+                        if (r < 0)
+                                return r;
+                        ci_asked_add(facts, p);
+                }
         }
         gi->ci_ids = calloc(MAX_INSTANCES, sizeof *gi->ci_ids);
         gi->ci_profile_ids = calloc(MAX_INSTANCES, sizeof *gi->ci_profile_ids);
@@ -228,7 +405,7 @@ static int read_cis(GpuNvml *n, nvmlGpuInstance_t handle, MigGiProfile *p, bool 
         return 0;
 }
 
-static int read_gis(GpuNvml *n, nvmlDevice_t d, MigGpuState *g) {
+static int read_gis(GpuNvml *n, nvmlDevice_t d, MigModelFacts *facts, MigGpuState *g) {
         int r;
 
         for (size_t i = 0; i < g->n_gi_profiles; i++) {
@@ -253,7 +430,7 @@ static int read_gis(GpuNvml *n, nvmlDevice_t d, MigGpuState *g) {
                         gi = &g->gis[g->n_gis++];
                         *gi = (MigGiState) { .id = info.id, .profile_id = info.profileId,
                                              .start = info.placement.start, .size = info.placement.size };
-                        r = read_cis(n, gis[k], p, k == 0, gi);
+                        r = read_cis(n, gis[k], facts, p, k == 0, gi);
                         if (r < 0)
                                 return r;
                 }
@@ -269,6 +446,7 @@ int mig_state_read_gpu(GpuNvml *n, const char *pci_address, unsigned index, MigG
         nvmlPciInfo_t pci = {};
         nvmlMemory_t mem = {};
         nvmlDevice_t d = NULL;
+        MigModelFacts *facts;
         unsigned current = 0, pending = 0, procs = 0;
         int r;
 
@@ -319,12 +497,20 @@ int mig_state_read_gpu(GpuNvml *n, const char *pci_address, unsigned index, MigG
         if (r < 0)
                 return failed(n, pci_address, r, ret_error);
 
-        r = read_gi_profiles(n, d, mem.total, &g);
-        if (r < 0)
-                return r == -ENOMEM ? r : failed(n, pci_address, r, ret_error);
+        facts = model_facts_find(n, &g, mem.total);
+        if (facts) {
+                r = gi_profiles_copy(facts->gi_profiles, facts->n_gi_profiles, &g.gi_profiles, &g.n_gi_profiles);
+                if (r < 0)
+                        return r;
+        } else {
+                r = read_gi_profiles(n, d, mem.total, &g);
+                if (r < 0)
+                        return r == -ENOMEM ? r : failed(n, pci_address, r, ret_error);
+                facts = model_facts_add(n, &g, mem.total);
+        }
 
         if (g.mig_current) {
-                r = read_gis(n, d, &g);
+                r = read_gis(n, d, facts, &g);
                 if (r < 0)
                         return r == -ENOMEM ? r : failed(n, pci_address, r, ret_error);
         }

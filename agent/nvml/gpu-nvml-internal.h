@@ -136,6 +136,10 @@ struct GpuNvml {
         int cuda_version;
 
         char **enumerated;             /* PCI addresses of every GPU NVML lists, for a read without a list */
+        /* Per-model MIG facts kept by agent/mig (mig-state.c) for the life of this handle: a new handle
+         * (the driver may have been reloaded) starts without them. */
+        struct MigModelCache *mig_models;
+        void (*mig_models_free)(struct MigModelCache *c);
 
         GpuNvmlCached *cached;
         size_t n_cached;

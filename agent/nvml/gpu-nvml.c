@@ -166,6 +166,8 @@ static GpuNvml *gpu_nvml_free(GpuNvml *n) {
         if (!n)
                 return NULL;
         gpu_nvml_cache_clear(n);
+        if (n->mig_models_free)
+                n->mig_models_free(n->mig_models);
         if (n->dl)
                 dlclose(n->dl);
         free(n->library);

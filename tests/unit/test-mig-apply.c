@@ -3,7 +3,8 @@
  * mig-export.c) against the fake libnvidia-ml.so.1 (tests/fakes/), on a real sd-event loop: applies on
  * 8×A100-40GB (with the GPU reset the mode change needs, done by fake-nvml-ctl), every all-<profile>
  * config of mig-parted's config-default.yaml on 8×H100, 8×H200 and 8×A30, idempotent re-apply (no NVML
- * writes, counted from the fake's call trace), one GPU changed (the others keep their MIG UUIDs), plans
+ * writes, counted from the fake's call trace), the GI profile table read once per model and NVML handle
+ * (counted NVML calls), one GPU changed (the others keep their MIG UUIDs), plans
  * rejected with nothing changed, a creation failure rolled back, reset never → rebooting, busy GPUs,
  * journal recovery after a simulated crash, non-MIG GPUs, assert and export. Skips when the fake is not
  * built. */
@@ -302,6 +303,93 @@ static void test_a100_balanced(void **state) {
         }
         mig_gpu_states_free(g, n);
         done_clear(&d);
+        fix_teardown(f);
+}
+
+/* ---- the GI profile table is read once per GPU model and NVML handle, not per GPU and pass ---- */
+
+static void reopen_nvml(Fix *f) {
+        _cleanup_free_ char *error = NULL;
+
+        f->m->nvml = gpu_nvml_close(f->m->nvml);
+        if (gpu_nvml_open(lib_path, &f->m->nvml, &error) < 0)
+                fail_msg("gpu_nvml_open: %s", error);
+}
+
+static uint64_t apply_noop_calls(Fix *f, const char *name) {
+        uint64_t before = gpu_nvml_calls(f->m->nvml);
+        Done d = {};
+
+        apply_ok(f, name, &d);
+        assert_false(d.changed);
+        assert_int_equal(trace_writes(f), 0);
+        done_clear(&d);
+        return gpu_nvml_calls(f->m->nvml) - before;
+}
+
+static void assert_profiles_equal(const MigGpuState *a, const MigGpuState *b) {
+        assert_int_equal(a->n_gi_profiles, b->n_gi_profiles);
+        for (size_t i = 0; i < a->n_gi_profiles; i++) {
+                const MigGiProfile *x = &a->gi_profiles[i], *y = &b->gi_profiles[i];
+
+                assert_string_equal(x->name, y->name);
+                assert_int_equal(x->index, y->index);
+                assert_int_equal(x->id, y->id);
+                assert_int_equal(x->slices, y->slices);
+                assert_int_equal(x->memory_slices, y->memory_slices);
+                assert_int_equal(x->instance_count, y->instance_count);
+                assert_int_equal(x->n_starts, y->n_starts);
+                assert_memory_equal(x->starts, y->starts, x->n_starts * sizeof *x->starts);
+                assert_int_equal(x->n_ci_profiles, y->n_ci_profiles);
+                assert_memory_equal(x->ci_profiles, y->ci_profiles, x->n_ci_profiles * sizeof *x->ci_profiles);
+        }
+}
+
+static void test_model_facts_cached(void **state) {
+        _cleanup_free_ char *desc = node_description("a100-sxm");
+        MigGpuState *cold = NULL, *warm = NULL;
+        size_t n_cold = 0, n_warm = 0;
+        uint64_t first, second;
+        Done d = {};
+        Fix *f;
+
+        if (!available())
+                skip();
+        f = fix_setup(desc, NULL);
+        apply_ok(f, "all-balanced", &d);
+        assert_true(d.changed);
+        done_clear(&d);
+
+        /* A new handle starts without the tables, also when it gets the freed one's address. Per A100 in
+         * all-balanced a no-op pass reads 27 facts of the GPU itself: PCI info, name, processes, MIG mode,
+         * memory; 7 GetGpuInstances (one per profile); 4 GI infos; 7 GetComputeInstances (one per CI
+         * profile of each GI); 4 CI infos. The model's 46 are read for the first GPU only: 18 GI profile
+         * probes (7 profiles, 10 indices the A100 lacks, the end of the table), 7 placement lists, and 21
+         * CI profile probes through the first GI of each of the 3 profiles in use. Uncached, each of the
+         * 8 GPUs read all 73 (584 a pass). The new handle also lists the GPUs once: GetCount, and a
+         * handle and the PCI info per GPU (17). */
+        reopen_nvml(f);
+        (void) trace_writes(f);
+        first = apply_noop_calls(f, "all-balanced");
+        second = apply_noop_calls(f, "all-balanced");
+        assert_int_equal(first, 17 + 8 * 27 + 46);
+        assert_int_equal(second, 8 * 27);
+        assert_int_equal(first - second, 17 + 46);
+
+        /* What a read reports is the same from the tables as from NVML, on every GPU. */
+        read_states(f, &warm, &n_warm);
+        reopen_nvml(f);
+        read_states(f, &cold, &n_cold);
+        assert_int_equal(n_warm, 8);
+        assert_int_equal(n_cold, 8);
+        for (size_t i = 0; i < 8; i++) {
+                assert_profiles_equal(&cold[i], &warm[i]);
+                assert_profiles_equal(&cold[0], &cold[i]);
+                assert_true(mig_state_layout_equal(&cold[i], &warm[i]));
+                assert_int_equal(count_gis(&cold[i], "1g.5gb"), 2);
+        }
+        mig_gpu_states_free(cold, n_cold);
+        mig_gpu_states_free(warm, n_warm);
         fix_teardown(f);
 }
 
@@ -679,6 +767,7 @@ int main(void) {
         const char *lib = getenv("GNA_FAKE_NVML"), *build = getenv("GNA_BUILD_ROOT");
         const struct CMUnitTest tests[] = {
                 TEST(test_a100_balanced),
+                TEST(test_model_facts_cached),
                 TEST(test_all_profiles_h100),
                 TEST(test_all_profiles_h200),
                 TEST(test_all_profiles_a30),
