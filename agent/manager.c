@@ -7,6 +7,7 @@
 #include <systemd/sd-daemon.h>
 
 #include "build-config.h"
+#include "cdi.h"
 #include "bus.h"
 #include "devices.h"
 #include "driver-unload.h"
@@ -87,6 +88,7 @@ Manager *manager_free(Manager *m) {
         nvml_snapshot_free(m->nvml_snapshot);
         gpu_nvml_close(m->nvml);
         free(m->cdi_spec_text);
+        cdi_mig_minors_cache_free(m->cdi_minors);
         label_set_free(m->labels);
         free(m->kernel_release);
         free(m);

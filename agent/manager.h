@@ -57,6 +57,7 @@ typedef struct Manager {
         GpuNvml *nvml;                   /* loaded and initialised NVML, NULL while unavailable */
         NvmlSnapshot *nvml_snapshot;     /* last successful read, NULL while NVML is unavailable */
         char *cdi_spec_text;             /* last CDI spec written (or found current), NULL none */
+        struct CdiMigMinorsCache *cdi_minors; /* the parsed mig-minors table, kept while the file is unchanged */
 
         /* Driver lifecycle (stage-driver.c, stage-devices.c, stage-fabric.c). */
         struct ModuleContext *module_ctx;/* libkmod for the running kernel, created on first use */

@@ -44,6 +44,7 @@ int stage_cdi_run(Manager *m, char **ret_message) {
                 .sys = c->paths.sys,
                 .run = c->paths.run,
                 .driver_root = c->cdi.driver_root,
+                .minors_cache = &m->cdi_minors,
         };
         r = cdi_spec_build(&in, &spec, &warnings);
         if (r == -ENODEV) {

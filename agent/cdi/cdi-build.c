@@ -642,6 +642,7 @@ int cdi_spec_build(const CdiBuildInput *in, CdiSpec **ret, char ***ret_warnings)
         _cleanup_(cdi_edits_done) CdiEdits all = {};
         static const MigMinors no_minors = {};
         const MigMinors *minors = &no_minors;
+        CdiMigMinorsCache *local_minors = NULL; /* when the caller keeps no cache: this build's only */
         _cleanup_free_ char *hook = NULL;
         Builder b = { .in = in };
         int r;
@@ -667,7 +668,7 @@ int cdi_spec_build(const CdiBuildInput *in, CdiSpec **ret, char ***ret_warnings)
         for (size_t i = 0; i < snap->n_gpus; i++)
                 any_mig = any_mig || (snap->gpus[i].mig_current == GPU_MIG_ENABLED && snap->gpus[i].n_mig_devices > 0);
         if (any_mig) {
-                r = cdi_mig_minors_read(in->proc, &minors);
+                r = cdi_mig_minors_read(in->minors_cache ?: &local_minors, in->proc, &minors);
                 if (r == -ENOMEM)
                         goto finish;
                 if (r < 0 && warn(&b, "cannot read %s/driver/nvidia-caps/mig-minors: %s", in->proc, strerror(-r)) < 0)
@@ -706,6 +707,7 @@ int cdi_spec_build(const CdiBuildInput *in, CdiSpec **ret, char ***ret_warnings)
         if (r >= 0)
                 *ret = TAKE_PTR(s);
 finish:
+        cdi_mig_minors_cache_free(local_minors);
         free(b.hook_path);
         if (ret_warnings)
                 *ret_warnings = TAKE_PTR(b.warnings);

@@ -3,6 +3,8 @@
  * (cdi-build.c) reads from cdi-mig-minors.c. */
 #pragma once
 
+#include "cdi.h"
+
 #include <limits.h>
 #include <stddef.h>
 
@@ -22,9 +24,10 @@ typedef struct MigMinors {
         size_t n;
 } MigMinors;
 
-/* *ret points into the cache (valid until the next call); an empty table when the file is absent (no
- * nvidia-caps support: every MIG device is then left out with a warning that says so). */
-int cdi_mig_minors_read(const char *proc, const MigMinors **ret);
+/* *ret points into *cache (created when NULL; valid until the next call with it or its free); an empty
+ * table when the file is absent (no nvidia-caps support: every MIG device is then left out with a
+ * warning that says so). */
+int cdi_mig_minors_read(CdiMigMinorsCache **cache, const char *proc, const MigMinors **ret);
 
 /* The access minor of GPU gpu's GI gi (ci = MIG_MINOR_GI) or of its CI ci; NULL when the table has none. */
 const MigMinor *cdi_mig_minor_find(const MigMinors *t, unsigned gpu, unsigned gi, unsigned ci);

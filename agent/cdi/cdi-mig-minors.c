@@ -93,12 +93,21 @@ static int mig_minors_parse(const char *text, MigMinors *ret) {
 
 /* The table of the last build and the file it came from. The agent builds the spec after every NVML read,
  * and the driver only ever recreates this file along with the module; a file replaced or rewritten has
- * another inode, size or change time. The agent is single-threaded. */
-static struct {
+ * another inode, size or change time. */
+struct CdiMigMinorsCache {
         char *path;
         struct stat st;
         MigMinors minors;
-} mig_minors_cache;
+};
+
+CdiMigMinorsCache *cdi_mig_minors_cache_free(CdiMigMinorsCache *c) {
+        if (!c)
+                return NULL;
+        free(c->path);
+        free(c->minors.v);
+        free(c);
+        return NULL;
+}
 
 static bool same_file(const struct stat *a, const struct stat *b) {
         return a->st_dev == b->st_dev && a->st_ino == b->st_ino && a->st_size == b->st_size &&
@@ -106,8 +115,9 @@ static bool same_file(const struct stat *a, const struct stat *b) {
                a->st_ctim.tv_sec == b->st_ctim.tv_sec && a->st_ctim.tv_nsec == b->st_ctim.tv_nsec;
 }
 
-int cdi_mig_minors_read(const char *proc, const MigMinors **ret) {
+int cdi_mig_minors_read(CdiMigMinorsCache **cache, const char *proc, const MigMinors **ret) {
         static const MigMinors none = {};
+        CdiMigMinorsCache *c;
         _cleanup_free_ char *p = path_join(proc, "driver/nvidia-caps/mig-minors"), *text = NULL;
         MigMinors parsed = {};
         struct stat st;
@@ -118,8 +128,11 @@ int cdi_mig_minors_read(const char *proc, const MigMinors **ret) {
         *ret = &none;
         if (stat(p, &st) < 0)
                 return errno == ENOENT ? 0 : negative_errno();
-        if (streq_ptr(mig_minors_cache.path, p) && same_file(&mig_minors_cache.st, &st)) {
-                *ret = &mig_minors_cache.minors;
+        if (!*cache && !(*cache = calloc(1, sizeof(CdiMigMinorsCache))))
+                return -ENOMEM;
+        c = *cache;
+        if (streq_ptr(c->path, p) && same_file(&c->st, &st)) {
+                *ret = &c->minors;
                 return 0;
         }
 
@@ -129,12 +142,12 @@ int cdi_mig_minors_read(const char *proc, const MigMinors **ret) {
         r = mig_minors_parse(text, &parsed);
         if (r < 0)
                 return r;
-        free(mig_minors_cache.path);
-        free(mig_minors_cache.minors.v);
-        mig_minors_cache.path = TAKE_PTR(p);
-        mig_minors_cache.st = st;
-        mig_minors_cache.minors = parsed;
-        *ret = &mig_minors_cache.minors;
+        free(c->path);
+        free(c->minors.v);
+        c->path = TAKE_PTR(p);
+        c->st = st;
+        c->minors = parsed;
+        *ret = &c->minors;
         return 0;
 }
 

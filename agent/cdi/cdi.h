@@ -106,6 +106,11 @@ bool cdi_version_is_known(const char *v);
  * files have them); strings are quoted only when YAML would read them as something else. */
 int cdi_spec_to_yaml(const CdiSpec *s, char **ret);
 
+/* The parsed driver/nvidia-caps/mig-minors table, kept by its owner (the Manager) from one build to
+ * the next while the file is unchanged. */
+typedef struct CdiMigMinorsCache CdiMigMinorsCache;
+CdiMigMinorsCache *cdi_mig_minors_cache_free(CdiMigMinorsCache *c);
+
 /* What the builder looks at. Paths are this process's view (may be under a --root); see the top. */
 typedef struct CdiBuildInput {
         const NvmlSnapshot *snapshot;
@@ -115,6 +120,7 @@ typedef struct CdiBuildInput {
         const char *sys;             /* paths.sys: bus/pci/devices/<bdf>/drm */
         const char *run;             /* paths.run: nvidia-persistenced/socket */
         const char *driver_root;     /* cdi.driver-root */
+        CdiMigMinorsCache **minors_cache; /* optional: where the mig-minors table is kept between builds */
 } CdiBuildInput;
 
 /* Builds the nvidia.com/gpu spec: devices "N" and "GPU-<uuid>" per full GPU (nvml_index), "N:M" and
