@@ -3,6 +3,7 @@
 #include <stdio.h>
 
 #include "ctl-agent.h"
+#include "ctl-output.h"
 #include "bus.h"
 #include "strv.h"
 
@@ -368,4 +369,21 @@ int ctl_get_status(sd_bus *bus, AgentStatus *st) {
                 return CTL_EXIT_NOT_OK;
         }
         return CTL_EXIT_OK;
+}
+
+void ctl_json_mig_devices(FILE *f, bool *first, const CtlGpu *g) {
+        ctl_json_key(f, first, "mig_devices");
+        fputc('[', f);
+        for (size_t j = 0; j < g->n_mig_devices; j++) {
+                const CtlMigDevice *d = &g->mig_devices[j];
+                bool first_dev = true;
+
+                fputs(j > 0 ? ",{" : "{", f);
+                ctl_json_kv_string_or_null(f, &first_dev, "uuid", d->uuid);
+                ctl_json_kv_string_or_null(f, &first_dev, "profile", d->profile);
+                ctl_json_kv_uint(f, &first_dev, "gi_id", d->gi_id);
+                ctl_json_kv_uint(f, &first_dev, "ci_id", d->ci_id);
+                fputc('}', f);
+        }
+        fputc(']', f);
 }

@@ -4,7 +4,9 @@
  * errors turn into. Unknown properties are skipped, so a newer agent works with an older client. */
 #pragma once
 
+#include <stdbool.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <systemd/sd-bus.h>
 
@@ -75,3 +77,7 @@ int ctl_bus_error_exit(const char *method, const char *what, const sd_bus_error 
 int ctl_get_status(sd_bus *bus, AgentStatus *st);
 /* Collects the org.gpunodeagent.Agent1.Gpu objects of a GetManagedObjects() reply, in reply order. */
 int ctl_parse_gpus(sd_bus_message *m, CtlGpu **gpus, size_t *n);
+
+/* Writes g's MIG devices as the JSON member "mig_devices": [{uuid, profile, gi_id, ci_id}, …] of the
+ * object being written to f (first: that object's member state, as the ctl_json_kv_* helpers take). */
+void ctl_json_mig_devices(FILE *f, bool *first, const CtlGpu *g);

@@ -72,20 +72,8 @@ static void print_show_json(const AgentStatus *st, const CtlGpu *gpus, size_t n)
                 ctl_json_kv_string_or_null(stdout, &first_gpu, "name", isempty(g->nvml_name) ? g->name : g->nvml_name);
                 ctl_json_kv_string_or_null(stdout, &first_gpu, "mig_mode", g->mig_mode);
                 ctl_json_kv_string_or_null(stdout, &first_gpu, "mig_mode_pending", g->mig_mode_pending);
-                ctl_json_key(stdout, &first_gpu, "mig_devices");
-                putchar('[');
-                for (size_t j = 0; j < g->n_mig_devices; j++) {
-                        const CtlMigDevice *d = &g->mig_devices[j];
-                        bool first_dev = true;
-
-                        fputs(j > 0 ? ",{" : "{", stdout);
-                        ctl_json_kv_uint(stdout, &first_dev, "gi_id", d->gi_id);
-                        ctl_json_kv_uint(stdout, &first_dev, "ci_id", d->ci_id);
-                        ctl_json_kv_string_or_null(stdout, &first_dev, "profile", d->profile);
-                        ctl_json_kv_string_or_null(stdout, &first_dev, "uuid", d->uuid);
-                        putchar('}');
-                }
-                fputs("]}", stdout);
+                ctl_json_mig_devices(stdout, &first_gpu, g);
+                putchar('}');
         }
         fputs("]}\n", stdout);
 }

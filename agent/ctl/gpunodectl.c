@@ -233,20 +233,8 @@ static void print_gpus_json(const CtlGpu *gpus, size_t n) {
                 ctl_json_kv_string_or_null(stdout, &first, "compute_capability", g->compute_capability);
                 ctl_json_kv_string_or_null(stdout, &first, "mig_mode", g->mig_mode);
                 ctl_json_kv_string_or_null(stdout, &first, "mig_mode_pending", g->mig_mode_pending);
-                ctl_json_key(stdout, &first, "mig_devices");
-                putchar('[');
-                for (size_t j = 0; j < g->n_mig_devices; j++) {
-                        const CtlMigDevice *d = &g->mig_devices[j];
-                        bool first_dev = true;
-
-                        fputs(j > 0 ? ",{" : "{", stdout);
-                        ctl_json_kv_string_or_null(stdout, &first_dev, "uuid", d->uuid);
-                        ctl_json_kv_string_or_null(stdout, &first_dev, "profile", d->profile);
-                        ctl_json_kv_uint(stdout, &first_dev, "gi_id", d->gi_id);
-                        ctl_json_kv_uint(stdout, &first_dev, "ci_id", d->ci_id);
-                        putchar('}');
-                }
-                fputs("]}", stdout);
+                ctl_json_mig_devices(stdout, &first, g);
+                putchar('}');
         }
         fputs("]\n", stdout);
 }
