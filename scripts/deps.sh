@@ -1,16 +1,41 @@
 # SPDX-License-Identifier: MIT
 # Sourced by scripts/demo and scripts/test: installs the Debian packages the build and the tests need,
-# only those that are missing (so a prepared machine pays nothing).
-GNA_PACKAGES=(
-        gcc meson ninja-build pkg-config
-        libsystemd-dev libkmod-dev libpci-dev libyaml-dev libcurl4-openssl-dev libcmocka-dev
-        dbus python3 python3-jsonschema python3-yaml valgrind util-linux systemd systemd-container kmod pciutils
-        man-db
+# only those that are missing (so a prepared machine pays nothing). This is the one place that
+# installs anything: the test suites themselves never install packages or touch /etc/apt.
+
+# Building the agent, its test fixtures (cmocka is needed to configure them) and running it on a
+# simulated node (./scripts/demo).
+GNA_BUILD_PACKAGES=(
+        gcc libc6-dev meson ninja-build pkg-config kmod libcmocka-dev
+        libsystemd-dev libkmod-dev libpci-dev libyaml-dev libcurl4-openssl-dev
+        dbus python3 python3-yaml pciutils
 )
 
+# Everything ./scripts/test runs, by the suite that needs it:
+#   unit/integration: python3-dbus (D-Bus clients), python3-jsonschema (CDI schema test),
+#                     procps (/bin/kill, pgrep), util-linux (setpriv, nsenter)
+#   valgrind:         valgrind
+#   e2e:              systemd, systemd-container (systemd-nspawn), procps
+#   vm:               qemu-system-x86, busybox-static, cpio, file, dkms, linux-headers-amd64 (the real
+#                     kernel's headers; its image is downloaded and unpacked, never installed)
+#   nvml-abi:         apt + dpkg-deb (Debian's nvml.h is downloaded through a private apt config)
+#   packaging:        rpm (rpmbuild for the RPM spec), fakeroot
+#   docs:             man-db
+GNA_TEST_PACKAGES=(
+        python3-dbus python3-jsonschema procps util-linux valgrind
+        systemd systemd-container
+        qemu-system-x86 busybox-static cpio file dkms linux-headers-amd64
+        rpm fakeroot man-db
+)
+
+# gna_install_deps [build|test] [EXTRA...]: installs what is missing of that set (default: test,
+# which includes build).
 gna_install_deps() {
-        local missing=() p
-        for p in "${GNA_PACKAGES[@]}" "$@"; do
+        local set=${1:-test} missing=() p
+        [ $# -gt 0 ] && shift
+        local want=("${GNA_BUILD_PACKAGES[@]}")
+        [ "$set" = test ] && want+=("${GNA_TEST_PACKAGES[@]}")
+        for p in "${want[@]}" "$@"; do
                 dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
         done
         [ ${#missing[@]} -eq 0 ] && return 0

@@ -7,7 +7,9 @@
 #
 # Usage: get-nvml-header.sh CACHE_DIR
 # Prints the include directory that holds nvml.h. Exit 77 (meson's "skip") with the reason on stderr
-# when the header cannot be had: not Debian, not root and nothing cached, or the archive unreachable.
+# when the header cannot be had: not Debian and nothing cached, or the archive unreachable. The
+# download goes through a private apt configuration under CACHE_DIR: no root needed, and the host's
+# apt sources, lists and package state are left exactly as they were.
 set -eu
 
 cache=${1:?usage: get-nvml-header.sh CACHE_DIR}
@@ -41,43 +43,31 @@ done
 
 command -v apt-get >/dev/null 2>&1 && command -v dpkg-deb >/dev/null 2>&1 ||
         skip "apt-get and dpkg-deb are needed to fetch libnvidia-ml-dev (Debian), and $cache holds no copy."
-[ "$(id -u)" = 0 ] ||
-        skip "fetching libnvidia-ml-dev needs root (apt sources, apt-get update) and $cache holds no copy; run the test once as root or put libnvidia-ml-dev_*.deb there."
+codename=$(. /etc/os-release 2>/dev/null && echo "${VERSION_CODENAME:-}")
+[ -n "$codename" ] && [ -f /etc/debian_version ] ||
+        skip "this is not Debian (no VERSION_CODENAME in /etc/os-release), so there is no libnvidia-ml-dev to fetch."
 
-# Make sure some apt source offers the non-free component (deb822 "Components:" or one-line "deb" form).
-has_non_free() {
-        for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources; do
-                [ -f "$f" ] || continue
-                grep -Eq '^[[:space:]]*Components:.*[[:space:]]non-free([[:space:]]|$)' "$f" && return 0
-                grep -Eq '^[[:space:]]*deb[[:space:]].*[[:space:]]non-free([[:space:]]|$)' "$f" && return 0
-        done
-        return 1
+# A private apt configuration: its own sources list (the host's Debian mirror, component non-free),
+# lists and cache under $cache. The host's /etc/apt is only read (for the mirror's URI), never
+# written; its lists and package state are not used; nothing is installed.
+mirror=$(grep -h '^URIs:' /etc/apt/sources.list.d/*.sources 2>/dev/null | awk '{print $2}' | grep -v -- '-security' | head -n1 || :)
+[ -n "$mirror" ] || mirror=$(awk '$1 == "deb" && $0 !~ /security/ { for (i = 2; i <= NF; i++) if ($i ~ /^[a-z]+:\/\//) { print $i; exit } }' \
+        /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null | head -n1 || :)
+[ -n "$mirror" ] || skip "no Debian mirror found in this host's apt sources, so libnvidia-ml-dev cannot be fetched; put libnvidia-ml-dev_*.deb in $cache."
+apt_dir="$cache/apt"
+mkdir -p "$apt_dir/lists/partial" "$apt_dir/archives/partial" "$apt_dir/parts" "$apt_dir/prefs"
+echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $mirror $codename non-free" >"$apt_dir/sources.list"
+: >"$apt_dir/status"
+private_apt() {
+        apt-get -q -o Dir::Etc::SourceList="$apt_dir/sources.list" -o Dir::Etc::SourceParts="$apt_dir/parts" \
+                -o Dir::Etc::Preferences="$apt_dir/prefs/none" -o Dir::Etc::PreferencesParts="$apt_dir/prefs" \
+                -o Dir::State::Lists="$apt_dir/lists" -o Dir::Cache="$apt_dir" -o Dir::Cache::Archives="$apt_dir/archives" \
+                -o Dir::State::Status="$apt_dir/status" -o APT::Sandbox::User="$(id -un)" \
+                -o Debug::NoLocking=true "$@"
 }
-
-if ! has_non_free; then
-        codename=$(. /etc/os-release 2>/dev/null && echo "${VERSION_CODENAME:-}")
-        [ -n "$codename" ] && [ -f /etc/debian_version ] ||
-                skip "this is not Debian (no VERSION_CODENAME in /etc/os-release), so there is no libnvidia-ml-dev to fetch."
-        cat > /etc/apt/sources.list.d/gna-non-free.sources <<EOF
-Types: deb
-URIs: http://deb.debian.org/debian
-Suites: $codename
-Components: non-free
-Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
-EOF
-        echo "nvml-abi: added /etc/apt/sources.list.d/gna-non-free.sources (Debian non-free, for libnvidia-ml-dev)" >&2
-fi
-
-# Refresh the lists only when apt does not know the package yet: apt-get update is the slow part.
-candidate=$(apt-cache policy libnvidia-ml-dev 2>/dev/null | sed -n 's/^[[:space:]]*Candidate:[[:space:]]*//p')
-if [ -z "$candidate" ] || [ "$candidate" = "(none)" ]; then
-        apt-get -o DPkg::Lock::Timeout=600 -qq update >"$cache/apt-update.log" 2>&1 ||
-                skip "apt-get update failed (no network to the Debian archive?); see $cache/apt-update.log."
-fi
-
-# apt-get download drops to the _apt user: let it write the cache directory.
-chmod 0777 "$cache" 2>/dev/null || :
-(cd "$cache" && apt-get -o DPkg::Lock::Timeout=600 -qq download libnvidia-ml-dev) >"$cache/apt-download.log" 2>&1 ||
+private_apt update >"$cache/apt-update.log" 2>&1 ||
+        skip "apt-get update of the private non-free list failed (no network to $mirror?); see $cache/apt-update.log."
+(cd "$cache" && private_apt download libnvidia-ml-dev) >"$cache/apt-download.log" 2>&1 ||
         skip "apt-get download libnvidia-ml-dev failed (no network to the Debian archive?); see $cache/apt-download.log."
 
 for deb in "$cache"/libnvidia-ml-dev_*.deb; do

@@ -173,14 +173,18 @@ systemd-nspawn --boot --register=no --keep-unit --quiet --console=pipe \
         </dev/null >"$WORK/console.log" 2>&1 &
 NS=$!
 
+# The container's PID 1 is the child of nspawn whose name is systemd (read from /proc: no procps).
 find_init() {
-        local c
-        for c in $(pgrep -P "$NS"); do
+        local stat c ppid
+        for stat in /proc/[0-9]*/stat; do
+                c=${stat#/proc/}; c=${c%/stat}
+                ppid=$(awk '{ sub(/^.*\) /, ""); print $2 }' "$stat" 2>/dev/null) || continue
+                [ "$ppid" = "$NS" ] || continue
                 [ "$(cat "/proc/$c/comm" 2>/dev/null)" = systemd ] && { CT=$c; return 0; }
         done
         return 1
 }
-wait_until 20 find_init || fail "systemd-nspawn did not start systemd in the container"
+wait_until 20 find_init || fail "systemd-nspawn did not start systemd in the container (no child of nspawn pid $NS named systemd)"
 wait_until 20 test -S "/proc/$CT/root/run/systemd/private" || fail "the container's systemd did not come up"
 state=$(in_ct systemctl is-system-running --wait)
 log "container booted: $state"

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
-# Owns the one-time, cached part of the real-kernel suite: the host tools (QEMU, static busybox, cpio,
-# dkms, linux-headers), the stock kernel the installed headers are for (downloaded and unpacked, never
-# installed), and the stand-in NVIDIA modules built for it by the real dkms.
+# Owns the one-time, cached part of the real-kernel suite: checking the host tools (QEMU, static
+# busybox, cpio, dkms, linux-headers; scripts/deps.sh installs them), the stock kernel the installed
+# headers are for (downloaded and unpacked, never installed), and the stand-in NVIDIA modules built
+# for it by the real dkms.
 #
 #   setup.sh CACHE_DIR      prints "K=<release>" and "DIR=<CACHE_DIR>/<release>" on success
 #
-# Exit status 77 (skip) only when QEMU or the headers cannot be installed, with the reason on stderr.
+# Exit status 77 (skip) only when a host tool or the headers are missing, with the reason on stderr.
 # Everything lands in CACHE_DIR/<release>/ (about 10 MB), keyed by the kernel release because old
 # ABIs leave the Debian archive at point releases:
 #   kernel/vmlinuz
@@ -26,25 +27,15 @@ log() { echo "vm-setup: $*" >&2; }
 skip() { echo "SKIP: $*" >&2; exit 77; }
 
 # --- tools ------------------------------------------------------------------------------------------
+# Installed by scripts/deps.sh (./scripts/test); this script never installs anything itself.
 need_pkgs=()
 command -v qemu-system-x86_64 >/dev/null || need_pkgs+=(qemu-system-x86)
-[ -x /bin/busybox ] && file -L /bin/busybox 2>/dev/null | grep -q 'statically linked' || need_pkgs+=(busybox-static)
+[ -x /bin/busybox ] && file -L /bin/busybox 2>/dev/null | grep -q 'statically linked' || need_pkgs+=(busybox-static file)
 command -v cpio >/dev/null || need_pkgs+=(cpio)
 command -v dkms >/dev/null || need_pkgs+=(dkms)
 dpkg-query -W -f '${Status}' linux-headers-amd64 2>/dev/null | grep -q 'ok installed' || need_pkgs+=(linux-headers-amd64)
-if [ ${#need_pkgs[@]} -gt 0 ]; then
-        [ "$(id -u)" -eq 0 ] || skip "need ${need_pkgs[*]} and only root can install them (run as root, or: apt-get install --no-install-recommends ${need_pkgs[*]})"
-        log "installing ${need_pkgs[*]}"
-        if ! apt-get -o DPkg::Lock::Timeout=600 install -y --no-install-recommends \
-                qemu-system-x86 busybox-static cpio dkms linux-headers-amd64 >&2; then
-                command -v qemu-system-x86_64 >/dev/null || skip "QEMU could not be installed (apt-get install qemu-system-x86 failed)"
-                dpkg-query -W -f '${Status}' linux-headers-amd64 2>/dev/null | grep -q 'ok installed' ||
-                        skip "the kernel headers could not be installed (apt-get install linux-headers-amd64 failed)"
-                echo "vm-setup: apt-get install ${need_pkgs[*]} failed; see above." >&2
-                exit 1
-        fi
-fi
-command -v qemu-system-x86_64 >/dev/null || skip "QEMU is not installed and could not be installed"
+[ ${#need_pkgs[@]} -eq 0 ] ||
+        skip "missing ${need_pkgs[*]}: ./scripts/test installs them (scripts/deps.sh), or apt-get install --no-install-recommends ${need_pkgs[*]}"
 for t in cpio dkms depmod modprobe dpkg-deb apt-get; do
         command -v $t >/dev/null || { echo "vm-setup: $t is missing." >&2; exit 1; }
 done
