@@ -669,7 +669,9 @@ static int config_load_internal(const ConfigLoadOptions *o, Config **ret, char *
                 if (r < 0)
                         return r;
         }
-        r = load_file(main_file, true, &files, &tree, error);
+        /* The default agent.yaml is optional; a file named with --config is not: running on the
+         * defaults because of a typo in a path would surprise whoever wrote that file. */
+        r = load_file(main_file, !o->main_file, &files, &tree, error);
         if (r < 0)
                 return r;
         if (n_dirs > 0) {
@@ -693,6 +695,22 @@ static int config_load_internal(const ConfigLoadOptions *o, Config **ret, char *
         if (!files && !(files = calloc(1, sizeof(char *))))
                 return -ENOMEM;
         c->sources = TAKE_PTR(files);
+        *ret = TAKE_PTR(c);
+        return 0;
+}
+
+int config_load_defaults(const char *root, Config **ret) {
+        _cleanup_(config_freep) Config *c = NULL;
+        int r;
+
+        r = config_defaults(&c);
+        if (r < 0)
+                return r;
+        r = config_resolve(c, root);
+        if (r < 0)
+                return r;
+        if (!(c->sources = calloc(1, sizeof(char *))))
+                return -ENOMEM;
         *ret = TAKE_PTR(c);
         return 0;
 }
