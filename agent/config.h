@@ -194,6 +194,8 @@ typedef struct ConfigLoadOptions {
  * -EBADMSG for malformed YAML, or the errno of an unreadable file) and sets *ret_error to one line
  * such as "/etc/gpu-node-agent/conf.d/10-x.yaml:4:3: unknown key 'labels.fo'". */
 int config_load(const ConfigLoadOptions *o, Config **ret, char **ret_error);
+/* The built-in defaults alone, resolved under root (NULL: "/"), as if no file existed. */
+int config_load_defaults(const char *root, Config **ret);
 
 Config *config_free(Config *c);
 

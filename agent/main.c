@@ -4,6 +4,7 @@
 #include <syslog.h>
 
 #include "build-config.h"
+#include "cleanup.h"
 #include "config.h"
 #include "driver.h"
 #include "log.h"
@@ -15,6 +16,7 @@ static char **arg_config_dirs = NULL;
 static char *arg_root = NULL;
 static bool arg_check_config = false;
 static bool arg_oneshot = false;
+static bool arg_cleanup = false;
 static int arg_log_level = -1;
 static char *arg_prepare_kernel = NULL;
 
@@ -30,6 +32,8 @@ static void help(void) {
                "     --root=DIR          Host root: every host path resolves under DIR (overrides paths.root)\n"
                "     --check-config      Validate the configuration, print the merged result, exit\n"
                "     --oneshot           Run the stages once without D-Bus; exit 0 when all succeeded\n"
+               "     --cleanup           Remove the NFD feature file, the agent's CDI spec and the\n"
+               "                         readiness files (what the package does on removal), exit\n"
                "     --prepare-kernel=KVER\n"
                "                         Build (never load) the NVIDIA module for kernel KVER with DKMS,\n"
                "                         as driver.dkms.* configures; exit 0 when it is ready\n"
@@ -47,7 +51,7 @@ static int parse_log_level(const char *s) {
 
 static int parse_argv(int argc, char *argv[]) {
         enum { ARG_VERSION = 0x100, ARG_CONFIG_DIR, ARG_ROOT, ARG_CHECK_CONFIG, ARG_ONESHOT, ARG_LOG_LEVEL,
-               ARG_PREPARE_KERNEL };
+               ARG_PREPARE_KERNEL, ARG_CLEANUP };
         static const struct option options[] = {
                 { "help", no_argument, NULL, 'h' },
                 { "version", no_argument, NULL, ARG_VERSION },
@@ -56,6 +60,7 @@ static int parse_argv(int argc, char *argv[]) {
                 { "root", required_argument, NULL, ARG_ROOT },
                 { "check-config", no_argument, NULL, ARG_CHECK_CONFIG },
                 { "oneshot", no_argument, NULL, ARG_ONESHOT },
+                { "cleanup", no_argument, NULL, ARG_CLEANUP },
                 { "log-level", required_argument, NULL, ARG_LOG_LEVEL },
                 { "prepare-kernel", required_argument, NULL, ARG_PREPARE_KERNEL },
                 {}
@@ -87,6 +92,9 @@ static int parse_argv(int argc, char *argv[]) {
                         break;
                 case ARG_ONESHOT:
                         arg_oneshot = true;
+                        break;
+                case ARG_CLEANUP:
+                        arg_cleanup = true;
                         break;
                 case ARG_LOG_LEVEL:
                         arg_log_level = parse_log_level(optarg);
@@ -122,6 +130,28 @@ static int check_config(const ConfigLoadOptions *o) {
                 return r;
         }
         r = config_dump(c, stdout);
+        config_free(c);
+        return r;
+}
+
+/* The package's removal step. An invalid configuration must not keep stale labels around: the files
+ * are then looked for where the built-in defaults put them, and the error is still reported. */
+static int cleanup(const ConfigLoadOptions *o) {
+        _cleanup_free_ char *error = NULL;
+        Config *c = NULL;
+        int r;
+
+        r = config_load(o, &c, &error);
+        if (r < 0) {
+                log_warning("%s", error ?: strerror(-r));
+                log_warning("Removing the agent's files from their default locations instead.");
+                r = config_load_defaults(o->root, &c);
+                if (r < 0)
+                        return log_error_errno(r, "Failed to set up the default configuration: %m");
+        }
+        /* The configuration error was reported; what matters to the caller (a package removal) is
+         * whether the files are gone. */
+        r = agent_cleanup_outputs(c);
         config_free(c);
         return r;
 }
@@ -180,6 +210,8 @@ static int run(int argc, char *argv[]) {
                 return check_config(&o.config);
         if (arg_prepare_kernel)
                 return prepare_kernel(&o.config, arg_prepare_kernel);
+        if (arg_cleanup)
+                return cleanup(&o.config);
 
         r = manager_new(&o, &m);
         if (r < 0)

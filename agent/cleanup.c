@@ -1,0 +1,99 @@
+/* SPDX-License-Identifier: MIT */
+/* Owns `gpu-node-agent --cleanup`, which the Debian and RPM packages run when the package is removed
+ * (after the service stopped): NFD must stop advertising a prepared GPU node that nothing maintains any
+ * more, and container runtimes must not keep injecting devices from a spec nobody refreshes. Only files
+ * the agent itself writes are removed; another producer's CDI spec of the same name is left alone. */
+#include <errno.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cleanup.h"
+#include "fileio.h"
+#include "log.h"
+#include "macro.h"
+#include "nfd.h"
+#include "stage.h"
+#include "strv.h"
+
+/* The first line of every CDI spec the agent writes (cdi-spec.c). */
+#define CDI_SPEC_SIGNATURE "# Written by gpu-node-agent"
+
+static int remove_file(const char *path, const char *what) {
+        if (unlink(path) < 0) {
+                if (errno == ENOENT)
+                        return 0;
+                return log_error_errno(errno, "Failed to remove %s %s: %m", what, path);
+        }
+        log_info("Removed %s %s.", what, path);
+        return 0;
+}
+
+static int cleanup_cdi_spec(const char *spec) {
+        _cleanup_free_ char *first = NULL;
+        int r;
+
+        r = read_one_line_file(spec, &first);
+        if (r == -ENOENT)
+                return 0;
+        if (r < 0)
+                return log_error_errno(r, "Failed to read the CDI spec %s: %m", spec);
+        if (!startswith(first, CDI_SPEC_SIGNATURE)) {
+                log_notice("Leaving the CDI spec %s: it was not written by gpu-node-agent.", spec);
+                return 0;
+        }
+        return remove_file(spec, "the CDI spec");
+}
+
+static int cleanup_runtime_dir(const char *run) {
+        _cleanup_free_ char *dir = path_join(run, "gpu-node-agent");
+        int r = 0, k;
+
+        if (!dir)
+                return log_oom();
+        const char *names[_STAGE_MAX + 2];
+        _cleanup_free_ char *stage_files[_STAGE_MAX] = {};
+        size_t n = 0;
+        names[n++] = "ready";
+        names[n++] = "state";
+        for (int i = 0; i < _STAGE_MAX; i++) {
+                stage_files[i] = strprintf("%s-ready", stage_to_string(i));
+                if (!stage_files[i])
+                        return log_oom();
+                names[n++] = stage_files[i];
+        }
+        for (size_t i = 0; i < n; i++) {
+                _cleanup_free_ char *p = path_join(dir, names[i]);
+                if (!p)
+                        return log_oom();
+                k = remove_file(p, "the readiness file");
+                if (k < 0 && r >= 0)
+                        r = k;
+        }
+        /* The directory itself belongs to tmpfiles.d/RuntimeDirectory=; empty, it can go too. */
+        if (rmdir(dir) < 0 && errno != ENOENT && errno != ENOTEMPTY && errno != EEXIST)
+                log_debug_errno(errno, "Could not remove %s: %m", dir);
+        return r;
+}
+
+int agent_cleanup_outputs(const Config *c) {
+        _cleanup_free_ char *feature_file = NULL;
+        int r = 0, k;
+
+        feature_file = path_join(c->labels.directory, c->labels.file);
+        if (!feature_file)
+                return log_oom();
+        bool existed = access(feature_file, F_OK) >= 0;
+        k = nfd_remove(c->labels.directory, c->labels.file);
+        if (k < 0)
+                r = log_error_errno(k, "Failed to remove the NFD feature file %s: %m", feature_file);
+        else if (existed)
+                log_info("Removed the NFD feature file %s.", feature_file);
+
+        k = cleanup_cdi_spec(c->cdi.spec);
+        if (k < 0 && r >= 0)
+                r = k;
+        k = cleanup_runtime_dir(c->paths.run);
+        if (k < 0 && r >= 0)
+                r = k;
+        return r;
+}
