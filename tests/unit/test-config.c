@@ -122,11 +122,18 @@ static void test_defaults_under_root(void **state) {
 
 static void test_defaults_host_root(void **state) {
         const char *root = *state;
-        _cleanup_free_ char *missing = at(root, "nothing.yaml");
+        _cleanup_free_ char *missing = at(root, "nothing.yaml"), *empty = put(root, "empty.yaml", ""), *error = NULL;
         char *no_dirs[] = { NULL };
         ConfigLoadOptions o = { .main_file = missing, .dropin_dirs = no_dirs };
         Config *c = NULL;
 
+        /* A main file named explicitly must exist: no silent run on the defaults. */
+        assert_int_equal(config_load(&o, &c, &error), -ENOENT);
+        assert_null(c);
+        assert_non_null(strstr(error, missing));
+        assert_non_null(strstr(error, "No such file or directory"));
+
+        o.main_file = empty;
         assert_int_equal(config_load(&o, &c, NULL), 0);
         assert_string_equal(c->paths.root, "/");
         assert_string_equal(c->paths.sys, "/sys");
@@ -516,19 +523,24 @@ static void test_dump_roundtrip(void **state) {
         config_free(c);
 }
 
-/* The files the package installs must load, and the vendor defaults file must change nothing. */
+/* The files the packages install must load; the vendor defaults file changes only labels.expiry (1h,
+ * so that the labels of a node whose agent stopped for good expire), and the RPM's drop-in only
+ * paths.pci-ids. */
 static void test_shipped_files(void **state) {
         const char *src = getenv("GNA_SOURCE_ROOT");
         if (!src)
                 skip();
         _cleanup_free_ char *confd = at(src, "conf.d"), *example = at(src, "conf.d/examples/agent.yaml"),
-                            *missing = at(*state, "none.yaml"), *error = NULL;
+                            *empty = put(*state, "none.yaml", ""), *error = NULL;
         char *vendor_only[] = { confd, (char *) "/nonexistent", NULL };
-        ConfigLoadOptions o = { .root = *state, .main_file = missing, .dropin_dirs = vendor_only };
+        ConfigLoadOptions o = { .root = *state, .main_file = empty, .dropin_dirs = vendor_only };
         Config *c = NULL, *d = load_root(*state);
 
         assert_int_equal(config_load(&o, &c, &error), 0);
-        assert_int_equal(strv_length(c->sources), 1);
+        assert_int_equal(strv_length(c->sources), 2); /* 00-defaults.yaml and the empty main file */
+        assert_int_equal(d->labels.expiry_usec, 0);
+        assert_int_equal(c->labels.expiry_usec, 3600 * USEC_PER_SEC);
+        assert_string_equal(c->paths.pci_ids, d->paths.pci_ids);
         assert_string_equal(c->paths.sys, d->paths.sys);
         assert_string_equal(c->labels.directory, d->labels.directory);
         assert_int_equal(c->labels.enabled, d->labels.enabled);
@@ -540,6 +552,13 @@ static void test_shipped_files(void **state) {
         if (config_load(&o, &c, &error) < 0)
                 fail_msg("%s", error);
         assert_int_equal(c->labels.expiry_usec, 3600 * USEC_PER_SEC);
+        c = config_free(c);
+
+        _cleanup_free_ char *rpm_dropin = at(src, "packaging/rpm/10-hwdata-pci-ids.yaml");
+        o.main_file = rpm_dropin;
+        if (config_load(&o, &c, &error) < 0)
+                fail_msg("%s", error);
+        assert_string_equal(c->paths.pci_ids, "/usr/share/hwdata/pci.ids");
         config_free(c);
         config_free(d);
 }
