@@ -242,6 +242,8 @@ grep -qx "nvidia.com/gpu.present=true" <<<"$features" || fail "$FEATURE_FILE lac
 grep -qx "nvidia.com/gpu.count=$NODE_GPUS" <<<"$features" || fail "$FEATURE_FILE lacks nvidia.com/gpu.count=$NODE_GPUS: $features"
 in_ct test -f /run/gpu-node-agent/ready || fail "/run/gpu-node-agent/ready was not written"
 grep -qx "nvidia.com/gpu.product=NVIDIA-H100-80GB-HBM3" <<<"$features" || fail "$FEATURE_FILE lacks the NVML product name (nvml stage?): $features"
+# The installed vendor default (labels.expiry: 1h): labels of an agent stopped for good expire.
+grep -q "^# +expiry-time=" <<<"$features" || fail "$FEATURE_FILE has no expiry directive (vendor default labels.expiry): $features"
 spec=$(in_ct cat /run/cdi/nvidia.yaml) || fail "the CDI spec /run/cdi/nvidia.yaml was not written (ReadWritePaths=/run/cdi, tmpfiles?)"
 grep -q "kind: nvidia.com/gpu" <<<"$spec" || fail "/run/cdi/nvidia.yaml is not our spec: $spec"
 log "feature file, CDI spec and ready file present"
