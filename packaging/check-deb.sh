@@ -53,6 +53,7 @@ say "dpkg-buildpackage -us -uc -b (with the tests)"
 dpkg-buildpackage -us -uc -b >"$work/build.log" 2>&1 || { tail -n 60 "$work/build.log"; fail "dpkg-buildpackage with the tests failed (log: $work/build.log)"; }
 grep -E '^(Ok|Fail|Skipped|Timeout|Expected Fail|Unexpected Pass):' "$work/build.log" | tr -s ' ' | paste -sd' ' |
         sed 's/^/[check-deb] package tests: /'
+grep -E '^ *[0-9]+/[0-9]+ .* SKIP ' "$work/build.log" | sed 's/^ */[check-deb] skipped in the package build: /' || :
 grep -Eq '^Fail: +0 *$' "$work/build.log" || fail "the package's tests did not all pass (log: $work/build.log)"
 say "built with tests in $(( $(date +%s) - t0 )) s"
 
