@@ -119,16 +119,24 @@ static int parse_argv(int argc, char *argv[]) {
         return 1;
 }
 
-static int check_config(const ConfigLoadOptions *o) {
+/* Loads the configuration for the one-shot modes; an error is logged at the given priority. */
+static int load_config(const ConfigLoadOptions *o, int priority, Config **ret) {
         _cleanup_free_ char *error = NULL;
+        int r;
+
+        r = config_load(o, ret, &error);
+        if (r < 0)
+                log_full(priority, "%s", error ?: strerror(-r));
+        return r;
+}
+
+static int check_config(const ConfigLoadOptions *o) {
         Config *c = NULL;
         int r;
 
-        r = config_load(o, &c, &error);
-        if (r < 0) {
-                log_error("%s", error ?: strerror(-r));
+        r = load_config(o, LOG_ERR, &c);
+        if (r < 0)
                 return r;
-        }
         r = config_dump(c, stdout);
         config_free(c);
         return r;
@@ -137,13 +145,11 @@ static int check_config(const ConfigLoadOptions *o) {
 /* The package's removal step. An invalid configuration must not keep stale labels around: the files
  * are then looked for where the built-in defaults put them, and the error is still reported. */
 static int cleanup(const ConfigLoadOptions *o) {
-        _cleanup_free_ char *error = NULL;
         Config *c = NULL;
         int r;
 
-        r = config_load(o, &c, &error);
+        r = load_config(o, LOG_WARNING, &c);
         if (r < 0) {
-                log_warning("%s", error ?: strerror(-r));
                 log_warning("Removing the agent's files from their default locations instead.");
                 r = config_load_defaults(o->root, &c);
                 if (r < 0)
@@ -164,11 +170,9 @@ static int prepare_kernel(const ConfigLoadOptions *o, const char *kver) {
         Config *c = NULL;
         int r;
 
-        r = config_load(o, &c, &error);
-        if (r < 0) {
-                log_error("%s", error ?: strerror(-r));
+        r = load_config(o, LOG_ERR, &c);
+        if (r < 0)
                 return r;
-        }
         if (!c->driver.dkms_enabled) {
                 log_notice("Not building the NVIDIA module for kernel %s: DKMS rebuilds are off "
                            "(driver.dkms.enabled: false).", kver);
