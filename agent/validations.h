@@ -1,0 +1,26 @@
+/* SPDX-License-Identifier: MIT */
+/* Owns the NVIDIA GPU Operator's validation files (/run/nvidia/validations/<layer>-ready) for clusters
+ * where the operator runs the device plugin and DCGM but the driver is the host's (ClusterPolicy
+ * driver.enabled=false): the operator's pods wait for these files. Only layers the agent has verified
+ * get a file, and only files whose bytes are ours are ever removed. Library-like: no logging above
+ * debug. */
+#pragma once
+
+#include <stdbool.h>
+
+/* What the agent can vouch for. toolkit-ready (a container that the runtime injected the driver into ran
+ * nvidia-smi) and cuda-ready (a CUDA kernel ran in a pod) are checks of things the agent does not run,
+ * so they have no field and are never written. */
+typedef struct ValidationsState {
+        bool driver;             /* kernel module loaded, device nodes made, NVML initialised and listing GPUs */
+} ValidationsState;
+
+/* The content of driver-ready as the operator's validator writes it for a driver installed on the host
+ * (env lines its consumers source). host_root is the root the agent manages, "/" on a real host. NULL
+ * on OOM. */
+char *validations_driver_ready_text(const char *host_root);
+
+/* Makes dir match state: writes <dir>/driver-ready (atomically, only when its bytes differ) when
+ * state->driver, else removes it if it holds exactly what we write (a file the operator's own validator
+ * wrote is left alone). *ret_changed: a file was written or removed. */
+int validations_update(const char *dir, const char *host_root, const ValidationsState *state, bool *ret_changed);
