@@ -86,7 +86,10 @@ static int consumers_validations(Manager *m, char ***parts) {
         };
         /* Off: still remove a driver-ready we wrote before, or it would outlive the setting. */
         /* The node sees its driver at its own "/", however this process looks at it (--root). */
-        r = validations_update(c->validations.directory, "/", &st, &changed);
+        _cleanup_free_ char *marker = strprintf("%s/gpu-node-agent/validations-driver-ready", c->paths.run);
+        if (!marker)
+                return -ENOMEM;
+        r = validations_update(c->validations.directory, marker, "/", &st, &changed);
         if (r < 0) {
                 log_error("GPU Operator: cannot update %s/driver-ready: %s.", c->validations.directory, strerror(-r));
                 (void) strv_extendf(parts, "GPU Operator: cannot update %s/driver-ready: %s", c->validations.directory,

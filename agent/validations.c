@@ -27,7 +27,8 @@ char *validations_driver_ready_text(const char *host_root) {
                          host_root, host_root);
 }
 
-int validations_update(const char *dir, const char *host_root, const ValidationsState *state, bool *ret_changed) {
+int validations_update(const char *dir, const char *owner_marker, const char *host_root, const ValidationsState *state,
+                       bool *ret_changed) {
         _cleanup_free_ char *path = path_join(dir, DRIVER_READY), *text = validations_driver_ready_text(host_root),
                             *old = NULL;
         int r;
@@ -41,6 +42,22 @@ int validations_update(const char *dir, const char *host_root, const Validations
                 return r;
 
         if (state->driver) {
+                /* The marker first: a crash between the two must not leave a file we would not remove. */
+                if (access(owner_marker, F_OK) < 0) {
+                        _cleanup_free_ char *mdir = strdup(owner_marker);
+                        if (!mdir)
+                                return -ENOMEM;
+                        char *slash = strrchr(mdir, '/');
+                        if (slash && slash != mdir) {
+                                *slash = '\0';
+                                r = mkdir_p(mdir, 0755);
+                                if (r < 0)
+                                        return r;
+                        }
+                        r = write_file_atomic(owner_marker, NULL, path, strlen(path), 0644);
+                        if (r < 0)
+                                return r;
+                }
                 if (old && streq(old, text))
                         return 0;
                 r = mkdir_p(dir, 0755);
@@ -53,10 +70,15 @@ int validations_update(const char *dir, const char *host_root, const Validations
                 return 0;
         }
 
-        if (!old || !streq(old, text))
-                return 0; /* absent, or the operator's own: not ours to remove */
-        if (unlink(path) < 0 && errno != ENOENT)
+        if (access(owner_marker, F_OK) < 0)
+                return 0; /* never written by us */
+        if (old && streq(old, text)) {
+                if (unlink(path) < 0 && errno != ENOENT)
+                        return negative_errno();
+                *ret_changed = true;
+        }
+        /* Gone, replaced by someone else's, or just removed: not ours any more. */
+        if (unlink(owner_marker) < 0 && errno != ENOENT)
                 return negative_errno();
-        *ret_changed = true;
         return 0;
 }

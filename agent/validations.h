@@ -21,6 +21,9 @@ typedef struct ValidationsState {
 char *validations_driver_ready_text(const char *host_root);
 
 /* Makes dir match state: writes <dir>/driver-ready (atomically, only when its bytes differ) when
- * state->driver, else removes it if it holds exactly what we write (a file the operator's own validator
- * wrote is left alone). *ret_changed: a file was written or removed. */
-int validations_update(const char *dir, const char *host_root, const ValidationsState *state, bool *ret_changed);
+ * state->driver, and then keeps owner_marker (a file of the agent's own runtime directory) to remember
+ * that the file is ours; otherwise removes driver-ready only when the marker exists and the file still
+ * holds exactly what we wrote — the operator's validator writes the same bytes for a host driver, and a
+ * file it wrote is never ours to remove. *ret_changed: driver-ready was written or removed. */
+int validations_update(const char *dir, const char *owner_marker, const char *host_root, const ValidationsState *state,
+                       bool *ret_changed);

@@ -559,10 +559,15 @@ int devnode_plan_imex(const char *proc_dir, unsigned n_channels, DevnodePlan **r
                           devices_path);
                 return r;
         }
+        /* ModifyDeviceFiles: 0 hands all NVIDIA nodes to the admin, these too; the mode stays 0666. */
+        Perms nv = { .mode = 0666, .modify = true };
+        r = proc_perms(proc_dir, "driver/nvidia/params", true, &nv, ret_error);
+        if (r < 0)
+                return r;
         p = calloc(1, sizeof(*p));
         if (!p)
                 return -ENOMEM;
-        p->modify = true;
+        p->modify = nv.modify;
         for (unsigned i = 0; i < n_channels; i++) {
                 r = plan_add(p, DEVNODE_IMEX_CHANNEL, strprintf("nvidia-caps-imex-channels/channel%u", i), major, i,
                              0666, 0, 0);

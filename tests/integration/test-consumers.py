@@ -185,6 +185,11 @@ def test_operator_driver_ready():
                              "NVIDIA_DEV_ROOT=/\nDEV_ROOT_CTR_PATH=/host\n", "driver-ready: %r" % read(ready))
         for other in ("toolkit-ready", "cuda-ready", "plugin-ready"):
             check(not os.path.exists(os.path.join(vdir, other)), other + " written")
+        # Package removal (--cleanup) takes it back: nothing verifies the driver any more.
+        run([AGENT, "--cleanup"] + node.args(), node=node, check_rc=0)
+        check(not os.path.exists(ready), "driver-ready left by --cleanup")
+        oneshot(node)
+        check(os.path.exists(ready), "driver-ready not written again")
         # NVML breaks (the library is gone): the layer is no longer verified, the file goes.
         with open(os.path.join(node.confd, "60-nonvml.yaml"), "w") as f:
             f.write("nvml:\n  library: /nonexistent/libnvidia-ml.so.1\n")
@@ -219,6 +224,10 @@ def test_imex_clique():
             f.write("fabric:\n  imex-channels: 5000\n")
         out = oneshot(node, rc=1)
         check("fabric.imex-channels is 5000; set it to 1..2048" in out, out)
+
+        spec_path = os.path.join(node.run, "cdi/nvidia-imex-channel.yaml")
+        run([AGENT, "--cleanup"] + node.args(), node=node, check_rc=0)
+        check(not os.path.exists(spec_path), "IMEX spec left by --cleanup")
 
 
 def test_imex_no_clique():

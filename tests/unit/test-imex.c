@@ -81,6 +81,28 @@ static void test_plan_and_spec(void **state) {
         rm_rf(proc);
 }
 
+static void test_modify_device_files_off(void **state) {
+        _cleanup_free_ char *proc = make_proc(devices_imex), *error = NULL, *params = NULL, *dev = NULL, *node = NULL;
+        _cleanup_(devnode_plan_freep) DevnodePlan *plan = NULL;
+        DevnodeResult res = {};
+        const char *text = "ModifyDeviceFiles: 0\n";
+
+        params = path_join(proc, "driver/nvidia");
+        assert_int_equal(mkdir_p(params, 0755), 0);
+        free(params);
+        params = path_join(proc, "driver/nvidia/params");
+        assert_int_equal(write_file_atomic(params, NULL, text, strlen(text), 0644), 0);
+        assert_int_equal(devnode_plan_imex(proc, 1, &plan, &error), 0);
+        assert_false(plan->modify);
+        dev = path_join(proc, "dev");
+        assert_int_equal(mkdir(dev, 0755), 0);
+        assert_int_equal(devnode_apply(plan, dev, &res, &error), 0);
+        assert_int_equal(res.created, 0);
+        node = path_join(dev, "nvidia-caps-imex-channels");
+        assert_int_equal(access(node, F_OK), -1);
+        rm_rf(proc);
+}
+
 static void test_no_imex_driver(void **state) {
         _cleanup_free_ char *proc = make_proc("Character devices:\n195 nvidia-frontend\n236 nvidia-caps\n"), *error = NULL;
         _cleanup_(devnode_plan_freep) DevnodePlan *plan = NULL;
@@ -124,6 +146,7 @@ int main(void) {
                 cmocka_unit_test(test_clique),
                 cmocka_unit_test(test_plan_and_spec),
                 cmocka_unit_test(test_no_imex_driver),
+                cmocka_unit_test(test_modify_device_files_off),
                 cmocka_unit_test(test_apply),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
