@@ -11,6 +11,7 @@
  * the message names each part. Starting nvidia-imex is asynchronous (modules/fabric.h): the handler then
  * returns STAGE_RUNNING and the unit callbacks finish the stage. */
 #include "cdi.h"
+#include "devices.h"
 #include "devnode.h"
 #include "fabric.h"
 #include "gres.h"
@@ -47,6 +48,20 @@ static int consumers_gres(Manager *m, char ***parts) {
 
         if (!c->gres.slurm_enabled)
                 return 0;
+
+        /* slurmd refuses to start when a File= does not exist, and the devices stage ran before NVML
+         * said which MIG devices there are: make their capability nodes now, as the mig stage does after
+         * a change, rather than name nodes that appear only on some later pass. */
+        bool mig = false;
+        for (size_t i = 0; m->nvml_snapshot && i < m->nvml_snapshot->n_gpus; i++)
+                mig = mig || m->nvml_snapshot->gpus[i].n_mig_devices > 0;
+        if (mig && stage_ok(m, STAGE_DEVICES)) {
+                _cleanup_free_ char *msg = NULL;
+                r = manager_devices_refresh(m, &msg);
+                if (r < 0)
+                        log_warning("Slurm: the MIG devices' capability nodes could not be made (%s); slurmd will "
+                                    "not start while a file gres.conf names is missing.", strna(msg));
+        }
 
         GresInput in = {
                 .snapshot = m->nvml_snapshot,
