@@ -10,10 +10,13 @@
  * stage rather than three because all three are small writers of derived files with no order among them;
  * the message names each part. Starting nvidia-imex is asynchronous (modules/fabric.h): the handler then
  * returns STAGE_RUNNING and the unit callbacks finish the stage. */
+#include <sys/stat.h>
+
 #include "cdi.h"
 #include "devices.h"
 #include "devnode.h"
 #include "fabric.h"
+#include "fileio.h"
 #include "gres.h"
 #include "imex.h"
 #include "log.h"
@@ -188,6 +191,16 @@ static int consumers_imex(Manager *m, char ***parts) {
                 return -EINVAL;
         }
         r = devnode_plan_imex(c->paths.proc, c->fabric.imex_channels, &plan, &error);
+        if (r >= 0 && plan->modify) {
+                /* As nvidia-modprobe makes it; root-owned, not world-writable. */
+                _cleanup_free_ char *dir = path_join(c->paths.dev, "nvidia-caps-imex-channels");
+                if (!dir)
+                        return -ENOMEM;
+                if (mkdir(dir, 0755) < 0 && errno != EEXIST) {
+                        r = negative_errno();
+                        error = strprintf("Cannot create %s: %s", dir, strerror(-r));
+                }
+        }
         if (r >= 0)
                 r = devnode_apply(plan, c->paths.dev, &res, &error);
         if (r < 0) {

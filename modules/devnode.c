@@ -476,6 +476,48 @@ const DevnodeSpec *devnode_plan_find(const DevnodePlan *p, const char *name) {
         return NULL;
 }
 
+int devnode_plan_imex(const char *proc_dir, unsigned n_channels, DevnodePlan **ret, char **ret_error) {
+        _cleanup_(devnode_plan_freep) DevnodePlan *p = NULL;
+        _cleanup_free_ char *devices = NULL, *devices_path = NULL;
+        unsigned major;
+        int r;
+
+        assert(proc_dir);
+        assert(ret);
+
+        r = read_proc_file(proc_dir, "devices", &devices_path, &devices);
+        if (r < 0) {
+                set_error(ret_error, "Cannot read %s: %s; the IMEX channels' device number comes from it.",
+                          strna(devices_path), strerror(-r));
+                return r;
+        }
+        r = proc_devices_major(devices, "nvidia-caps-imex-channels", &major);
+        if (r < 0) {
+                set_error(ret_error, "The driver registered no \"nvidia-caps-imex-channels\" device in %s: it has no "
+                          "IMEX support (driver 550 or later is needed); IMEX channels cannot be created.",
+                          devices_path);
+                return r;
+        }
+        /* ModifyDeviceFiles: 0 hands all NVIDIA nodes to the admin, these too; the mode stays 0666. */
+        Perms nv = { .mode = 0666, .modify = true };
+        r = proc_perms(proc_dir, "driver/nvidia/params", true, &nv, ret_error);
+        if (r < 0)
+                return r;
+        p = calloc(1, sizeof(*p));
+        if (!p)
+                return -ENOMEM;
+        p->modify = nv.modify;
+        for (unsigned i = 0; i < n_channels; i++) {
+                r = plan_add(p, DEVNODE_IMEX_CHANNEL, strprintf("nvidia-caps-imex-channels/channel%u", i), major, i,
+                             0666, 0, 0);
+                if (r < 0)
+                        return r;
+        }
+        qsort(p->nodes, p->n_nodes, sizeof(*p->nodes), spec_cmp);
+        *ret = TAKE_PTR(p);
+        return 0;
+}
+
 /* ---- apply ---- */
 
 static void set_node_error(char **ret_error, const char *what, const char *path, int r) {
@@ -535,48 +577,6 @@ static int make_and_rename(const char *path, const DevnodeSpec *s, const char *l
 
 static bool node_is(const struct stat *st, const DevnodeSpec *s) {
         return S_ISCHR(st->st_mode) && st->st_rdev == makedev(s->major, s->minor);
-}
-
-int devnode_plan_imex(const char *proc_dir, unsigned n_channels, DevnodePlan **ret, char **ret_error) {
-        _cleanup_(devnode_plan_freep) DevnodePlan *p = NULL;
-        _cleanup_free_ char *devices = NULL, *devices_path = NULL;
-        unsigned major;
-        int r;
-
-        assert(proc_dir);
-        assert(ret);
-
-        r = read_proc_file(proc_dir, "devices", &devices_path, &devices);
-        if (r < 0) {
-                set_error(ret_error, "Cannot read %s: %s; the IMEX channels' device number comes from it.",
-                          strna(devices_path), strerror(-r));
-                return r;
-        }
-        r = proc_devices_major(devices, "nvidia-caps-imex-channels", &major);
-        if (r < 0) {
-                set_error(ret_error, "The driver registered no \"nvidia-caps-imex-channels\" device in %s: it has no "
-                          "IMEX support (driver 550 or later is needed); IMEX channels cannot be created.",
-                          devices_path);
-                return r;
-        }
-        /* ModifyDeviceFiles: 0 hands all NVIDIA nodes to the admin, these too; the mode stays 0666. */
-        Perms nv = { .mode = 0666, .modify = true };
-        r = proc_perms(proc_dir, "driver/nvidia/params", true, &nv, ret_error);
-        if (r < 0)
-                return r;
-        p = calloc(1, sizeof(*p));
-        if (!p)
-                return -ENOMEM;
-        p->modify = nv.modify;
-        for (unsigned i = 0; i < n_channels; i++) {
-                r = plan_add(p, DEVNODE_IMEX_CHANNEL, strprintf("nvidia-caps-imex-channels/channel%u", i), major, i,
-                             0666, 0, 0);
-                if (r < 0)
-                        return r;
-        }
-        qsort(p->nodes, p->n_nodes, sizeof(*p->nodes), spec_cmp);
-        *ret = TAKE_PTR(p);
-        return 0;
 }
 
 static int ensure_dir(const char *path, char **ret_error) {
@@ -684,7 +684,7 @@ static int apply_link(const DevnodeSpec *s, const char *dev_dir, DevnodeResult *
 
 int devnode_apply(const DevnodePlan *plan, const char *dev_dir, DevnodeResult *ret_result, char **ret_error) {
         DevnodeResult res = {};
-        bool caps_dir = false, imex_dir = false;
+        bool caps_dir = false;
         int ret = 0, r;
 
         assert(plan);
@@ -706,18 +706,6 @@ int devnode_apply(const DevnodePlan *plan, const char *dev_dir, DevnodeResult *r
                                 continue;
                         }
                         caps_dir = true;
-                }
-                if (s->kind == DEVNODE_IMEX_CHANNEL && plan->modify && !imex_dir) {
-                        _cleanup_free_ char *d = path_join(dev_dir, "nvidia-caps-imex-channels");
-                        if (!d)
-                                return -ENOMEM;
-                        r = ensure_dir(d, ret_error);
-                        if (r < 0) {
-                                if (ret == 0)
-                                        ret = r;
-                                continue;
-                        }
-                        imex_dir = true;
                 }
                 r = apply_node(s, path, plan->modify, &res, ret_error);
                 if (r == -ENOMEM)

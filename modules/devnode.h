@@ -98,7 +98,8 @@ DevnodePlan *devnode_plan_free(DevnodePlan *p);
  * export between the nodes of one NVLink domain), character devices of the "nvidia-caps-imex-channels"
  * major in <proc>/devices with minor = channel number, 0666 root:root (any process of a job in the domain
  * may import memory through a channel; access is governed by which channels a container gets), not
- * created or changed when <proc>/driver/nvidia/params says ModifyDeviceFiles: 0. Fails with
+ * created or changed when <proc>/driver/nvidia/params says ModifyDeviceFiles: 0. devnode_apply() creates
+ * only nvidia-caps/ itself: the caller makes <dev>/nvidia-caps-imex-channels first. Fails with
  * -ENOENT when the driver registered no such major (a driver before 550, or no IMEX support), *ret_error
  * saying so. */
 int devnode_plan_imex(const char *proc_dir, unsigned n_channels, DevnodePlan **ret, char **ret_error);
