@@ -86,8 +86,8 @@ static int consumers_gres(Manager *m, char ***parts) {
                 log_full(changed ? LOG_WARNING : LOG_DEBUG, "Slurm: %s", *w);
         if (changed)
                 log_info("Slurm: wrote %d GRES line%s to %s.", n, n == 1 ? "" : "s", c->gres.slurm_file);
-        return strv_extendf(parts, "Slurm: %d GRES %s %s", n, changed ? "written to" : "unchanged in",
-                            c->gres.slurm_file);
+        return strv_extendf(parts, "Slurm: %d GRES line%s %s %s", n, n == 1 ? "" : "s",
+                            changed ? "written to" : "unchanged in", c->gres.slurm_file);
 }
 
 static int consumers_validations(Manager *m, char ***parts) {
