@@ -120,7 +120,8 @@ def slurmd_gres(tmp, gres_file, types):
 def test_slurm_full_gpus():
     with TempDir() as tmp:
         node, gres_file = gres_node(tmp, "dgx-h100")
-        oneshot(node)
+        out = oneshot(node)
+        check("Slurm: wrote 8 GRES lines to %s." % gres_file in out, "no word of the gres file:\n" + out)
         text = read(gres_file)
         gpus = nvml_gpus(node)
         want = ["Name=gpu Type=%s File=%s/nvidia%d Cores=%s" % (slurm_type(g["model"]), node.dev, g["minor"],
@@ -129,7 +130,8 @@ def test_slurm_full_gpus():
         check(lines == want, "gres lines:\n%s\nwanted:\n%s" % ("\n".join(lines), "\n".join(want)))
         check(len(lines) == 8, "not 8 GPUs")
         mtime = os.stat(gres_file).st_mtime_ns
-        oneshot(node)
+        out = oneshot(node)
+        check("Slurm: 8 GRES lines unchanged in %s" % gres_file in out, "second pass:\n" + out)
         check(os.stat(gres_file).st_mtime_ns == mtime, "gres file rewritten without a change")
 
         got, out = slurmd_gres(tmp, gres_file, [slurm_type(g["model"]) for g in gpus])
@@ -176,7 +178,8 @@ def test_operator_driver_ready():
     with TempDir() as tmp:
         vdir = os.path.join(tmp, "run/nvidia/validations")
         node = Node(tmp, "h200", "validations:\n  operator-compat: true\n  directory: %s\n" % vdir)
-        oneshot(node)
+        out = oneshot(node)
+        check("GPU Operator: wrote %s/driver-ready." % vdir in out, out)
         ready = os.path.join(vdir, "driver-ready")
         check(read(ready) == "IS_HOST_DRIVER=true\nNVIDIA_DRIVER_ROOT=/\nDRIVER_ROOT_CTR_PATH=/host\n"
                              "NVIDIA_DEV_ROOT=/\nDEV_ROOT_CTR_PATH=/host\n", "driver-ready: %r" % read(ready))
@@ -190,8 +193,10 @@ def test_operator_driver_ready():
         # NVML breaks (the library is gone): the layer is no longer verified, the file goes.
         with open(os.path.join(node.confd, "60-nonvml.yaml"), "w") as f:
             f.write("nvml:\n  library: /nonexistent/libnvidia-ml.so.1\n")
-        oneshot(node, rc=1)
+        out = oneshot(node, rc=1)
         check(not os.path.exists(ready), "driver-ready still there with NVML down")
+        check("GPU Operator: removed %s/driver-ready." % vdir in out and
+              "GPU Operator: driver-ready absent, the driver is not verified" in out, out)
 
 
 def test_imex_clique():
