@@ -26,6 +26,13 @@
 
 DEFINE_CLEANUP_FUNC(DevnodePlan *, devnode_plan_free);
 
+/* Under the packaged unit (ProtectSystem=strict) a read-only file system means "outside what the unit
+ * lets us write". */
+#define SANDBOX_HINT                                                                                     \
+        "the service unit lets the agent write only below /etc/slurm and /run/nvidia, and only when they " \
+        "exist when it starts: create the directory (slurmd's package makes /etc/slurm) and restart "     \
+        "the agent, or allow the path with ReadWritePaths= in a drop-in."
+
 static bool stage_ok(const Manager *m, StageId id) {
         return m->stages[id].state == STAGE_DONE || m->stages[id].state == STAGE_SKIPPED;
 }
@@ -77,8 +84,8 @@ static int consumers_gres(Manager *m, char ***parts) {
                 return strv_extendf(parts, "Slurm: formatting gres.conf lines failed: %s", strerror(-n)) < 0 ? -ENOMEM : n;
         r = gres_write(c->gres.slurm_file, text, &changed);
         if (r < 0) {
-                log_error("Slurm: cannot write %s: %s; check that its directory exists and is writable, or set "
-                          "gres.slurm.file.", c->gres.slurm_file, strerror(-r));
+                log_error("Slurm: cannot write %s: %s; %s", c->gres.slurm_file, strerror(-r),
+                          r == -EROFS ? SANDBOX_HINT : "check that its directory is writable, or set gres.slurm.file.");
                 (void) strv_extendf(parts, "Slurm: cannot write %s: %s", c->gres.slurm_file, strerror(-r));
                 return r;
         }
@@ -109,7 +116,8 @@ static int consumers_validations(Manager *m, char ***parts) {
                 return -ENOMEM;
         r = validations_update(c->validations.directory, marker, "/", &st, &changed);
         if (r < 0) {
-                log_error("GPU Operator: cannot update %s/driver-ready: %s.", c->validations.directory, strerror(-r));
+                log_error("GPU Operator: cannot update %s/driver-ready: %s%s%s", c->validations.directory, strerror(-r),
+                          r == -EROFS ? "; " : ".", r == -EROFS ? SANDBOX_HINT : "");
                 (void) strv_extendf(parts, "GPU Operator: cannot update %s/driver-ready: %s", c->validations.directory,
                                     strerror(-r));
                 return r;
