@@ -10,7 +10,8 @@
   - IMEX: on a GB200-like node whose GPUs are in a fabric clique, the channel nodes and the
     nvidia.com/imex-channel CDI spec; nothing of it on a node without a clique.
 Expected values come from the node descriptions (nvml.yaml, sysfs, mig-minors as mknode.py wrote them)
-and the fake NVML's own account of its MIG layout, never from the code under test. TAP output."""
+and the fake NVML's own account of its MIG layout, never from the code under test. TAP output;
+GNA_WRAPPER (e.g. valgrind) wraps the daemon."""
 import os
 import re
 import shutil
@@ -22,7 +23,7 @@ import sys
 import yaml
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import AGENT, FAKE_NVML, Fail, Node, Skip, TempDir, check, run, tap_main  # noqa: E402
+from harness import AGENT, FAKE_NVML, WRAPPER, Fail, Node, Skip, TempDir, check, run, tap_main  # noqa: E402
 
 SCALE = float(os.environ.get("GNA_TIMEOUT_SCALE", "1"))
 FAKE_NVML_CTL = os.path.join(os.path.dirname(FAKE_NVML), "fake-nvml-ctl")
@@ -30,7 +31,7 @@ SLURMD = shutil.which("slurmd") or "/usr/sbin/slurmd"
 
 
 def oneshot(node, rc=0):
-    p = run([AGENT, "--oneshot"] + node.args(), node=node, timeout=int(120 * SCALE))
+    p = run(WRAPPER + [AGENT, "--oneshot"] + node.args(), node=node, timeout=int(120 * SCALE))
     out = p.stdout + p.stderr
     check(p.returncode == rc, "--oneshot exited %d, wanted %d:\n%s" % (p.returncode, rc, out))
     return out
@@ -186,7 +187,7 @@ def test_operator_driver_ready():
         for other in ("toolkit-ready", "cuda-ready", "plugin-ready"):
             check(not os.path.exists(os.path.join(vdir, other)), other + " written")
         # Package removal (--cleanup) takes it back: nothing verifies the driver any more.
-        run([AGENT, "--cleanup"] + node.args(), node=node, check_rc=0)
+        run(WRAPPER + [AGENT, "--cleanup"] + node.args(), node=node, check_rc=0, timeout=int(60 * SCALE))
         check(not os.path.exists(ready), "driver-ready left by --cleanup")
         oneshot(node)
         check(os.path.exists(ready), "driver-ready not written again")
@@ -228,7 +229,7 @@ def test_imex_clique():
         check("fabric.imex-channels is 5000; set it to 1..2048" in out, out)
 
         spec_path = os.path.join(node.run, "cdi/nvidia-imex-channel.yaml")
-        run([AGENT, "--cleanup"] + node.args(), node=node, check_rc=0)
+        run(WRAPPER + [AGENT, "--cleanup"] + node.args(), node=node, check_rc=0, timeout=int(60 * SCALE))
         check(not os.path.exists(spec_path), "IMEX spec left by --cleanup")
 
 
