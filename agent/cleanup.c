@@ -45,28 +45,29 @@ static int cleanup_cdi_spec(const char *spec) {
         return remove_file(spec, "the CDI spec");
 }
 
+static int cleanup_runtime_file(const char *dir, const char *name) {
+        _cleanup_free_ char *p = path_join(dir, name);
+
+        if (!p)
+                return log_oom();
+        return remove_file(p, "the readiness file");
+}
+
 static int cleanup_runtime_dir(const char *run) {
         _cleanup_free_ char *dir = path_join(run, "gpu-node-agent");
-        int r = 0, k;
+        int r, k;
 
         if (!dir)
                 return log_oom();
-        const char *names[_STAGE_MAX + 2];
-        _cleanup_free_ char *stage_files[_STAGE_MAX] = {};
-        size_t n = 0;
-        names[n++] = "ready";
-        names[n++] = "state";
+        r = cleanup_runtime_file(dir, "ready");
+        k = cleanup_runtime_file(dir, "state");
+        if (k < 0 && r >= 0)
+                r = k;
         for (int i = 0; i < _STAGE_MAX; i++) {
-                stage_files[i] = strprintf("%s-ready", stage_to_string(i));
-                if (!stage_files[i])
+                _cleanup_free_ char *name = strprintf("%s-ready", stage_to_string(i));
+                if (!name)
                         return log_oom();
-                names[n++] = stage_files[i];
-        }
-        for (size_t i = 0; i < n; i++) {
-                _cleanup_free_ char *p = path_join(dir, names[i]);
-                if (!p)
-                        return log_oom();
-                k = remove_file(p, "the readiness file");
+                k = cleanup_runtime_file(dir, name);
                 if (k < 0 && r >= 0)
                         r = k;
         }
