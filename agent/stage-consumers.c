@@ -103,10 +103,12 @@ static int consumers_validations(Manager *m, char ***parts) {
         int r;
 
         /* Verified = what the operator's driver validation checks (module loaded, nvidia-smi works):
-         * the driver stage and device nodes succeeded and NVML initialised and lists GPUs. */
+         * the driver stage and device nodes succeeded and this pass's NVML read succeeded and lists GPUs
+         * (judged by the nvml stage and its snapshot, not by an NVML handle of this process, which
+         * may not be where NVML runs). */
         ValidationsState st = {
                 .driver = c->validations.operator_compat && stage_ok(m, STAGE_DRIVER) && stage_ok(m, STAGE_DEVICES) &&
-                          m->stages[STAGE_NVML].state == STAGE_DONE && m->nvml && m->nvml_snapshot &&
+                          m->stages[STAGE_NVML].state == STAGE_DONE && m->nvml_snapshot &&
                           m->nvml_snapshot->n_gpus > 0,
         };
         /* Off: still remove a driver-ready we wrote before, or it would outlive the setting. */
