@@ -58,6 +58,10 @@ static int consumers_gres(Manager *m, char ***parts) {
 
         if (!c->gres.slurm_enabled)
                 return 0;
+        /* NVML down is usually passing (a driver reload, a GPU reset): an empty file would take the GPUs
+         * from Slurm at its next reconfigure. Only a node without GPUs gets one. */
+        if (!m->nvml_snapshot && m->inventory && m->inventory->n_gpus > 0)
+                return strv_extendf(parts, "Slurm: NVML is unavailable; %s left as it is", c->gres.slurm_file);
 
         /* slurmd refuses to start when a File= does not exist, and the devices stage ran before NVML
          * said which MIG devices there are: make their capability nodes now, as the mig stage does after

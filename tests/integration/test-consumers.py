@@ -133,12 +133,31 @@ def test_slurm_full_gpus():
         mtime = os.stat(gres_file).st_mtime_ns
         out = oneshot(node)
         check("Slurm: 8 GRES lines unchanged in %s" % gres_file in out, "second pass:\n" + out)
+        # NVML down (the library is gone) does not take the GPUs from Slurm.
+        with open(os.path.join(node.confd, "60-nonvml.yaml"), "w") as f:
+            f.write("nvml:\n  library: /nonexistent/libnvidia-ml.so.1\n")
+        out = oneshot(node, rc=1)
+        check(read(gres_file) == text and os.stat(gres_file).st_mtime_ns == mtime, "gres file changed with NVML down")
+        check("Slurm: NVML is unavailable; %s left as it is" % gres_file in out, out)
+        os.unlink(os.path.join(node.confd, "60-nonvml.yaml"))
         check(os.stat(gres_file).st_mtime_ns == mtime, "gres file rewritten without a change")
 
         got, out = slurmd_gres(tmp, gres_file, [slurm_type(g["model"]) for g in gpus])
         check(got == [(slurm_type(g["model"]), "%s/nvidia%d" % (node.dev, g["minor"])) for g in gpus],
               "slurmd -G reported %r:\n%s" % (got, out))
         check("not a valid character or block device" not in out, "device nodes missing for slurmd:\n" + out)
+
+
+def test_slurm_no_gpu():
+    with TempDir() as tmp:
+        node, gres_file = gres_node(tmp, "no-gpu")
+        os.makedirs(os.path.dirname(gres_file))
+        with open(gres_file, "w") as f:
+            f.write("Name=gpu Type=stale File=/dev/nvidia0\n")
+        out = oneshot(node)
+        text = read(gres_file)
+        check("Name=gpu" not in text and text.startswith("# Slurm GRES of this node"), "no-GPU gres file: %r" % text)
+        check("Slurm: 0 GRES lines written to %s" % gres_file in out, out)
 
 
 def test_slurm_mig():
@@ -242,5 +261,5 @@ def test_imex_no_clique():
 
 
 if __name__ == "__main__":
-    sys.exit(tap_main([test_slurm_full_gpus, test_slurm_mig, test_operator_driver_ready, test_imex_clique,
+    sys.exit(tap_main([test_slurm_full_gpus, test_slurm_no_gpu, test_slurm_mig, test_operator_driver_ready, test_imex_clique,
                        test_imex_no_clique], sys.argv[1:]))
