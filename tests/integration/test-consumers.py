@@ -260,6 +260,33 @@ def test_imex_no_clique():
         check(not os.path.exists(os.path.join(node.run, "cdi/nvidia-imex-channel.yaml")), "IMEX spec without a clique")
 
 
+def test_config_keys():
+    """The new keys' defaults in --check-config, and bad values named with file, line and the fix."""
+    with TempDir() as tmp:
+        conf = os.path.join(tmp, "agent.yaml")
+        none = os.path.join(tmp, "conf.d")
+
+        def check_config(text, rc):
+            with open(conf, "w") as f:
+                f.write(text)
+            p = run([AGENT, "--check-config", "--config", conf, "--config-dir", none])
+            check(p.returncode == rc, "--check-config exited %d:\n%s%s" % (p.returncode, p.stdout, p.stderr))
+            return p.stdout + p.stderr
+
+        out = check_config("", 0)
+        for want in ("\ngres:\n  slurm:\n    enabled: false\n    file: /etc/slurm/gres-gpu-node-agent.conf\n",
+                     "\nvalidations:\n  operator-compat: false\n  directory: /run/nvidia/validations\n",
+                     "  imex: auto\n  imex-channels: 1\n", "  imex-spec: /run/cdi/nvidia-imex-channel.yaml\n"):
+            check(want in out, "defaults lack %r:\n%s" % (want, out))
+        out = check_config("fabric:\n  imex: maybe\n", 1)
+        check("%s:2:9: fabric.imex: expected one of off, auto, got 'maybe'" % conf in out, out)
+        out = check_config("gres:\n  slurm:\n    file: gres.conf\n", 1)
+        check("%s:3:11: gres.slurm.file: 'gres.conf' is not an absolute path; write it starting with '/'" % conf in out,
+              out)
+        out = check_config("validations:\n  operator-compat: perhaps\n", 1)
+        check("validations.operator-compat: expected a boolean (true/false), got 'perhaps'" in out, out)
+
+
 if __name__ == "__main__":
     sys.exit(tap_main([test_slurm_full_gpus, test_slurm_no_gpu, test_slurm_mig, test_operator_driver_ready, test_imex_clique,
-                       test_imex_no_clique], sys.argv[1:]))
+                       test_imex_no_clique, test_config_keys], sys.argv[1:]))
