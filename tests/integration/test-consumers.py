@@ -27,7 +27,8 @@ from harness import AGENT, FAKE_NVML, WRAPPER, Fail, Node, Skip, TempDir, check,
 
 SCALE = float(os.environ.get("GNA_TIMEOUT_SCALE", "1"))
 FAKE_NVML_CTL = os.path.join(os.path.dirname(FAKE_NVML), "fake-nvml-ctl")
-SLURMD = shutil.which("slurmd") or "/usr/sbin/slurmd"
+# GNA_SLURMD names another slurmd (or a missing one, to see the skip).
+SLURMD = os.environ.get("GNA_SLURMD") or shutil.which("slurmd") or "/usr/sbin/slurmd"
 
 
 def oneshot(node, rc=0):
@@ -92,7 +93,8 @@ def gres_node(tmp, name):
 def slurmd_gres(tmp, gres_file, types):
     """Runs `slurmd -G` on a slurm.conf of its own that includes our file; returns [(type, files)]."""
     if not os.path.exists(SLURMD):
-        raise Skip("slurmd is not installed (Debian package slurmd); the gres.conf check needs it")
+        raise Skip("the gres.conf lines were checked, but slurmd is not installed (Debian package slurmd), so "
+                   "slurmd -G did not parse them")
     conf_dir = os.path.join(tmp, "slurm-conf")
     os.makedirs(os.path.join(conf_dir, "spool"), exist_ok=True)
     host = socket.gethostname().split(".")[0]
