@@ -8,11 +8,14 @@
   - the GPU Operator's driver-ready file: written with the validator's content when the driver is up,
     removed when NVML breaks;
   - IMEX: on a GB200-like node whose GPUs are in a fabric clique, the channel nodes and the
-    nvidia.com/imex-channel CDI spec; nothing of it on a node without a clique.
+    nvidia.com/imex-channel CDI spec; nothing of it on a node without a clique; and, with the daemon on
+    a private bus with tests/fake-systemd, nvidia-imex.service started once (not installed, failing,
+    fabric.imex: off).
 Expected values come from the node descriptions (nvml.yaml, sysfs, mig-minors as mknode.py wrote them)
 and the fake NVML's own account of its MIG layout, never from the code under test. TAP output;
 GNA_WRAPPER (e.g. valgrind) wraps the daemon."""
 import os
+import importlib.util
 import re
 import shutil
 import socket
@@ -29,6 +32,20 @@ SCALE = float(os.environ.get("GNA_TIMEOUT_SCALE", "1"))
 FAKE_NVML_CTL = os.path.join(os.path.dirname(FAKE_NVML), "fake-nvml-ctl")
 # GNA_SLURMD names another slurmd (or a missing one, to see the skip).
 SLURMD = os.environ.get("GNA_SLURMD") or shutil.which("slurmd") or "/usr/sbin/slurmd"
+
+
+_devfab = None
+
+
+def devfab():
+    """test-devfab.py's environment (private bus with the fake systemd, notify listener, the daemon)."""
+    global _devfab
+    if _devfab is None:
+        spec = importlib.util.spec_from_file_location(
+            "gna_test_devfab", os.path.join(os.path.dirname(os.path.abspath(__file__)), "test-devfab.py"))
+        _devfab = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(_devfab)
+    return _devfab
 
 
 def oneshot(node, rc=0):
@@ -262,6 +279,57 @@ def test_imex_no_clique():
         check(not os.path.exists(os.path.join(node.run, "cdi/nvidia-imex-channel.yaml")), "IMEX spec without a clique")
 
 
+IMEX = "nvidia-imex.service"
+PD = "nvidia-persistenced.service"
+
+
+def test_imex_service_started_in_a_clique():
+    with TempDir() as tmp:
+        e = devfab().Env(tmp, "gb200-nvl", devfab().QUIET_DRIVER, units={PD: "ok", IMEX: "ok"})
+        try:
+            s = e.stage("consumers")
+            check(s["state"] == "done", "consumers: %r" % s)
+            for what in ("IMEX: 4 GPUs in clique 5c1e7c2a-90d1-4e61-8d5f-0f3b2a1c4d5e.3, 1 channel",
+                         IMEX + " started"):
+                check(what in s["message"], "consumers message lacks %r: %s" % (what, s["message"]))
+            check(len(e.systemd.starts(IMEX)) == 1, "calls: %r" % e.systemd.calls())
+            # Running: not started again.
+            s = e.reconcile_and_wait("consumers")
+            check(s["state"] == "done" and IMEX + " is running" in s["message"], "second pass: %r" % s)
+            check(len(e.systemd.starts(IMEX)) == 1, "started again: %r" % e.systemd.calls())
+        finally:
+            e.close()
+
+
+def test_imex_service_missing_failing_or_off():
+    with TempDir() as tmp:
+        e = devfab().Env(tmp, "gb200-nvl", devfab().QUIET_DRIVER, units={PD: "ok"})
+        try:
+            s = e.stage("consumers")
+            check(s["state"] == "done" and IMEX + " is not installed; not started" in s["message"], "%r" % s)
+            check(not e.systemd.starts(IMEX), "calls: %r" % e.systemd.calls())
+        finally:
+            e.close()
+    with TempDir() as tmp:
+        e = devfab().Env(tmp, "gb200-nvl", devfab().QUIET_DRIVER + "engine:\n  retry-min: 1h\n  retry-max: 1h\n",
+                units={PD: "ok", IMEX: "fail"})
+        try:
+            s = e.stage("consumers")
+            check(s["state"] == "failed" and IMEX in s["message"], "a failing nvidia-imex: %r" % s)
+        finally:
+            e.close()
+    with TempDir() as tmp:
+        e = devfab().Env(tmp, "gb200-nvl", devfab().QUIET_DRIVER + "fabric:\n  imex: off\n",
+                         units={PD: "ok", IMEX: "ok"})
+        try:
+            check(e.stage("consumers")["state"] == "skipped", "fabric.imex: off: %r" % e.stage("consumers"))
+            check(not e.systemd.starts(IMEX), "started with fabric.imex: off: %r" % e.systemd.calls())
+            check(not os.path.exists(os.path.join(e.node.dev, "nvidia-caps-imex-channels")), "channels made when off")
+        finally:
+            e.close()
+
+
+
 def test_config_keys():
     """The new keys' defaults in --check-config, and bad values named with file, line and the fix."""
     with TempDir() as tmp:
@@ -291,4 +359,5 @@ def test_config_keys():
 
 if __name__ == "__main__":
     sys.exit(tap_main([test_slurm_full_gpus, test_slurm_no_gpu, test_slurm_mig, test_operator_driver_ready, test_imex_clique,
-                       test_imex_no_clique, test_config_keys], sys.argv[1:]))
+                       test_imex_no_clique, test_imex_service_started_in_a_clique,
+                       test_imex_service_missing_failing_or_off, test_config_keys], sys.argv[1:]))

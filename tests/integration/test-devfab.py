@@ -471,53 +471,6 @@ def test_unload_refused_then_done():
 
 
 
-IMEX = "nvidia-imex.service"
-
-
-def test_imex_service_started_in_a_clique():
-    with TempDir() as tmp:
-        e = Env(tmp, "gb200-nvl", QUIET_DRIVER, units={PD: "ok", IMEX: "ok"})
-        try:
-            s = e.stage("consumers")
-            check(s["state"] == "done", "consumers: %r" % s)
-            for what in ("IMEX: 4 GPUs in clique 5c1e7c2a-90d1-4e61-8d5f-0f3b2a1c4d5e.3, 1 channel",
-                         IMEX + " started"):
-                check(what in s["message"], "consumers message lacks %r: %s" % (what, s["message"]))
-            check(len(e.systemd.starts(IMEX)) == 1, "calls: %r" % e.systemd.calls())
-            # Running: not started again.
-            s = e.reconcile_and_wait("consumers")
-            check(s["state"] == "done" and IMEX + " is running" in s["message"], "second pass: %r" % s)
-            check(len(e.systemd.starts(IMEX)) == 1, "started again: %r" % e.systemd.calls())
-        finally:
-            e.close()
-
-
-def test_imex_service_missing_failing_or_off():
-    with TempDir() as tmp:
-        e = Env(tmp, "gb200-nvl", QUIET_DRIVER, units={PD: "ok"})
-        try:
-            s = e.stage("consumers")
-            check(s["state"] == "done" and IMEX + " is not installed; not started" in s["message"], "%r" % s)
-            check(not e.systemd.starts(IMEX), "calls: %r" % e.systemd.calls())
-        finally:
-            e.close()
-    with TempDir() as tmp:
-        e = Env(tmp, "gb200-nvl", QUIET_DRIVER + "engine:\n  retry-min: 1h\n  retry-max: 1h\n",
-                units={PD: "ok", IMEX: "fail"})
-        try:
-            s = e.stage("consumers")
-            check(s["state"] == "failed" and IMEX in s["message"], "a failing nvidia-imex: %r" % s)
-        finally:
-            e.close()
-    with TempDir() as tmp:
-        e = Env(tmp, "gb200-nvl", QUIET_DRIVER + "fabric:\n  imex: off\n", units={PD: "ok", IMEX: "ok"})
-        try:
-            check(e.stage("consumers")["state"] == "skipped", "fabric.imex: off: %r" % e.stage("consumers"))
-            check(not e.systemd.starts(IMEX), "started with fabric.imex: off: %r" % e.systemd.calls())
-            check(not os.path.exists(os.path.join(e.node.dev, "nvidia-caps-imex-channels")), "channels made when off")
-        finally:
-            e.close()
-
 
 TESTS = [
     test_devices_nodes_and_second_pass,
@@ -527,8 +480,6 @@ TESTS = [
     test_fabric_manager_failure_degrades,
     test_fabric_not_installed_and_version,
     test_unload_refused_then_done,
-    test_imex_service_started_in_a_clique,
-    test_imex_service_missing_failing_or_off,
 ]
 
 
