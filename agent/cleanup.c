@@ -14,6 +14,7 @@
 #include "nfd.h"
 #include "stage.h"
 #include "strv.h"
+#include "validations.h"
 
 /* The first line of every CDI spec the agent writes (cdi-spec.c). */
 #define CDI_SPEC_SIGNATURE "# Written by gpu-node-agent"
@@ -93,6 +94,20 @@ int agent_cleanup_outputs(const Config *c) {
         k = cleanup_cdi_spec(c->cdi.spec);
         if (k < 0 && r >= 0)
                 r = k;
+        k = cleanup_cdi_spec(c->cdi.imex_spec);
+        if (k < 0 && r >= 0)
+                r = k;
+        /* The operator's pods must not go on trusting a driver nothing verifies. The Slurm GRES file
+         * stays: slurmd includes it, and the GPUs it lists are still there. */
+        _cleanup_free_ char *marker = strprintf("%s/gpu-node-agent/validations-driver-ready", c->paths.run);
+        bool removed = false;
+        if (!marker)
+                return log_oom();
+        k = validations_update(c->validations.directory, marker, "/", &(ValidationsState) {}, &removed);
+        if (k < 0 && r >= 0)
+                r = log_error_errno(k, "Failed to remove %s/driver-ready: %m", c->validations.directory);
+        else if (removed)
+                log_info("Removed the GPU Operator's %s/driver-ready.", c->validations.directory);
         k = cleanup_runtime_dir(c->paths.run);
         if (k < 0 && r >= 0)
                 r = k;

@@ -47,6 +47,9 @@
  *     persistenced: auto                           auto | off
  *     fabricmanager: auto                          auto | off (NVSwitch systems)
  *     timeout: 2min
+ *     imex: auto                                   auto | off: IMEX channels, their CDI spec and nvidia-imex
+ *                                                  where NVML puts GPUs in a fabric clique (GB200 NVL72)
+ *     imex-channels: 1                             channel0..N-1 under /dev/nvidia-caps-imex-channels
  *   mig:
  *     config-file: <etc>/gpu-node-agent/mig-config.yaml   mig-parted v1 format
  *     selected: ""                                 the config to apply; "" = MIG not managed
@@ -57,6 +60,14 @@
  *     enabled: true
  *     spec:     <run>/cdi/nvidia.yaml              the CDI spec we own (= /var/run/cdi/nvidia.yaml)
  *     driver-root: <root>                          where the driver's user-space files are looked up
+ *     imex-spec: <run>/cdi/nvidia-imex-channel.yaml   CDI spec of kind nvidia.com/imex-channel
+ *   gres:
+ *     slurm:
+ *       enabled: false                             write Slurm gres.conf lines for this node's GPUs
+ *       file: <etc>/slurm/gres-gpu-node-agent.conf  Include it from gres.conf
+ *   validations:
+ *     operator-compat: false                       write the GPU Operator's driver-ready file
+ *     directory: <run>/nvidia/validations
  *   engine:
  *     retry-min: 1s                                first retry delay of a failed stage (doubles)
  *     retry-max: 5min                              cap of that delay
@@ -147,6 +158,8 @@ typedef struct ConfigFabric {
         int persistenced;                      /* 0 off, 1 auto (start when installed) */
         int fabricmanager;                     /* 0 off, 1 auto (start on NVSwitch systems) */
         uint64_t timeout_usec;
+        int imex;                              /* 0 off, 1 auto (IMEX channels + nvidia-imex where GPUs are in a clique) */
+        unsigned imex_channels;                /* channel0..N-1 are created */
 } ConfigFabric;
 
 typedef struct ConfigMig {
@@ -160,7 +173,18 @@ typedef struct ConfigCdi {
         bool enabled;
         char *spec;
         char *driver_root;
+        char *imex_spec;                       /* kind nvidia.com/imex-channel, its own file */
 } ConfigCdi;
+
+typedef struct ConfigGres {
+        bool slurm_enabled;
+        char *slurm_file;                      /* gres.conf lines for slurmd (Include it from gres.conf) */
+} ConfigGres;
+
+typedef struct ConfigValidations {
+        bool operator_compat;                  /* write the GPU Operator's validation files */
+        char *directory;                       /* <run>/nvidia/validations */
+} ConfigValidations;
 
 typedef struct ConfigEngine {
         uint64_t retry_min_usec;
@@ -177,6 +201,8 @@ typedef struct Config {
         ConfigFabric fabric;
         ConfigMig mig;
         ConfigCdi cdi;
+        ConfigGres gres;
+        ConfigValidations validations;
         ConfigEngine engine;
         int log_level;           /* LOG_* from syslog.h */
         char **sources;          /* files that were merged, in order (may be empty) */

@@ -67,6 +67,7 @@ Manager *manager_free(Manager *m) {
         /* An apply in flight holds fabric ops, event sources, a reset child and the NVML handle. */
         mig_manager_free(m->mig);
         manager_driver_done(m);
+        manager_consumers_done(m);
         manager_fabric_done(m);
         manager_bus_disconnect(m);
         bus_dirty_free(m->bus_dirty);

@@ -65,6 +65,7 @@ typedef struct Manager {
         char *dkms_state;                /* DkmsState property: "idle", "building …", "failed: …", "built …" */
         char **module_rows;              /* Modules property: "name\tstate\tdetail" per module, in load order */
         struct FabricOp *fabric_op;      /* a unit start in flight */
+        struct FabricOp *imex_op;        /* nvidia-imex query/start of the consumers stage in flight */
         char **started_units;            /* units we started (stopped again by Unload()) */
         struct DriverUnload *unload;     /* Unload() in flight or done and holding (driver-unload.c) */
 
@@ -124,6 +125,9 @@ int manager_nvml_refresh(Manager *m, char **ret_error);
 /* Name of the Stage property: "starting", the running stage's name, or "ready" between passes. */
 const char *manager_stage_name(const Manager *m);
 bool manager_is_ready(const Manager *m);
+
+/* Cancels the consumers stage's unit operation (stage-consumers.c). */
+void manager_consumers_done(Manager *m);
 
 const char *agent_state_to_string(AgentState s);
 AgentState agent_state_from_string(const char *s);

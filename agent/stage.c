@@ -11,6 +11,7 @@ static const char *const stage_names[_STAGE_MAX] = {
         [STAGE_MIG] = "mig",
         [STAGE_CDI] = "cdi",
         [STAGE_LABELS] = "labels",
+        [STAGE_CONSUMERS] = "consumers",
 };
 
 static const char *const stage_state_names[_STAGE_STATE_MAX] = {
@@ -25,7 +26,8 @@ static const char *const stage_state_names[_STAGE_STATE_MAX] = {
 
 /* Order of this table = order of a pass. The labels need only the probe: with the driver or NVML down
  * they still go out (PCI-only, degraded). CDI describes whatever exists, so a failed MIG apply does not
- * hold it back; it regenerates after the mig stage in the same pass. */
+ * hold it back; it regenerates after the mig stage in the same pass. The consumers (Slurm, GPU Operator
+ * validations, IMEX) depend on nothing: they must also see a broken driver, to withdraw driver-ready. */
 static const StageDescriptor stage_table[_STAGE_MAX] = {
         { STAGE_PROBE, stage_probe_run, 0 },
         { STAGE_DRIVER, stage_driver_run, DEP(STAGE_PROBE) },
@@ -35,6 +37,7 @@ static const StageDescriptor stage_table[_STAGE_MAX] = {
         { STAGE_MIG, stage_mig_run, DEP(STAGE_NVML) },
         { STAGE_CDI, stage_cdi_run, DEP(STAGE_NVML) },
         { STAGE_LABELS, stage_labels_run, DEP(STAGE_PROBE) },
+        { STAGE_CONSUMERS, stage_consumers_run, 0 },
 };
 
 const StageDescriptor *stage_descriptor(StageId id) {

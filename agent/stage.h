@@ -18,6 +18,7 @@ typedef enum StageId {
         STAGE_MIG,
         STAGE_CDI,
         STAGE_LABELS,
+        STAGE_CONSUMERS,
         _STAGE_MAX,
         _STAGE_INVALID = -EINVAL,
 } StageId;
@@ -69,3 +70,4 @@ int stage_nvml_run(Manager *m, char **ret_message);
 int stage_mig_run(Manager *m, char **ret_message);
 int stage_cdi_run(Manager *m, char **ret_message);
 int stage_labels_run(Manager *m, char **ret_message);
+int stage_consumers_run(Manager *m, char **ret_message);

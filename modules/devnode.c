@@ -26,6 +26,7 @@ static const char *const devnode_kind_table[_DEVNODE_KIND_MAX] = {
         [DEVNODE_CAP] = "cap",
         [DEVNODE_NVSWITCH] = "nvswitch",
         [DEVNODE_NVSWITCH_CTL] = "nvswitch-ctl",
+        [DEVNODE_IMEX_CHANNEL] = "imex-channel",
 };
 
 const char *devnode_kind_to_string(DevnodeKind k) {
@@ -473,6 +474,48 @@ const DevnodeSpec *devnode_plan_find(const DevnodePlan *p, const char *name) {
                 if (streq(p->nodes[i].name, name))
                         return &p->nodes[i];
         return NULL;
+}
+
+int devnode_plan_imex(const char *proc_dir, unsigned n_channels, DevnodePlan **ret, char **ret_error) {
+        _cleanup_(devnode_plan_freep) DevnodePlan *p = NULL;
+        _cleanup_free_ char *devices = NULL, *devices_path = NULL;
+        unsigned major;
+        int r;
+
+        assert(proc_dir);
+        assert(ret);
+
+        r = read_proc_file(proc_dir, "devices", &devices_path, &devices);
+        if (r < 0) {
+                set_error(ret_error, "Cannot read %s: %s; the IMEX channels' device number comes from it.",
+                          strna(devices_path), strerror(-r));
+                return r;
+        }
+        r = proc_devices_major(devices, "nvidia-caps-imex-channels", &major);
+        if (r < 0) {
+                set_error(ret_error, "The driver registered no \"nvidia-caps-imex-channels\" device in %s: it has no "
+                          "IMEX support (driver 550 or later is needed); IMEX channels cannot be created.",
+                          devices_path);
+                return r;
+        }
+        /* ModifyDeviceFiles: 0 hands all NVIDIA nodes to the admin, these too; the mode stays 0666. */
+        Perms nv = { .mode = 0666, .modify = true };
+        r = proc_perms(proc_dir, "driver/nvidia/params", true, &nv, ret_error);
+        if (r < 0)
+                return r;
+        p = calloc(1, sizeof(*p));
+        if (!p)
+                return -ENOMEM;
+        p->modify = nv.modify;
+        for (unsigned i = 0; i < n_channels; i++) {
+                r = plan_add(p, DEVNODE_IMEX_CHANNEL, strprintf("nvidia-caps-imex-channels/channel%u", i), major, i,
+                             0666, 0, 0);
+                if (r < 0)
+                        return r;
+        }
+        qsort(p->nodes, p->n_nodes, sizeof(*p->nodes), spec_cmp);
+        *ret = TAKE_PTR(p);
+        return 0;
 }
 
 /* ---- apply ---- */

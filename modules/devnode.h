@@ -27,6 +27,7 @@ typedef enum DevnodeKind {
         DEVNODE_CAP,           /* nvidia-caps/nvidia-cap<m> */
         DEVNODE_NVSWITCH,      /* nvidia-nvswitch<n> */
         DEVNODE_NVSWITCH_CTL,  /* nvidia-nvswitchctl */
+        DEVNODE_IMEX_CHANNEL,  /* nvidia-caps-imex-channels/channel<n> */
         _DEVNODE_KIND_MAX,
         _DEVNODE_KIND_INVALID = -EINVAL,
 } DevnodeKind;
@@ -92,6 +93,16 @@ typedef struct DevnodePlan {
  * (optional) then says which file and what to do. */
 int devnode_plan(const char *proc_dir, const DevnodeOptions *opts, DevnodePlan **ret, char **ret_error);
 DevnodePlan *devnode_plan_free(DevnodePlan *p);
+
+/* The IMEX channel nodes nvidia-caps-imex-channels/channel0..n_channels-1 (NVLink multi-node memory
+ * export between the nodes of one NVLink domain), character devices of the "nvidia-caps-imex-channels"
+ * major in <proc>/devices with minor = channel number, 0666 root:root (any process of a job in the domain
+ * may import memory through a channel; access is governed by which channels a container gets), not
+ * created or changed when <proc>/driver/nvidia/params says ModifyDeviceFiles: 0. devnode_apply() creates
+ * only nvidia-caps/ itself: the caller makes <dev>/nvidia-caps-imex-channels first. Fails with
+ * -ENOENT when the driver registered no such major (a driver before 550, or no IMEX support), *ret_error
+ * saying so. */
+int devnode_plan_imex(const char *proc_dir, unsigned n_channels, DevnodePlan **ret, char **ret_error);
 
 /* Looks a planned node up by name ("nvidia0"); NULL when not planned. */
 const DevnodeSpec *devnode_plan_find(const DevnodePlan *p, const char *name);

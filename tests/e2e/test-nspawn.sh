@@ -130,6 +130,13 @@ devices:
   enabled: false
 cdi:
   driver-root: /srv/node
+# The consumers stage under the unit's sandbox: Slurm's lines in /etc/slurm, the GPU Operator's
+# driver-ready in /run/nvidia/validations (ReadWritePaths=, tmpfiles.d).
+gres:
+  slurm:
+    enabled: true
+validations:
+  operator-compat: true
 log:
   level: debug
 EOF
@@ -205,6 +212,9 @@ in_ct install -D -m 0644 /srv/e2e/agent.yaml /etc/gpu-node-agent/agent.yaml || f
 in_ct install -D -m 0644 /srv/e2e/50-e2e.conf "/etc/systemd/system/$UNIT.d/50-e2e.conf" || fail "cannot write the drop-in"
 # NFD's directory exists but features.d does not: the agent must create it (ReadWritePaths= allows it).
 in_ct mkdir -p "$NFD_DIR" || fail "cannot create $NFD_DIR"
+# As slurmd's package leaves it; the unit may write below it only when it exists at start.
+in_ct mkdir -p /etc/slurm || fail "cannot create /etc/slurm"
+in_ct test -d /run/nvidia/validations || fail "/run/nvidia/validations missing after boot: tmpfiles.d/gpu-node-agent.conf not applied"
 for unit in nvidia-persistenced nvidia-fabricmanager; do
         in_ct install -m 0644 "/srv/e2e/$unit.service" "/etc/systemd/system/$unit.service" || fail "cannot install $unit.service"
 done
@@ -244,6 +254,11 @@ in_ct test -f /run/gpu-node-agent/ready || fail "/run/gpu-node-agent/ready was n
 grep -qx "nvidia.com/gpu.product=NVIDIA-H100-80GB-HBM3" <<<"$features" || fail "$FEATURE_FILE lacks the NVML product name (nvml stage?): $features"
 # The installed vendor default (labels.expiry: 1h): labels of an agent stopped for good expire.
 grep -q "^# +expiry-time=" <<<"$features" || fail "$FEATURE_FILE has no expiry directive (vendor default labels.expiry): $features"
+gres=$(in_ct cat /etc/slurm/gres-gpu-node-agent.conf) || fail "the Slurm GRES file was not written under the unit's sandbox (ReadWritePaths=/etc/slurm?)"
+[ "$(grep -c '^Name=gpu Type=nvidia_h100_80gb_hbm3 File=/srv/node/dev/nvidia[0-7] Cores=' <<<"$gres")" = "$NODE_GPUS" ] ||
+        fail "/etc/slurm/gres-gpu-node-agent.conf does not list the $NODE_GPUS GPUs: $gres"
+ready_file=$(in_ct cat /run/nvidia/validations/driver-ready) || fail "driver-ready was not written under the unit's sandbox (ReadWritePaths=/run/nvidia?)"
+grep -qx "IS_HOST_DRIVER=true" <<<"$ready_file" || fail "driver-ready is not the operator's host-driver format: $ready_file"
 spec=$(in_ct cat /run/cdi/nvidia.yaml) || fail "the CDI spec /run/cdi/nvidia.yaml was not written (ReadWritePaths=/run/cdi, tmpfiles?)"
 grep -q "kind: nvidia.com/gpu" <<<"$spec" || fail "/run/cdi/nvidia.yaml is not our spec: $spec"
 log "feature file, CDI spec and ready file present"

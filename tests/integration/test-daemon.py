@@ -82,7 +82,7 @@ def test_ready_status_properties():
             check(get_property(d.bus, "KernelRelease") == 's "%s"' % kver, "KernelRelease is not the node's")
             check(get_property(d.bus, "ConfigError") == 's ""', "ConfigError set on a valid config")
             stages = get_property(d.bus, "Stages")
-            names = ("probe", "driver", "devices", "fabric", "nvml", "mig", "cdi", "labels")
+            names = ("probe", "driver", "devices", "fabric", "nvml", "mig", "cdi", "labels", "consumers")
             check(stages.startswith('a(sstts) %d "probe" "done"' % len(names)), "Stages: " + stages)
             for name in names:
                 check('"%s" "done"' % name in stages or '"%s" "skipped"' % name in stages,

@@ -119,7 +119,7 @@ static void test_string_tables(void **state) {
         assert_string_equal(stage_to_string(STAGE_LABELS), "labels");
         /* The order of a pass, and what waits for what: labels need only the probe (they fall back to
          * PCI when the driver or NVML is down); NVML needs the driver; CDI and MIG need NVML. */
-        static const char *const order[] = { "probe", "driver", "devices", "fabric", "nvml", "mig", "cdi", "labels" };
+        static const char *const order[] = { "probe", "driver", "devices", "fabric", "nvml", "mig", "cdi", "labels", "consumers" };
         assert_int_equal(ELEMENTSOF(order), _STAGE_MAX);
         for (int i = 0; i < _STAGE_MAX; i++)
                 assert_string_equal(stage_to_string(i), order[i]);
@@ -131,6 +131,8 @@ static void test_string_tables(void **state) {
         assert_int_equal(stage_descriptor(STAGE_MIG)->depends, 1u << STAGE_NVML);
         assert_int_equal(stage_descriptor(STAGE_CDI)->depends, 1u << STAGE_NVML);
         assert_int_equal(stage_descriptor(STAGE_LABELS)->depends, 1u << STAGE_PROBE);
+        /* The consumers must run after a failed driver too, to withdraw the operator's driver-ready. */
+        assert_int_equal(stage_descriptor(STAGE_CONSUMERS)->depends, 0);
 }
 
 static void test_full_pass_ready(void **state) {
@@ -164,7 +166,10 @@ static void test_full_pass_ready(void **state) {
         assert_int_equal(read_full_file(state_path, 4096, &state_text, NULL), 0);
         assert_string_equal(state_text, "STATE=ready\nREADY=yes\nGPU_COUNT=8\nSTAGE_probe=done\nSTAGE_driver=done\nSTAGE_devices=skipped\n"
                                         "STAGE_fabric=skipped\nSTAGE_nvml=done\nSTAGE_mig=skipped\n"
-                                        "STAGE_cdi=done\nSTAGE_labels=done\n");
+                                        "STAGE_cdi=done\nSTAGE_labels=done\nSTAGE_consumers=skipped\n");
+        assert_string_equal(m->stages[STAGE_CONSUMERS].message,
+                            "gres.slurm.enabled and validations.operator-compat are false and no GPU is in an NVLink "
+                            "fabric clique");
         _cleanup_free_ char *spec = path_join(e.run, "cdi/nvidia.yaml");
         assert_int_equal(access(spec, F_OK), 0);
 

@@ -1,0 +1,292 @@
+/* SPDX-License-Identifier: MIT */
+/* Owns the consumers stage: after the labels, the same facts for the node's other consumers, each
+ * switched on by its own setting —
+ *   - Slurm (gres.slurm.*): the node's gres.conf lines (gres.c), rewritten only when they change;
+ *   - the GPU Operator (validations.*): its driver-ready file while the driver is verified, removed when
+ *     it breaks (validations.c);
+ *   - NVLink multi-node (fabric.imex): where NVML puts GPUs in a fabric clique, the IMEX channel device
+ *     nodes, their CDI spec (imex.c) and nvidia-imex.service.
+ * It runs last in a pass because it reports on the others (driver, devices, nvml) as they ended. It is one
+ * stage rather than three because all three are small writers of derived files with no order among them;
+ * the message names each part. Starting nvidia-imex is asynchronous (modules/fabric.h): the handler then
+ * returns STAGE_RUNNING and the unit callbacks finish the stage. */
+#include <sys/stat.h>
+
+#include "cdi.h"
+#include "devices.h"
+#include "devnode.h"
+#include "fabric.h"
+#include "fileio.h"
+#include "gres.h"
+#include "imex.h"
+#include "log.h"
+#include "manager.h"
+#include "strv.h"
+#include "validations.h"
+
+DEFINE_CLEANUP_FUNC(DevnodePlan *, devnode_plan_free);
+
+/* Under the packaged unit (ProtectSystem=strict) a read-only file system means "outside what the unit
+ * lets us write". */
+#define SANDBOX_HINT                                                                                     \
+        "the service unit lets the agent write only below /etc/slurm and /run/nvidia, and only when they " \
+        "exist when it starts: create the directory (slurmd's package makes /etc/slurm) and restart "     \
+        "the agent, or allow the path with ReadWritePaths= in a drop-in."
+
+static bool stage_ok(const Manager *m, StageId id) {
+        return m->stages[id].state == STAGE_DONE || m->stages[id].state == STAGE_SKIPPED;
+}
+
+/* A path of this process's view as the node sees it: paths.root stripped (as the CDI spec does). */
+static const char *node_path(const Manager *m, const char *p) {
+        const char *root = m->config->paths.root;
+        size_t n = strlen(root);
+
+        while (n > 0 && root[n - 1] == '/')
+                n--;
+        if (n > 0 && strncmp(p, root, n) == 0 && p[n] == '/')
+                return p + n;
+        return p;
+}
+
+static int consumers_gres(Manager *m, char ***parts) {
+        const Config *c = m->config;
+        _cleanup_free_ char *text = NULL;
+        _cleanup_strv_free_ char **warnings = NULL;
+        bool changed = false;
+        int n, r;
+
+        if (!c->gres.slurm_enabled)
+                return 0;
+        /* NVML down is usually passing (a driver reload, a GPU reset): an empty file would take the GPUs
+         * from Slurm at its next reconfigure. Only a node without GPUs gets one. */
+        if (!m->nvml_snapshot && m->inventory && m->inventory->n_gpus > 0)
+                return strv_extendf(parts, "Slurm: NVML is unavailable; %s left as it is", c->gres.slurm_file);
+
+        /* slurmd refuses to start when a File= does not exist, and the devices stage ran before NVML
+         * said which MIG devices there are: make their capability nodes now, as the mig stage does after
+         * a change, rather than name nodes that appear only on some later pass. */
+        bool mig = false;
+        for (size_t i = 0; m->nvml_snapshot && i < m->nvml_snapshot->n_gpus; i++)
+                mig = mig || m->nvml_snapshot->gpus[i].n_mig_devices > 0;
+        if (mig && stage_ok(m, STAGE_DEVICES)) {
+                _cleanup_free_ char *msg = NULL;
+                r = manager_devices_refresh(m, &msg);
+                if (r < 0)
+                        log_warning("Slurm: the MIG devices' capability nodes could not be made (%s); slurmd will "
+                                    "not start while a file gres.conf names is missing.", strna(msg));
+        }
+
+        GresInput in = {
+                .snapshot = m->nvml_snapshot,
+                .sys = c->paths.sys,
+                .proc = c->paths.proc,
+                .dev = node_path(m, c->paths.dev),
+        };
+        n = gres_format(&in, &text, &warnings);
+        if (n < 0)
+                return strv_extendf(parts, "Slurm: formatting gres.conf lines failed: %s", strerror(-n)) < 0 ? -ENOMEM : n;
+        r = gres_write(c->gres.slurm_file, text, &changed);
+        if (r < 0) {
+                log_error("Slurm: cannot write %s: %s; %s", c->gres.slurm_file, strerror(-r),
+                          r == -EROFS ? SANDBOX_HINT : "check that its directory is writable, or set gres.slurm.file.");
+                (void) strv_extendf(parts, "Slurm: cannot write %s: %s", c->gres.slurm_file, strerror(-r));
+                return r;
+        }
+        STRV_FOREACH(w, warnings)
+                log_full(changed ? LOG_WARNING : LOG_DEBUG, "Slurm: %s", *w);
+        if (changed)
+                log_info("Slurm: wrote %d GRES line%s to %s.", n, n == 1 ? "" : "s", c->gres.slurm_file);
+        return strv_extendf(parts, "Slurm: %d GRES line%s %s %s", n, n == 1 ? "" : "s",
+                            changed ? "written to" : "unchanged in", c->gres.slurm_file);
+}
+
+static int consumers_validations(Manager *m, char ***parts) {
+        const Config *c = m->config;
+        bool changed = false;
+        int r;
+
+        /* Verified = what the operator's driver validation checks (module loaded, nvidia-smi works):
+         * the driver stage and device nodes succeeded and this pass's NVML read succeeded and lists GPUs
+         * (judged by the nvml stage and its snapshot, not by an NVML handle of this process, which
+         * may not be where NVML runs). */
+        ValidationsState st = {
+                .driver = c->validations.operator_compat && stage_ok(m, STAGE_DRIVER) && stage_ok(m, STAGE_DEVICES) &&
+                          m->stages[STAGE_NVML].state == STAGE_DONE && m->nvml_snapshot &&
+                          m->nvml_snapshot->n_gpus > 0,
+        };
+        /* Off: still remove a driver-ready we wrote before, or it would outlive the setting. */
+        /* The node sees its driver at its own "/", however this process looks at it (--root). */
+        _cleanup_free_ char *marker = strprintf("%s/gpu-node-agent/validations-driver-ready", c->paths.run);
+        if (!marker)
+                return -ENOMEM;
+        r = validations_update(c->validations.directory, marker, "/", &st, &changed);
+        if (r < 0) {
+                log_error("GPU Operator: cannot update %s/driver-ready: %s%s%s", c->validations.directory, strerror(-r),
+                          r == -EROFS ? "; " : ".", r == -EROFS ? SANDBOX_HINT : "");
+                (void) strv_extendf(parts, "GPU Operator: cannot update %s/driver-ready: %s", c->validations.directory,
+                                    strerror(-r));
+                return r;
+        }
+        if (changed)
+                log_info("GPU Operator: %s %s/driver-ready.", st.driver ? "wrote" : "removed", c->validations.directory);
+        if (!c->validations.operator_compat)
+                return 0;
+        return strv_extendf(parts, "GPU Operator: driver-ready %s%s (toolkit-ready and cuda-ready are not verified "
+                            "by the agent and not written)", st.driver ? "present" : "absent",
+                            st.driver ? "" : ", the driver is not verified");
+}
+
+/* Finishes the stage with the progress text plus part. */
+static void consumers_finish(Manager *m, int r, const char *part) {
+        const char *prev = m->stages[STAGE_CONSUMERS].message;
+        _cleanup_free_ char *text = isempty(prev) ? strdup(part) : strprintf("%s; %s", prev, part);
+
+        m->imex_op = fabric_op_free(m->imex_op);
+        manager_stage_complete(m, STAGE_CONSUMERS, r, text ?: part);
+}
+
+static void on_imex_started(FabricOp *op, int r, const char *message, void *userdata) {
+        Manager *m = userdata;
+        _cleanup_free_ char *msg = r < 0 ? strdup(message ?: strerror(-r)) : NULL;
+
+        if (r < 0) {
+                log_error("IMEX: %s", strna(msg));
+                return consumers_finish(m, r, msg ?: "starting " IMEX_UNIT " failed");
+        }
+        if (!strv_contains(m->started_units, IMEX_UNIT) && strv_extend(&m->started_units, IMEX_UNIT) < 0)
+                log_oom();
+        log_info("IMEX: started " IMEX_UNIT ".");
+        consumers_finish(m, STAGE_DONE, IMEX_UNIT " started");
+}
+
+static void on_imex_query(FabricOp *op, int r, const FabricUnitInfo *info, const char *message, void *userdata) {
+        Manager *m = userdata;
+        FabricStartOptions opts = { .timeout_usec = m->config->fabric.timeout_usec, .require_installed = true };
+        bool installed = info && info->installed,
+             active = info && (streq_ptr(info->active_state, "active") || streq_ptr(info->active_state, "reloading"));
+
+        if (r == -EHOSTUNREACH || r == -ENXIO)
+                return consumers_finish(m, STAGE_DONE, "systemd is not on the system bus: " IMEX_UNIT " not managed");
+        if (r < 0) {
+                _cleanup_free_ char *msg = strdup(message ?: strerror(-r));
+                return consumers_finish(m, r, msg ?: "cannot ask systemd about " IMEX_UNIT);
+        }
+        m->imex_op = fabric_op_free(op); /* info lives in op: read above */
+        if (!installed)
+                return consumers_finish(m, STAGE_DONE, IMEX_UNIT " is not installed; not started");
+        if (active)
+                return consumers_finish(m, STAGE_DONE, IMEX_UNIT " is running");
+        r = fabric_unit_start(m->bus, IMEX_UNIT, &opts, on_imex_started, m, &m->imex_op);
+        if (r < 0) {
+                _cleanup_free_ char *msg = strprintf("cannot start " IMEX_UNIT ": %s", strerror(-r));
+                consumers_finish(m, r, msg ?: "cannot start " IMEX_UNIT);
+        }
+}
+
+/* Returns 1 when the unit step should follow (clique, auto, channels in place, a bus). */
+static int consumers_imex(Manager *m, char ***parts) {
+        const Config *c = m->config;
+        _cleanup_(devnode_plan_freep) DevnodePlan *plan = NULL;
+        _cleanup_free_ char *error = NULL, *text = NULL;
+        DevnodeResult res = {};
+        size_t n_gpus = 0;
+        bool changed = false;
+        int r;
+
+        const char *clique = imex_clique(m->nvml_snapshot, &n_gpus);
+        if (!c->fabric.imex || !clique)
+                return 0;
+
+        if (c->fabric.imex_channels == 0 || c->fabric.imex_channels > 2048) {
+                /* 2048 is the driver's default NVreg_ImexChannelCount. */
+                (void) strv_extendf(parts, "IMEX: fabric.imex-channels is %u; set it to 1..2048 (channels are numbered "
+                                    "from 0; the driver makes 2048 by default)", c->fabric.imex_channels);
+                return -EINVAL;
+        }
+        r = devnode_plan_imex(c->paths.proc, c->fabric.imex_channels, &plan, &error);
+        if (r >= 0 && plan->modify) {
+                /* As nvidia-modprobe makes it; root-owned, not world-writable. */
+                _cleanup_free_ char *dir = path_join(c->paths.dev, "nvidia-caps-imex-channels");
+                if (!dir)
+                        return -ENOMEM;
+                if (mkdir(dir, 0755) < 0 && errno != EEXIST) {
+                        r = negative_errno();
+                        error = strprintf("Cannot create %s: %s", dir, strerror(-r));
+                }
+        }
+        if (r >= 0)
+                r = devnode_apply(plan, c->paths.dev, &res, &error);
+        if (r < 0) {
+                log_error("IMEX: %s", error ?: strerror(-r));
+                (void) strv_extendf(parts, "IMEX: %s", error ?: strerror(-r));
+                return r;
+        }
+        if (res.created + res.replaced + res.fixed > 0)
+                log_info("IMEX: %u channel node%s under %s/nvidia-caps-imex-channels (clique %s).",
+                         c->fabric.imex_channels, c->fabric.imex_channels == 1 ? "" : "s", c->paths.dev, clique);
+
+        if (c->cdi.enabled) {
+                r = imex_cdi_spec_text(plan, &text);
+                if (r >= 0)
+                        r = cdi_spec_write(c->cdi.imex_spec, text, &changed, &error);
+                if (r < 0) {
+                        log_error("IMEX: not writing %s: %s", c->cdi.imex_spec, error ?: strerror(-r));
+                        (void) strv_extendf(parts, "IMEX: not writing %s: %s", c->cdi.imex_spec, error ?: strerror(-r));
+                        return r;
+                }
+                if (changed)
+                        log_info("IMEX: wrote %s (kind " IMEX_CDI_KIND ", %u channel%s).", c->cdi.imex_spec,
+                                 c->fabric.imex_channels, c->fabric.imex_channels == 1 ? "" : "s");
+        }
+        r = strv_extendf(parts, "IMEX: %zu GPU%s in clique %s, %u channel%s%s%s", n_gpus, n_gpus == 1 ? "" : "s",
+                         clique, c->fabric.imex_channels, c->fabric.imex_channels == 1 ? "" : "s",
+                         c->cdi.enabled ? " in " : "", c->cdi.enabled ? c->cdi.imex_spec : "");
+        if (r < 0)
+                return r;
+        return m->bus ? 1 : 0;
+}
+
+int stage_consumers_run(Manager *m, char **ret_message) {
+        _cleanup_strv_free_ char **parts = NULL;
+        int r, first = 0, imex;
+
+        r = consumers_gres(m, &parts);
+        if (r < 0)
+                first = r;
+        r = consumers_validations(m, &parts);
+        if (r < 0 && first == 0)
+                first = r;
+        imex = consumers_imex(m, &parts);
+        if (imex < 0 && first == 0)
+                first = imex;
+
+        _cleanup_free_ char *text = parts ? strv_join(parts, "; ") : NULL;
+        if (parts && !text)
+                return -ENOMEM;
+        if (first < 0) {
+                *ret_message = TAKE_PTR(text);
+                return first;
+        }
+        if (imex > 0) {
+                m->imex_op = fabric_op_free(m->imex_op);
+                manager_stage_progress(m, STAGE_CONSUMERS, text);
+                r = fabric_unit_query(m->bus, IMEX_UNIT, on_imex_query, m, &m->imex_op);
+                if (r < 0) {
+                        *ret_message = strprintf("%s; cannot ask systemd about " IMEX_UNIT ": %s", strna(text), strerror(-r));
+                        return r;
+                }
+                return STAGE_RUNNING;
+        }
+        if (!text) {
+                *ret_message = strdup("gres.slurm.enabled and validations.operator-compat are false and no GPU is in an "
+                                      "NVLink fabric clique");
+                return STAGE_SKIPPED;
+        }
+        *ret_message = TAKE_PTR(text);
+        return STAGE_DONE;
+}
+
+void manager_consumers_done(Manager *m) {
+        m->imex_op = fabric_op_free(m->imex_op);
+}
