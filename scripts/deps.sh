@@ -20,12 +20,13 @@ GNA_BUILD_PACKAGES=(
 #                     kernel's headers; its image is downloaded and unpacked, never installed)
 #   nvml-abi:         apt + dpkg-deb (Debian's nvml.h is downloaded through a private apt config)
 #   packaging:        rpm (rpmbuild for the RPM spec), fakeroot
+#   consumers:        slurmd (the real slurmd parses the gres.conf we write: slurmd -G)
 #   docs:             man-db
 GNA_TEST_PACKAGES=(
         python3-dbus python3-jsonschema procps util-linux valgrind
         systemd systemd-container
         qemu-system-x86 busybox-static cpio file dkms linux-headers-amd64
-        rpm fakeroot man-db
+        rpm fakeroot man-db slurmd
 )
 
 # gna_install_deps [build|test] [EXTRA...]: installs what is missing of that set (default: test,
