@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/pidfd.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -412,20 +413,9 @@ static int do_spawn(Spawn *s, const char *exe, char *const *argv, char **env) {
         return 0;
 }
 
-int spawn_start(sd_event *e, char *const *argv, const SpawnOptions *o, Spawn **ret) {
-        _cleanup_(spawn_freep) Spawn *s = NULL;
-        _cleanup_free_ char *exe = NULL;
-        int r;
+static int spawn_new(sd_event *e, const SpawnOptions *o, Spawn **ret) {
+        Spawn *s = calloc(1, sizeof *s);
 
-        assert(e);
-        assert(argv && argv[0]);
-        assert(ret);
-
-        r = spawn_find_program(argv[0], &exe);
-        if (r < 0)
-                return r;
-
-        s = calloc(1, sizeof *s);
         if (!s)
                 return -ENOMEM;
         s->pidfd = s->pipe_fd = -1;
@@ -439,28 +429,120 @@ int spawn_start(sd_event *e, char *const *argv, const SpawnOptions *o, Spawn **r
                 s->o.abandon_usec = SPAWN_ABANDON_DEFAULT_USEC;
         if (!s->o.kill_signal)
                 s->o.kill_signal = SIGKILL;
+        *ret = s;
+        return 0;
+}
 
-        r = do_spawn(s, exe, argv, o ? o->env : NULL);
-        if (r < 0)
-                return r;
-        (void) sd_event_now(e, CLOCK_MONOTONIC, &s->started_usec);
+/* The child runs: attach the pipe, the exit watch and the timeout. */
+static int attach(Spawn *s) {
+        int r = 0;
 
+        (void) sd_event_now(s->event, CLOCK_MONOTONIC, &s->started_usec);
         if (s->pipe_fd >= 0) {
-                r = sd_event_add_io(e, &s->pipe_source, s->pipe_fd, EPOLLIN, on_pipe, s);
+                r = sd_event_add_io(s->event, &s->pipe_source, s->pipe_fd, EPOLLIN, on_pipe, s);
                 if (r >= 0)
                         /* Lines before the verdict: the pipe is served ahead of the exit notification. */
                         r = sd_event_source_set_priority(s->pipe_source, SD_EVENT_PRIORITY_NORMAL - 1);
         }
         if (r >= 0)
-                r = s->pidfd >= 0 ? sd_event_add_io(e, &s->exit_source, s->pidfd, EPOLLIN, on_pidfd, s)
+                r = s->pidfd >= 0 ? sd_event_add_io(s->event, &s->exit_source, s->pidfd, EPOLLIN, on_pidfd, s)
                                   : start_polling(s);
         if (r >= 0 && s->o.timeout_usec > 0)
-                r = sd_event_add_time(e, &s->timer_source, CLOCK_MONOTONIC, s->started_usec + s->o.timeout_usec,
-                                      0, on_timer, s);
+                r = sd_event_add_time(s->event, &s->timer_source, CLOCK_MONOTONIC,
+                                      s->started_usec + s->o.timeout_usec, 0, on_timer, s);
         if (r < 0)
                 return r; /* spawn_free() cancels */
-
         (void) sd_event_source_set_description(s->exit_source, "spawn-exit");
+        return 0;
+}
+
+int spawn_start(sd_event *e, char *const *argv, const SpawnOptions *o, Spawn **ret) {
+        _cleanup_(spawn_freep) Spawn *s = NULL;
+        _cleanup_free_ char *exe = NULL;
+        int r;
+
+        assert(e);
+        assert(argv && argv[0]);
+        assert(ret);
+
+        r = spawn_find_program(argv[0], &exe);
+        if (r < 0)
+                return r;
+        r = spawn_new(e, o, &s);
+        if (r < 0)
+                return r;
+        r = do_spawn(s, exe, argv, o ? o->env : NULL);
+        if (r < 0)
+                return r;
+        r = attach(s);
+        if (r < 0)
+                return r;
+        *ret = TAKE_PTR(s);
+        return 0;
+}
+
+_noreturn_ static void child_run(int pass_fd, SpawnChildFunc fn, void *userdata) {
+        struct sigaction dfl = { .sa_handler = SIG_DFL };
+        sigset_t none;
+        int null;
+
+        /* Only async-signal-safe calls until fn: the parent may have had other threads. */
+        (void) prctl(PR_SET_PDEATHSIG, SIGKILL);
+        (void) setpgid(0, 0);
+        for (int sig = 1; sig < NSIG; sig++)
+                if (sig != SIGKILL && sig != SIGSTOP)
+                        (void) sigaction(sig, &dfl, NULL);
+        sigemptyset(&none);
+        (void) sigprocmask(SIG_SETMASK, &none, NULL);
+
+        if (pass_fd != 3) {
+                if (dup2(pass_fd, 3) < 0)
+                        _exit(127);
+        } else if (fcntl(3, F_SETFD, 0) < 0)
+                _exit(127);
+        if (close_range(4, ~0U, 0) < 0)
+                for (int fd = 4; fd < 65536; fd++)
+                        (void) close(fd);
+        null = open("/dev/null", O_RDONLY | O_CLOEXEC);
+        if (null >= 0 && null != STDIN_FILENO) {
+                (void) dup2(null, STDIN_FILENO);
+                (void) close(null);
+        }
+        _exit(fn(3, userdata));
+}
+
+int spawn_fork(sd_event *e, int pass_fd, SpawnChildFunc fn, void *userdata, const SpawnOptions *o, Spawn **ret) {
+        _cleanup_(spawn_freep) Spawn *s = NULL;
+        pid_t pid;
+        int r;
+
+        assert(e);
+        assert(fn);
+        assert(ret);
+        assert(!o || !o->capture);
+
+        r = spawn_new(e, o, &s);
+        if (r < 0)
+                return r;
+        pid = fork();
+        if (pid < 0)
+                return negative_errno();
+        if (pid == 0)
+                child_run(pass_fd, fn, userdata);
+
+        (void) setpgid(pid, pid); /* also here: no kill(-pid) may race the child's own setpgid() */
+        s->pid = pid;
+        s->pidfd = pidfd_open(pid, 0);
+        if (s->pidfd < 0 && !PIDFD_UNSUPPORTED(errno)) {
+                r = negative_errno();
+                (void) kill(pid, SIGKILL);
+                reaper_adopt(e, pid, 0, 0);
+                s->pid = 0;
+                return r;
+        }
+        r = attach(s);
+        if (r < 0)
+                return r;
         *ret = TAKE_PTR(s);
         return 0;
 }

@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <signal.h>
 #include <stdio.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <fcntl.h>
@@ -318,6 +319,52 @@ static void test_cancel_and_free(void **state) {
         result_done(&r);
 }
 
+/* A forked worker: gets the passed descriptor as fd 3 and nothing else of ours; its crash is reported. */
+static int child_body(int fd, void *userdata) {
+        char c = 0;
+
+        if (fcntl(77, F_GETFD) >= 0)
+                return 2; /* inherited what it should not have */
+        if (write(fd, "x", 1) != 1 || read(fd, &c, 1) != 1)
+                return 3;
+        if (c == 'c')
+                (void) raise(SIGSEGV);
+        return 0;
+}
+
+static void test_fork_worker(void **state) {
+        _cleanup_(sd_event_unrefp) sd_event *e = NULL;
+        Result r = {};
+        SpawnOptions o = { .on_exit = on_exit_cb, .userdata = &r };
+        _cleanup_(spawn_freep) Spawn *s = NULL;
+        int sv[2], fd = open("/dev/null", O_RDONLY);
+        char c;
+
+        assert_true(fd >= 0);
+        assert_int_equal(dup2(fd, 77), 77);
+        assert_return_code(sd_event_new(&e), 0);
+        for (int round = 0; round < 2; round++) {
+                assert_return_code(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+                r.done = false;
+                assert_return_code(spawn_fork(e, sv[1], child_body, NULL, &o, &s), 0);
+                close(sv[1]);
+                assert_int_equal(getpgid(spawn_pid(s)), spawn_pid(s));
+                assert_int_equal(read(sv[0], &c, 1), 1);
+                assert_int_equal(write(sv[0], round == 0 ? "o" : "c", 1), 1);
+                run_until_done(e, &r, 5 * USEC_PER_SEC);
+                if (round == 0) {
+                        assert_int_equal(r.res.exit_status, 0);
+                } else {
+                        assert_int_equal(r.res.exit_status, -1);
+                        assert_int_equal(r.res.signal, SIGSEGV);
+                }
+                close(sv[0]);
+                s = spawn_free(s);
+        }
+        close(77);
+        close(fd);
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_exit_status_and_lines),
@@ -328,6 +375,7 @@ int main(void) {
                 cmocka_unit_test(test_grandchild_holds_pipe),
                 cmocka_unit_test(test_unkillable_child_abandoned),
                 cmocka_unit_test(test_cancel_and_free),
+                cmocka_unit_test(test_fork_worker),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }
