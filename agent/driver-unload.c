@@ -16,6 +16,7 @@
 #include "driver.h"
 #include "fabric.h"
 #include "gpu-holders.h"
+#include "gpu-nvml-worker.h"
 #include "log.h"
 #include "mig-manager.h"
 #include "module.h"
@@ -115,6 +116,7 @@ static void unload_forget_nvml(Manager *m) {
         NvmlSnapshot *old = m->nvml_snapshot;
 
         m->nvml = gpu_nvml_close(m->nvml);
+        m->nvml_worker = gpu_nvml_worker_free(m->nvml_worker);
         if (!old)
                 return;
         m->nvml_snapshot = NULL;
@@ -144,8 +146,11 @@ static void unload_modules_now(DriverUnload *u) {
         int r;
 
         /* Our own NVML handle keeps /dev/nvidia* open; so would a stage that opened it again, which
-         * is why everything from here on happens in this one callback. */
+         * is why everything from here on happens in this one callback. The worker's is killed (it
+         * may not be gone yet when the holders are looked at: it is ours, and the kernel's refcount
+         * settles when it is reaped). */
         m->nvml = gpu_nvml_close(m->nvml);
+        m->nvml_worker = gpu_nvml_worker_free(m->nvml_worker);
 
         r = gpu_holders_collect(m->config->paths.proc, m->config->paths.sys, m->config->paths.dev, getpid(),
                                 &holders);

@@ -54,7 +54,9 @@ typedef struct Manager {
         char *config_error;              /* why the last load/reload failed, NULL if it did not */
 
         Inventory *inventory;            /* last successful probe, NULL before */
-        GpuNvml *nvml;                   /* loaded and initialised NVML, NULL while unavailable */
+        struct GpuNvmlWorker *nvml_worker; /* the process that runs NVML for the nvml stage (gpu-nvml-worker.h) */
+        GpuNvml *nvml;                   /* NVML in this process, for MIG writes only: opened on first need
+                                          * after the worker found NVML answering (manager_nvml_open_local) */
         NvmlSnapshot *nvml_snapshot;     /* last successful read, NULL while NVML is unavailable */
         char *cdi_spec_text;             /* last CDI spec written (or found current), NULL none */
         struct CdiMigMinorsCache *cdi_minors; /* the parsed mig-minors table, kept while the file is unchanged */
@@ -120,6 +122,11 @@ void manager_stage_progress(Manager *m, StageId id, const char *text);
  * the next nvml stage) and *ret_error says why. */
 void manager_nvml_close(Manager *m);
 int manager_nvml_refresh(Manager *m, char **ret_error);
+
+/* Opens m->nvml (this process's NVML, for MIG management) unless open: only once the worker's last
+ * snapshot succeeded, so a missing or wedged library fails the nvml stage rather than the loop. -ENODEV
+ * with a sentence when NVML is not available. */
+int manager_nvml_open_local(Manager *m, char **ret_error);
 
 /* Name of the Stage property: "starting", the running stage's name, or "ready" between passes. */
 const char *manager_stage_name(const Manager *m);

@@ -150,10 +150,9 @@ static int read_states(MigManager *mm, MigGpuState **ret, size_t *ret_n, char **
         _cleanup_strv_free_ char **addresses = NULL;
         int r;
 
-        if (!mm->manager->nvml) {
-                *ret_error = strdup("NVML is not available (see the nvml stage); the MIG layout cannot be read.");
-                return -ENODEV;
-        }
+        r = manager_nvml_open_local(mm->manager, ret_error);
+        if (r < 0)
+                return r;
         r = gpu_addresses(mm, &addresses);
         if (r < 0)
                 return r;
