@@ -482,7 +482,8 @@ int gpu_nvml_worker_snapshot(GpuNvmlWorker *w, const char *library, char *const 
         w->done = done;
         w->userdata = userdata;
         w->timeout_usec = timeout_usec ?: GPU_NVML_WORKER_TIMEOUT_DEFAULT_USEC;
-        w->init_usec = (uint64_t) n_gpus * GPU_NVML_WORKER_INIT_PER_GPU_USEC;
+        w->init_usec = (uint64_t) n_gpus * (w->timeout_usec < GPU_NVML_WORKER_INIT_PER_GPU_USEC
+                                                    ? w->timeout_usec : GPU_NVML_WORKER_INIT_PER_GPU_USEC);
         w->call = mfree(w->call);
         w->in_init = true; /* until it says otherwise, it may be loading and initialising */
         w->call_usec = now_usec(w->event);

@@ -16,7 +16,7 @@
  * index), so that when a call does not come back within the deadline, the daemon can say which one:
  * "nvmlDeviceGetMemoryInfo on GPU 3 has not returned for 30 s". The deadline runs per call (re-armed by
  * every PROGRESS), with extra time for nvmlInit (which attaches every GPU, seconds each without
- * persistence mode). A worker that overruns is killed (SIGTERM, SIGKILL, reaped without blocking); one
+ * persistence mode): min(timeout, 5 s) per GPU. A worker that overruns is killed (SIGTERM, SIGKILL, reaped without blocking); one
  * that dies is reported with its signal and the call it was in; both fail the request, and the next
  * request starts a fresh worker.
  *
@@ -37,7 +37,8 @@ typedef void (*GpuNvmlWorkerDone)(GpuNvmlWorker *w, int r, NvmlSnapshot *snapsho
                                   void *userdata);
 
 #define GPU_NVML_WORKER_TIMEOUT_DEFAULT_USEC (30 * USEC_PER_SEC)
-/* Extra time for nvmlInit per GPU: the driver attaches the GPUs one after another, 1–4 s each. */
+/* Extra time for nvmlInit per GPU (at most the per-call timeout): the driver attaches the GPUs one after
+ * another, 1–4 s each. */
 #define GPU_NVML_WORKER_INIT_PER_GPU_USEC (5 * USEC_PER_SEC)
 
 int gpu_nvml_worker_new(sd_event *e, GpuNvmlWorker **ret);

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* Owns the fake NVML's latency and fault model: per-call delays (FAKE_NVML_DELAY), calls that hang until
- * released (FAKE_NVML_HANG, FAKE_NVML_HANG_FILE) and calls that crash the process (FAKE_NVML_CRASH), so
+ * released (FAKE_NVML_HANG, FAKE_NVML_HANG_FILE) and calls that crash the process (FAKE_NVML_CRASH, while
+ * FAKE_NVML_CRASH_FILE exists when that is set), so
  * that the simulated node is as slow and as hostile as a real one (TESTING.md, "Realism"). The rules are
  * read at each first nvmlInit of a process, like FAKE_NVML_FAIL; README.md documents the syntax. */
 #include <signal.h>
@@ -125,10 +126,15 @@ void fake_faults_apply(const char *name, size_t n_gpus) {
                 case FAULT_HANG:
                         hang(name);
                         break;
-                case FAULT_CRASH:
+                case FAULT_CRASH: {
+                        const char *file = getenv("FAKE_NVML_CRASH_FILE");
+
+                        if (file && access(file, F_OK) < 0)
+                                break; /* the library was "fixed" */
                         say("%s crashes (FAKE_NVML_CRASH)", name);
                         (void) raise(SIGSEGV);
                         break;
+                }
                 }
         }
 }
