@@ -79,6 +79,7 @@ Manager *manager_free(Manager *m) {
         sd_event_source_unref(m->retry_timer);
         sd_event_source_unref(m->refresh_timer);
         sd_event_source_unref(m->settle_timer);
+        sd_event_source_unref(m->coalesce_timer);
         sd_event_unref(m->event);
 
         for (int i = 0; i < _STAGE_MAX; i++)

@@ -47,6 +47,12 @@ typedef struct Manager {
         sd_event_source *retry_timer;    /* re-runs the pass after a failure, with backoff */
         sd_event_source *refresh_timer;  /* re-writes the feature file before its expiry */
         sd_event_source *settle_timer;   /* coalesces device events into one pass */
+        sd_event_source *coalesce_timer; /* a pass requested right after one ended: starts it later */
+        uint64_t last_pass_end_usec;     /* CLOCK_MONOTONIC */
+        /* AssertMigConfig/ExportMigConfig by unprivileged callers read NVML: at most
+         * BUS_MIG_UNPRIVILEGED_BURST of them per BUS_MIG_UNPRIVILEGED_WINDOW_USEC (bus-mig.c). */
+        uint64_t mig_read_window_usec;
+        unsigned mig_read_count;
         BusDirty *bus_dirty;             /* owned by bus-util.c */
 
         ManagerOptions options;
@@ -89,6 +95,8 @@ typedef struct Manager {
         int exit_code;
 } Manager;
 
+#define MANAGER_PASS_MIN_INTERVAL_USEC (500 * USEC_PER_MSEC)
+
 int manager_new(const ManagerOptions *o, Manager **ret);
 Manager *manager_free(Manager *m);
 DEFINE_CLEANUP_FUNC(Manager *, manager_free);
@@ -99,8 +107,13 @@ int manager_startup(Manager *m);
 /* Runs the event loop until SIGTERM/SIGINT (or, oneshot, the first pass); returns the exit code. */
 int manager_run(Manager *m);
 
-/* Asks for a full pass of the stages (coalesced; runs from the event loop). */
+/* Asks for a full pass of the stages (coalesced; runs from the event loop). One asked for while a pass
+ * runs is queued (one, however many ask). */
 void manager_request_pass(Manager *m, const char *reason);
+/* The same for requests anyone may repeat at will (Reconcile()): one asked for within
+ * MANAGER_PASS_MIN_INTERVAL_USEC of the end of the last pass starts at that interval, together with
+ * everything asked for meanwhile: 1000 Reconcile() calls in a row cost a handful of passes. */
+void manager_request_pass_coalesced(Manager *m, const char *reason);
 
 /* Reloads the configuration transactionally: on success swaps it in and requests a pass; on failure
  * keeps the old one, stores the error in config_error (visible on D-Bus) and returns it. */

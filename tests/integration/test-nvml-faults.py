@@ -15,7 +15,7 @@ import time
 import dbus
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import Fail, TempDir, check, tap_main  # noqa: E402
+from harness import Fail, TempDir, busctl, check, tap_main  # noqa: E402
 
 _spec = importlib.util.spec_from_file_location("test_nvml", os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                                                         "test-nvml.py"))
@@ -219,7 +219,52 @@ def test_sigterm_during_hung_call():
             d.close()
 
 
-TESTS = [test_hang_in_init, test_hang_in_gpu_read, test_crash_in_library, test_sigterm_during_hung_call]
+def test_reconcile_coalesced():
+    """1000 Reconcile() calls in a row do not run 1000 passes: one asked for while a pass runs is queued
+    once, one right after a pass waits out 500 ms and takes everything asked for meanwhile along."""
+    with TempDir() as tmp:
+        d = Daemon(tmp, "dgx-h100")
+        try:
+            conn = dbus.bus.BusConnection(d.bus.address)
+            mgr = dbus.Interface(conn.get_object(AGENT_NAME, AGENT_PATH, introspect=False), MANAGER)
+            start = len(d.notify.messages)
+            t0 = time.monotonic()
+            for _ in range(1000):
+                mgr.Reconcile(timeout=5.0)
+            took = time.monotonic() - t0
+            time.sleep(1.5 * SCALE)  # the last queued pass runs
+            d.notify.drain(0.1)
+            passes = sum(1 for m in d.notify.messages[start:] if m.startswith("STATUS=Running stage probe"))
+            note("1000 Reconcile() calls in %.1f s ran %d passes", took, passes)
+            check(passes >= 1, "no pass after 1000 Reconcile() calls")
+            check(passes <= 2 + took / 0.5, "1000 Reconcile() calls in %.1f s ran %d passes" % (took, passes))
+            conn.close()
+            d.stop_clean()
+        finally:
+            d.close()
+
+
+def test_unprivileged_mig_reads_rate_limited():
+    """ExportMigConfig (it reads NVML) as nobody: 5 per 5 s, then Busy; root is not limited."""
+    with TempDir() as tmp:
+        d = Daemon(tmp, "a100-sxm-mig")
+        try:
+            call = ["call", AGENT_NAME, AGENT_PATH, MANAGER, "ExportMigConfig"]
+            results = [busctl(d.bus, *call, user="nobody", check_rc=None) for _ in range(8)]
+            ok = sum(1 for p in results if p.returncode == 0)
+            busy = [p for p in results if p.returncode != 0]
+            check(ok == 5, "nobody got %d of 8 ExportMigConfig calls through (want 5)" % ok)
+            check(all("too many MIG reads by unprivileged callers" in p.stderr for p in busy),
+                  "the refusal does not say why: %r" % [p.stderr for p in busy])
+            for _ in range(8):
+                busctl(d.bus, *call)  # root: never limited
+            d.stop_clean()
+        finally:
+            d.close()
+
+
+TESTS = [test_hang_in_init, test_hang_in_gpu_read, test_crash_in_library, test_sigterm_during_hung_call,
+         test_reconcile_coalesced, test_unprivileged_mig_reads_rate_limited]
 
 if __name__ == "__main__":
     sys.exit(tap_main(TESTS, sys.argv[1:]))
