@@ -271,8 +271,11 @@ static void manager_finish_pass(Manager *m) {
 
         manager_schedule_retry(m);
         if (m->pass_again) {
-                m->pass_again = false;
+                m->pass_again = m->pass_again_coalesced = false;
                 manager_request_pass(m, "queued request");
+        } else if (m->pass_again_coalesced) {
+                m->pass_again_coalesced = false;
+                manager_request_pass_coalesced(m, "queued Reconcile()");
         }
 }
 
@@ -353,8 +356,10 @@ void manager_request_pass_coalesced(Manager *m, const char *reason) {
         int enabled = 0, r;
 
         if (m->pass_active) {
+                /* Queued too, but it does not start at once after this pass: a client that keeps
+                 * calling would otherwise keep the stages running back to back. */
                 log_debug("Pass requested (%s) while one runs: queued.", reason);
-                m->pass_again = true;
+                m->pass_again_coalesced = true;
                 return;
         }
         if (m->coalesce_timer && sd_event_source_get_enabled(m->coalesce_timer, &enabled) >= 0 &&

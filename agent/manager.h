@@ -89,6 +89,7 @@ typedef struct Manager {
         StageId next_stage;              /* the one the stage source runs next */
         bool pass_active;
         bool pass_again;                 /* a pass was requested while one ran */
+        bool pass_again_coalesced;       /* … by manager_request_pass_coalesced() only */
         bool first_pass_done;
         AgentState state;
         unsigned retry_attempt;
