@@ -92,6 +92,11 @@ static void on_snapshot(GpuNvmlWorker *worker, int r, NvmlSnapshot *snap, const 
         manager_stage_complete(m, STAGE_NVML, STAGE_DONE, summary);
 }
 
+/* Once a second while the worker works: "nvmlInit_v2 for 3 s" in the Stages property and STATUS=. */
+static void on_progress(GpuNvmlWorker *worker, const char *text, void *userdata) {
+        manager_stage_progress(userdata, STAGE_NVML, text);
+}
+
 int stage_nvml_run(Manager *m, char **ret_message) {
         _cleanup_strv_free_ char **addresses = NULL;
         int r;
@@ -119,6 +124,7 @@ int stage_nvml_run(Manager *m, char **ret_message) {
                 r = gpu_nvml_worker_new(m->event, &m->nvml_worker);
                 if (r < 0)
                         return r;
+                gpu_nvml_worker_set_progress(m->nvml_worker, on_progress, m);
         }
         /* A request still in flight belongs to an earlier pass: its answer would be as old as it. */
         gpu_nvml_worker_cancel(m->nvml_worker);

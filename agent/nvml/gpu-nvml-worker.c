@@ -157,7 +157,9 @@ struct GpuNvmlWorker {
         sd_event *event;
         Spawn *child;
         int fd;
-        sd_event_source *io, *deadline;
+        sd_event_source *io, *deadline, *tick;
+        GpuNvmlWorkerProgress progress;
+        void *progress_userdata;
         uint8_t *in;
         size_t in_len, in_cap;
 
@@ -176,9 +178,10 @@ static uint64_t now_usec(sd_event *e) {
         return t;
 }
 
+/* Whole seconds from 1 s on ("30 s": the deadline and the ticks fire on the second), ms below. */
 static void format_duration(char *buf, size_t size, uint64_t usec) {
-        if (usec >= USEC_PER_SEC && usec % USEC_PER_SEC < USEC_PER_SEC / 10)
-                snprintf(buf, size, "%" PRIu64 " s", usec / USEC_PER_SEC);
+        if (usec >= USEC_PER_SEC)
+                snprintf(buf, size, "%" PRIu64 " s", (usec + USEC_PER_SEC / 2) / USEC_PER_SEC);
         else
                 snprintf(buf, size, "%" PRIu64 " ms", usec / USEC_PER_MSEC);
 }
@@ -186,6 +189,7 @@ static void format_duration(char *buf, size_t size, uint64_t usec) {
 static void stop_worker(GpuNvmlWorker *w) {
         w->io = sd_event_source_disable_unref(w->io);
         w->deadline = sd_event_source_disable_unref(w->deadline);
+        w->tick = sd_event_source_disable_unref(w->tick);
         if (w->fd >= 0)
                 w->fd = (close(w->fd), -1);
         /* SIGTERM now; SIGKILL and the reap follow from the loop (a wedged call may not let it go). */
@@ -202,6 +206,7 @@ static void finish(GpuNvmlWorker *w, int r, NvmlSnapshot *snap, const char *mess
         w->call = mfree(w->call);
         w->in_init = false;
         w->deadline = sd_event_source_disable_unref(w->deadline);
+        w->tick = sd_event_source_disable_unref(w->tick);
         if (done)
                 done(w, r, snap, message, w->userdata);
         else
@@ -403,6 +408,26 @@ static int start_worker(GpuNvmlWorker *w) {
         return 0;
 }
 
+static int on_tick(sd_event_source *s, uint64_t usec, void *userdata) {
+        GpuNvmlWorker *w = userdata;
+        _cleanup_free_ char *text = NULL;
+        char took[32];
+
+        format_duration(took, sizeof took, usec > w->call_usec ? usec - w->call_usec : 0);
+        text = strprintf("%s for %s", w->call ?: "starting NVML", took);
+        if (w->progress && text)
+                w->progress(w, text, w->progress_userdata);
+        if (!w->tick) /* the callback ended the request */
+                return 0;
+        (void) sd_event_source_set_time(s, usec + USEC_PER_SEC);
+        return sd_event_source_set_enabled(s, SD_EVENT_ONESHOT);
+}
+
+void gpu_nvml_worker_set_progress(GpuNvmlWorker *w, GpuNvmlWorkerProgress cb, void *userdata) {
+        w->progress = cb;
+        w->progress_userdata = userdata;
+}
+
 int gpu_nvml_worker_new(sd_event *e, GpuNvmlWorker **ret) {
         GpuNvmlWorker *w = calloc(1, sizeof *w);
 
@@ -488,5 +513,8 @@ int gpu_nvml_worker_snapshot(GpuNvmlWorker *w, const char *library, char *const 
         w->in_init = true; /* until it says otherwise, it may be loading and initialising */
         w->call_usec = now_usec(w->event);
         arm_deadline(w);
+        if (w->progress &&
+            sd_event_add_time(w->event, &w->tick, CLOCK_MONOTONIC, w->call_usec + USEC_PER_SEC, 0, on_tick, w) >= 0)
+                (void) sd_event_source_set_description(w->tick, "nvml-progress");
         return 0;
 }

@@ -55,6 +55,11 @@ int gpu_nvml_worker_snapshot(GpuNvmlWorker *w, const char *library, char *const 
 
 bool gpu_nvml_worker_busy(const GpuNvmlWorker *w);
 
+/* While a request is in flight, called once a second with what the worker is doing ("nvmlInit_v2 for
+ * 3 s", "nvmlDeviceGetMemoryInfo on GPU 5 for 1 s"): for the stage's progress. Not called while idle. */
+typedef void (*GpuNvmlWorkerProgress)(GpuNvmlWorker *w, const char *text, void *userdata);
+void gpu_nvml_worker_set_progress(GpuNvmlWorker *w, GpuNvmlWorkerProgress cb, void *userdata);
+
 /* Drops the request in flight (no callback) and kills the worker, which may be wedged in it. */
 void gpu_nvml_worker_cancel(GpuNvmlWorker *w);
 
