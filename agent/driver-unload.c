@@ -16,7 +16,6 @@
 #include "driver.h"
 #include "fabric.h"
 #include "gpu-holders.h"
-#include "gpu-nvml-worker.h"
 #include "log.h"
 #include "mig-manager.h"
 #include "module.h"
@@ -113,10 +112,11 @@ static void unload_reply(DriverUnload *u, char **removed) {
 
 /* Drops what NVML said: it is closed, and the driver it described is going away. */
 static void unload_forget_nvml(Manager *m) {
-        NvmlSnapshot *old = m->nvml_snapshot;
+        NvmlSnapshot *old;
 
-        m->nvml = gpu_nvml_close(m->nvml);
-        m->nvml_worker = gpu_nvml_worker_free(m->nvml_worker);
+        /* First: an nvml stage waiting for the worker drops the snapshot itself. */
+        manager_nvml_stop(m, "NVML was closed for Unload(): the driver is being removed");
+        old = m->nvml_snapshot;
         if (!old)
                 return;
         m->nvml_snapshot = NULL;
@@ -149,8 +149,7 @@ static void unload_modules_now(DriverUnload *u) {
          * is why everything from here on happens in this one callback. The worker's is killed (it
          * may not be gone yet when the holders are looked at: it is ours, and the kernel's refcount
          * settles when it is reaped). */
-        m->nvml = gpu_nvml_close(m->nvml);
-        m->nvml_worker = gpu_nvml_worker_free(m->nvml_worker);
+        manager_nvml_stop(m, "NVML was closed for Unload(): the driver is being removed");
 
         r = gpu_holders_collect(m->config->paths.proc, m->config->paths.sys, m->config->paths.dev, getpid(),
                                 &holders);

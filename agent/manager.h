@@ -138,6 +138,10 @@ void manager_stage_progress(Manager *m, StageId id, const char *text);
 void manager_nvml_close(Manager *m);
 int manager_nvml_refresh(Manager *m, char **ret_error);
 
+/* Closes NVML in this process and kills the worker (its handle keeps /dev/nvidia* open too); an nvml
+ * stage waiting for it fails with why. */
+void manager_nvml_stop(Manager *m, const char *why);
+
 /* Opens m->nvml (this process's NVML, for MIG management) unless open: only once the worker's last
  * snapshot succeeded, so a missing or wedged library fails the nvml stage rather than the loop. -ENODEV
  * with a sentence when NVML is not available. */

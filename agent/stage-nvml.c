@@ -45,6 +45,13 @@ void manager_nvml_close(Manager *m) {
         m->nvml = gpu_nvml_close(m->nvml);
 }
 
+void manager_nvml_stop(Manager *m, const char *why) {
+        /* The stage waiting for the worker hears why, so that its pass goes on. */
+        gpu_nvml_worker_abort(m->nvml_worker, -ECANCELED, why);
+        m->nvml_worker = gpu_nvml_worker_free(m->nvml_worker);
+        m->nvml = gpu_nvml_close(m->nvml);
+}
+
 /* Also the worker: its NVML handle keeps /dev/nvidia* open as well. */
 static void nvml_stop_all(Manager *m) {
         m->nvml_worker = gpu_nvml_worker_free(m->nvml_worker);

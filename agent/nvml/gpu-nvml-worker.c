@@ -458,6 +458,14 @@ void gpu_nvml_worker_cancel(GpuNvmlWorker *w) {
         finish(w, -ECANCELED, NULL, NULL);
 }
 
+void gpu_nvml_worker_abort(GpuNvmlWorker *w, int r, const char *message) {
+        if (!w)
+                return;
+        stop_worker(w);
+        if (w->busy)
+                finish(w, r, NULL, message);
+}
+
 bool gpu_nvml_worker_busy(const GpuNvmlWorker *w) {
         return w && w->busy;
 }

@@ -63,6 +63,9 @@ void gpu_nvml_worker_set_progress(GpuNvmlWorker *w, GpuNvmlWorkerProgress cb, vo
 /* Drops the request in flight (no callback) and kills the worker, which may be wedged in it. */
 void gpu_nvml_worker_cancel(GpuNvmlWorker *w);
 
+/* Kills the worker; a request in flight is answered with r (< 0) and message, from here. */
+void gpu_nvml_worker_abort(GpuNvmlWorker *w, int r, const char *message);
+
 /* The call the worker is in now ("nvmlInit_v2", "nvmlDeviceGetMemoryInfo on GPU 3"), NULL when idle. */
 const char *gpu_nvml_worker_current_call(const GpuNvmlWorker *w);
 pid_t gpu_nvml_worker_pid(const GpuNvmlWorker *w);
