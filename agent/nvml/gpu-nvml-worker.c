@@ -317,7 +317,8 @@ static void worker_gone(GpuNvmlWorker *w, const char *why) {
 static int on_io(sd_event_source *s, int fd, uint32_t revents, void *userdata) {
         GpuNvmlWorker *w = userdata;
 
-        for (;;) {
+        /* A bounded number of reads per dispatch: a chatty worker must not starve D-Bus. */
+        for (unsigned rounds = 0; rounds < 16; rounds++) {
                 if (w->in_cap - w->in_len < 4096) {
                         size_t cap = w->in_cap ? w->in_cap * 2 : 16384;
                         uint8_t *n = realloc(w->in, cap);
