@@ -2,8 +2,9 @@
 /* Owns the fake NVML's latency and fault model: per-call delays (FAKE_NVML_DELAY), calls that hang until
  * released (FAKE_NVML_HANG, FAKE_NVML_HANG_FILE) and calls that crash the process (FAKE_NVML_CRASH, while
  * FAKE_NVML_CRASH_FILE exists when that is set), so
- * that the simulated node is as slow and as hostile as a real one (TESTING.md, "Realism"). The rules are
- * read at each first nvmlInit of a process, like FAKE_NVML_FAIL; README.md documents the syntax. */
+ * that the simulated node is as slow and as hostile as a real one (TESTING.md, "Realism"). The delays can
+ * also come with the node (the description's "latency:"; the variable wins). The rules are read at each
+ * first nvmlInit of a process, like FAKE_NVML_FAIL; README.md documents the syntax. */
 #include <signal.h>
 #include <stdarg.h>
 #include <time.h>
@@ -40,9 +41,10 @@ static void say(const char *fmt, ...) {
         va_end(ap);
 }
 
-/* "<entry>:<nth>" or, for delays, "<entry>:<nth>:<ms>[/gpu]"; nth as N, N+ or *. */
-static void parse(const char *var, FaultKind kind) {
-        const char *env = getenv(var);
+/* "<entry>:<nth>" or, for delays, "<entry>:<nth>:<ms>[/gpu]"; nth as N, N+ or *. fallback: the
+ * node's rules, when the variable is not set. */
+static void parse(const char *var, FaultKind kind, const char *fallback) {
+        const char *env = getenv(var) ?: fallback;
         _cleanup_free_ char *copy = NULL;
         char *save = NULL;
 
@@ -86,12 +88,12 @@ static void parse(const char *var, FaultKind kind) {
         }
 }
 
-void fake_faults_load(void) {
+void fake_faults_load(const char *node_latency) {
         rules = mfree(rules);
         n_rules = 0;
-        parse("FAKE_NVML_DELAY", FAULT_DELAY);
-        parse("FAKE_NVML_HANG", FAULT_HANG);
-        parse("FAKE_NVML_CRASH", FAULT_CRASH);
+        parse("FAKE_NVML_DELAY", FAULT_DELAY, node_latency);
+        parse("FAKE_NVML_HANG", FAULT_HANG, NULL);
+        parse("FAKE_NVML_CRASH", FAULT_CRASH, NULL);
 }
 
 static void sleep_ms(uint64_t ms) {

@@ -469,15 +469,16 @@ static nvmlReturn_t init_entry(const char *name) {
         nvmlReturn_t r;
         pthread_mutex_lock(&fake_ctx.lock);
         /* Fault rules (and their call counters) start over with each first init of the process. */
-        if (fake_ctx.init_count == 0) {
+        bool first = fake_ctx.init_count == 0;
+        if (first)
                 parse_fail_rules();
-                fake_faults_load();
-        }
         if (!injected(name, &r))
                 r = do_init();
-        /* After loading the node, so that "2000/gpu" knows how many GPUs it attaches. */
-        if (r == NVML_SUCCESS && fake_ctx.init_count == 1)
+        /* After loading the node: its latency, and "2000/gpu" knows how many GPUs it attaches. */
+        if (r == NVML_SUCCESS && first) {
+                fake_faults_load(fake_ctx.node ? fake_ctx.node->latency : NULL);
                 fake_faults_apply(name, fake_ctx.node ? fake_ctx.node->n_gpus : 0);
+        }
         return fake_leave(name, r);
 }
 

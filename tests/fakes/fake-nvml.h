@@ -80,9 +80,10 @@ extern FakeCtx fake_ctx;
  * and picks up state another process wrote; leave traces and unlocks. */
 bool fake_enter(const char *name, nvmlReturn_t *ret);
 
-/* The latency and fault model (fake-faults.c): load the rules (at each first init), and apply them to one
- * call (a delay, a hang until released, a crash); n_gpus scales "/gpu" delays. */
-void fake_faults_load(void);
+/* The latency and fault model (fake-faults.c): load the rules (at each first init, once the node is
+ * loaded: node_latency is its "latency:"), and apply them to one call (a delay, a hang until released, a
+ * crash); n_gpus scales "/gpu" delays. */
+void fake_faults_load(const char *node_latency);
 void fake_faults_apply(const char *name, size_t n_gpus);
 nvmlReturn_t fake_leave(const char *name, nvmlReturn_t r);
 

@@ -752,14 +752,24 @@ static void test_latency_hang_crash(void **st) {
         pid_t pid;
         int status;
 
-        /* nvmlInit 100 ms per GPU (MIXED has 3), every GetMemoryInfo 50 ms. */
+        /* nvmlInit 100 ms per GPU (MIXED has 4), every GetMemoryInfo 50 ms. */
         setenv("FAKE_NVML_DELAY", "nvmlInit_v2:*:100/gpu,nvmlDeviceGetMemoryInfo:*:50", 1);
         t0 = mono_ms();
         start(MIXED);
-        assert_true(mono_ms() - t0 >= 300);
+        assert_true(mono_ms() - t0 >= 400);
         t0 = mono_ms();
         assert_int_equal(nvmlDeviceGetMemoryInfo(dev(1), &mem), NVML_SUCCESS);
         assert_true(mono_ms() - t0 >= 50);
+        unsetenv("FAKE_NVML_DELAY");
+
+        /* The same from the node description ("latency:"); the variable wins over it. */
+        t0 = mono_ms();
+        start("latency: \"nvmlInit_v2:*:150/gpu\"\n" MIXED);
+        assert_true(mono_ms() - t0 >= 150 * 4);
+        setenv("FAKE_NVML_DELAY", "nvmlInit_v2:*:1", 1);
+        t0 = mono_ms();
+        restart();
+        assert_true(mono_ms() - t0 < 150 * 4);
         unsetenv("FAKE_NVML_DELAY");
 
         /* The second GetMemoryInfo hangs until the file is gone: removed from another process. */
