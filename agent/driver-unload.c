@@ -281,6 +281,9 @@ int manager_driver_unload(Manager *m, sd_bus_message *request, sd_bus_error *err
 
         log_info("Unload() requested by %s: stopping %zu unit%s, then removing the driver's modules.",
                  strna(sd_bus_message_get_sender(request)), n, n == 1 ? "" : "s");
+        /* The NVML worker holds /dev/nvidia* open like any other client: killed first, so that it is gone
+         * (reaped from the loop) by the time the holders are looked at, after the units stopped. */
+        manager_nvml_stop(m, "NVML was closed for Unload(): the driver is being removed");
         unload_next(u);
         return 1;
 }
