@@ -20,6 +20,7 @@ extern char **environ;
 
 #define LINE_MAX_BYTES 4096
 #define POLL_CHILD_USEC (50 * USEC_PER_MSEC)
+#define POLL_CHILD_MAX_USEC (1 * USEC_PER_SEC)
 #define REAPER_POLL_MIN_USEC (20 * USEC_PER_MSEC)
 #define REAPER_POLL_MAX_USEC (10 * USEC_PER_SEC)
 #define PIDFD_UNSUPPORTED(e) ((e) == ENOSYS || (e) == EPERM)
@@ -40,6 +41,7 @@ struct Spawn {
         SpawnPhase phase;
         bool timed_out;
         uint64_t started_usec;
+        uint64_t poll_usec;      /* the poll interval without a pidfd, backing off */
         char buf[LINE_MAX_BYTES];
         size_t buf_len;
 };
@@ -274,8 +276,8 @@ static int on_pidfd(sd_event_source *es, int fd, uint32_t revents, void *userdat
         return 0;
 }
 
-/* Without pidfds: look every POLL_CHILD_USEC, without reaping (WNOWAIT) so leader_exited() can still
- * kill the rest of the group while the leader's pid is pinned as a zombie. */
+/* Without pidfds: look every poll_usec (50 ms, backing off to 1 s), without reaping (WNOWAIT) so that
+ * leader_exited() can still kill the rest of the group while the leader's pid is pinned as a zombie. */
 static int on_poll(sd_event_source *es, uint64_t usec, void *userdata) {
         Spawn *s = userdata;
         siginfo_t si = {};
@@ -286,7 +288,11 @@ static int on_poll(sd_event_source *es, uint64_t usec, void *userdata) {
                 leader_exited(s);
                 return 0;
         }
-        (void) sd_event_source_set_time(es, usec + POLL_CHILD_USEC);
+        /* 50 ms at first, backing off to 1 s: a long-lived worker must not keep an idle loop awake. */
+        s->poll_usec = s->poll_usec ? s->poll_usec * 2 : POLL_CHILD_USEC;
+        if (s->poll_usec > POLL_CHILD_MAX_USEC)
+                s->poll_usec = POLL_CHILD_MAX_USEC;
+        (void) sd_event_source_set_time(es, usec + s->poll_usec);
         return sd_event_source_set_enabled(es, SD_EVENT_ONESHOT);
 }
 

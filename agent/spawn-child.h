@@ -2,8 +2,8 @@
 /* Owns running a program as a child process from the event loop: one helper for every program the agent
  * runs (dkms, the GPU reset, ...). The child gets its own process group, /dev/null on stdin, default
  * signal dispositions and an empty mask, and no descriptor of ours besides stdout/stderr (closefrom 3).
- * Its exit is watched through a pidfd on sd-event (a 50 ms poll where pidfds are unavailable, e.g. under
- * valgrind); a timeout sends SIGTERM to the group, SIGKILL after a grace period, and if even that does not
+ * Its exit is watched through a pidfd on sd-event (a poll from 50 ms backing off to 1 s where pidfds are
+ * unavailable, e.g. under valgrind); a timeout sends SIGTERM to the group, SIGKILL after a grace period, and if even that does not
  * end it (a process stuck in the kernel, in D state) the caller is told so after a further bound and the
  * process is left to a background reaper on the same loop. Every reap is waitid(WNOHANG): nothing here
  * ever blocks the loop waiting for a child. Base layer: depends only on libsystemd and macro/strv. */
