@@ -185,7 +185,7 @@ static int method_reconcile(sd_bus_message *msg, void *userdata, sd_bus_error *e
         snprintf(reason, sizeof reason, "Reconcile() over D-Bus from %s", strna(sd_bus_message_get_sender(msg)));
         /* After Unload() this is how the admin says "the new driver is in place, load it". */
         manager_driver_unload_release(m);
-        manager_request_pass(m, reason);
+        manager_request_pass_coalesced(m, reason);
         return sd_bus_reply_method_return(msg, NULL);
 }
 

@@ -4,6 +4,7 @@
  * the apply has finished, the one call in flight kept with the bus state — AssertMigConfig() and
  * ExportMigConfig(), and the follow-up after an apply (NVML re-read, a pass for device nodes, CDI and
  * labels). Documented in docs/dbus/org.gpunodeagent.Agent1.Manager.md. */
+#include <inttypes.h>
 #include <systemd/sd-bus.h>
 
 #include "bus-mig.h"
@@ -170,6 +171,34 @@ static int check_file_access(Manager *m, sd_bus_message *msg, const char *file, 
                                  "root, or leave the file out.", strna(m->config->mig.config_file), file);
 }
 
+/* AssertMigConfig/ExportMigConfig read the MIG layout through NVML and are open to everyone: an
+ * unprivileged caller gets a burst of them per window, so that a local user cannot keep NVML (and, while
+ * MIG reads still run in the daemon, the event loop) busy. Root is not limited. */
+#define BUS_MIG_UNPRIVILEGED_BURST 5
+#define BUS_MIG_UNPRIVILEGED_WINDOW_USEC (5 * USEC_PER_SEC)
+
+static int check_read_rate(Manager *m, sd_bus_message *msg, const char *method, sd_bus_error *error) {
+        _cleanup_(sd_bus_error_free) sd_bus_error denied = SD_BUS_ERROR_NULL;
+        uint64_t now = 0;
+
+        if (bus_check_privileged(msg, &denied) >= 0)
+                return 0;
+        (void) sd_event_now(m->event, CLOCK_MONOTONIC, &now);
+        if (now >= m->mig_read_window_usec + BUS_MIG_UNPRIVILEGED_WINDOW_USEC) {
+                m->mig_read_window_usec = now;
+                m->mig_read_count = 0;
+        }
+        if (m->mig_read_count < BUS_MIG_UNPRIVILEGED_BURST) {
+                m->mig_read_count++;
+                return 0;
+        }
+        return sd_bus_error_setf(error, AGENT_ERROR_BUSY,
+                                 "%s: too many MIG reads by unprivileged callers (%u per %u s, each reads NVML); try "
+                                 "again in %" PRIu64 " ms, or call as root.", method, BUS_MIG_UNPRIVILEGED_BURST,
+                                 (unsigned) (BUS_MIG_UNPRIVILEGED_WINDOW_USEC / USEC_PER_SEC),
+                                 (m->mig_read_window_usec + BUS_MIG_UNPRIVILEGED_WINDOW_USEC - now) / USEC_PER_MSEC);
+}
+
 int bus_mig_method_assert(sd_bus_message *msg, void *userdata, sd_bus_error *error) {
         _cleanup_free_ char *report = NULL;
         Manager *m = userdata;
@@ -183,6 +212,9 @@ int bus_mig_method_assert(sd_bus_message *msg, void *userdata, sd_bus_error *err
         if (r < 0)
                 return r;
         r = check_file_access(m, msg, file, error);
+        if (r < 0)
+                return r;
+        r = check_read_rate(m, msg, "AssertMigConfig", error);
         if (r < 0)
                 return r;
         r = bus_mig_attach(m);
@@ -213,6 +245,9 @@ int bus_mig_method_export(sd_bus_message *msg, void *userdata, sd_bus_error *err
         Manager *m = userdata;
         int r;
 
+        r = check_read_rate(m, msg, "ExportMigConfig", error);
+        if (r < 0)
+                return r;
         r = bus_mig_attach(m);
         if (r < 0)
                 return r;

@@ -92,6 +92,7 @@ static const ConfigKey config_keys[] = {
         { "paths.state",      CONFIG_PATH,      CONFIG_OFF(paths.state),    "var/lib/gpu-node-agent", BASE_ROOT },
         { "paths.pci-ids",    CONFIG_PATH,      CONFIG_OFF(paths.pci_ids),  "/usr/share/misc/pci.ids" },
         { "nvml.library",     CONFIG_LIBRARY,   CONFIG_OFF(nvml.library),   "libnvidia-ml.so.1" },
+        { "nvml.timeout",     CONFIG_DURATION,  CONFIG_OFF(nvml.timeout_usec), "30s" },
         { "labels.enabled",   CONFIG_BOOL,      CONFIG_OFF(labels.enabled), "true" },
         { "labels.directory", CONFIG_PATH,      CONFIG_OFF(labels.directory),
           "kubernetes/node-feature-discovery/features.d", BASE_ETC },

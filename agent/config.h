@@ -96,6 +96,7 @@ typedef struct ConfigPaths {
 
 typedef struct ConfigNvml {
         char *library;
+        uint64_t timeout_usec;   /* one NVML call in the worker may take this long (nvmlInit more) */
 } ConfigNvml;
 
 typedef enum MigStrategy {

@@ -112,9 +112,11 @@ static void unload_reply(DriverUnload *u, char **removed) {
 
 /* Drops what NVML said: it is closed, and the driver it described is going away. */
 static void unload_forget_nvml(Manager *m) {
-        NvmlSnapshot *old = m->nvml_snapshot;
+        NvmlSnapshot *old;
 
-        m->nvml = gpu_nvml_close(m->nvml);
+        /* First: an nvml stage waiting for the worker drops the snapshot itself. */
+        manager_nvml_stop(m, "NVML was closed for Unload(): the driver is being removed");
+        old = m->nvml_snapshot;
         if (!old)
                 return;
         m->nvml_snapshot = NULL;
@@ -144,8 +146,10 @@ static void unload_modules_now(DriverUnload *u) {
         int r;
 
         /* Our own NVML handle keeps /dev/nvidia* open; so would a stage that opened it again, which
-         * is why everything from here on happens in this one callback. */
-        m->nvml = gpu_nvml_close(m->nvml);
+         * is why everything from here on happens in this one callback. The worker's is killed (it
+         * may not be gone yet when the holders are looked at: it is ours, and the kernel's refcount
+         * settles when it is reaped). */
+        manager_nvml_stop(m, "NVML was closed for Unload(): the driver is being removed");
 
         r = gpu_holders_collect(m->config->paths.proc, m->config->paths.sys, m->config->paths.dev, getpid(),
                                 &holders);
@@ -277,6 +281,9 @@ int manager_driver_unload(Manager *m, sd_bus_message *request, sd_bus_error *err
 
         log_info("Unload() requested by %s: stopping %zu unit%s, then removing the driver's modules.",
                  strna(sd_bus_message_get_sender(request)), n, n == 1 ? "" : "s");
+        /* The NVML worker holds /dev/nvidia* open like any other client: killed first, so that it is gone
+         * (reaped from the loop) by the time the holders are looked at, after the units stopped. */
+        manager_nvml_stop(m, "NVML was closed for Unload(): the driver is being removed");
         unload_next(u);
         return 1;
 }

@@ -17,6 +17,8 @@
  * be replaced at the next pass, so do not keep the pointer across event-loop iterations). */
 int manager_module_context(Manager *m, ModuleContext **ret);
 
+typedef struct ModuleLoadJob ModuleLoadJob;
+
 /* Fills *ret from the config's driver.dkms.* and paths (the strings point into c, which must outlive
  * the options). dkms_module "" means autoinstall. */
 void driver_dkms_options(const Config *c, DkmsOptions *ret);

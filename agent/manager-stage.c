@@ -2,6 +2,7 @@
 /* Owns the stage engine: passes over the stage table, the one transition function
  * (manager_set_stage), readiness (sd_notify, /run/gpu-node-agent files, D-Bus), and retry with
  * backoff. Each stage runs from its own event-loop iteration so D-Bus stays responsive between them. */
+#include <inttypes.h>
 #include <systemd/sd-daemon.h>
 #include <time.h>
 
@@ -244,6 +245,7 @@ static void manager_finish_pass(Manager *m) {
         m->pass_active = false;
         m->first_pass_done = true;
         m->n_passes++;
+        (void) sd_event_now(m->event, CLOCK_MONOTONIC, &m->last_pass_end_usec);
         m->state = manager_compute_state(m);
 
         manager_update_ready_file(m, "ready", manager_is_ready(m));
@@ -269,8 +271,11 @@ static void manager_finish_pass(Manager *m) {
 
         manager_schedule_retry(m);
         if (m->pass_again) {
-                m->pass_again = false;
+                m->pass_again = m->pass_again_coalesced = false;
                 manager_request_pass(m, "queued request");
+        } else if (m->pass_again_coalesced) {
+                m->pass_again_coalesced = false;
+                manager_request_pass_coalesced(m, "queued Reconcile()");
         }
 }
 
@@ -330,11 +335,65 @@ void manager_stage_progress(Manager *m, StageId id, const char *text) {
         manager_bus_mark_dirty(m, NULL, AGENT_MANAGER_INTERFACE, "Stages");
 }
 
-void manager_request_pass(Manager *m, const char *reason) {
-        int r;
+static void manager_start_pass(Manager *m, const char *reason);
 
+static int on_coalesced(sd_event_source *s, uint64_t usec, void *userdata) {
+        manager_start_pass(userdata, "coalesced requests");
+        return 0;
+}
+
+void manager_request_pass(Manager *m, const char *reason) {
         if (m->pass_active) {
                 log_debug("Pass requested (%s) while one runs: queued.", reason);
+                m->pass_again = true;
+                return;
+        }
+        manager_start_pass(m, reason);
+}
+
+void manager_request_pass_coalesced(Manager *m, const char *reason) {
+        uint64_t now = 0, at;
+        int enabled = 0, r;
+
+        if (m->pass_active) {
+                /* Queued too, but it does not start at once after this pass: a client that keeps
+                 * calling would otherwise keep the stages running back to back. */
+                log_debug("Pass requested (%s) while one runs: queued.", reason);
+                m->pass_again_coalesced = true;
+                return;
+        }
+        if (m->coalesce_timer && sd_event_source_get_enabled(m->coalesce_timer, &enabled) >= 0 &&
+            enabled != SD_EVENT_OFF) {
+                log_debug("Pass requested (%s): joins the one about to start.", reason);
+                return;
+        }
+        /* Right after a pass: what it would find is what that one found. Wait out the interval, and let
+         * everything asked for meanwhile share the one pass. */
+        (void) sd_event_now(m->event, CLOCK_MONOTONIC, &now);
+        at = m->last_pass_end_usec + MANAGER_PASS_MIN_INTERVAL_USEC;
+        if (m->first_pass_done && now < at) {
+                log_debug("Pass requested (%s) %" PRIu64 " ms after the last one: starts in %" PRIu64 " ms.",
+                          reason, (now - m->last_pass_end_usec) / USEC_PER_MSEC, (at - now) / USEC_PER_MSEC);
+                if (!m->coalesce_timer)
+                        r = sd_event_add_time(m->event, &m->coalesce_timer, CLOCK_MONOTONIC, at, 0, on_coalesced, m);
+                else {
+                        r = sd_event_source_set_time(m->coalesce_timer, at);
+                        if (r >= 0)
+                                r = sd_event_source_set_enabled(m->coalesce_timer, SD_EVENT_ONESHOT);
+                }
+                if (r >= 0)
+                        return;
+                log_warning_errno(r, "Failed to arm the pass coalescing timer, starting the pass now: %m");
+        }
+        manager_start_pass(m, reason);
+}
+
+static void manager_start_pass(Manager *m, const char *reason) {
+        int r;
+
+        if (m->coalesce_timer)
+                (void) sd_event_source_set_enabled(m->coalesce_timer, SD_EVENT_OFF);
+        if (m->pass_active) {
                 m->pass_again = true;
                 return;
         }

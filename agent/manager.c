@@ -13,6 +13,7 @@
 #include "driver-unload.h"
 #include "driver.h"
 #include "fileio.h"
+#include "gpu-nvml-worker.h"
 #include "log.h"
 #include "manager.h"
 #include "mig-manager.h"
@@ -79,6 +80,7 @@ Manager *manager_free(Manager *m) {
         sd_event_source_unref(m->retry_timer);
         sd_event_source_unref(m->refresh_timer);
         sd_event_source_unref(m->settle_timer);
+        sd_event_source_unref(m->coalesce_timer);
         sd_event_unref(m->event);
 
         for (int i = 0; i < _STAGE_MAX; i++)
@@ -86,6 +88,7 @@ Manager *manager_free(Manager *m) {
         config_free(m->config);
         free(m->config_error);
         inventory_free(m->inventory);
+        gpu_nvml_worker_free(m->nvml_worker);
         nvml_snapshot_free(m->nvml_snapshot);
         gpu_nvml_close(m->nvml);
         free(m->cdi_spec_text);

@@ -47,6 +47,12 @@ typedef struct Manager {
         sd_event_source *retry_timer;    /* re-runs the pass after a failure, with backoff */
         sd_event_source *refresh_timer;  /* re-writes the feature file before its expiry */
         sd_event_source *settle_timer;   /* coalesces device events into one pass */
+        sd_event_source *coalesce_timer; /* a pass requested right after one ended: starts it later */
+        uint64_t last_pass_end_usec;     /* CLOCK_MONOTONIC */
+        /* AssertMigConfig/ExportMigConfig by unprivileged callers read NVML: at most
+         * BUS_MIG_UNPRIVILEGED_BURST of them per BUS_MIG_UNPRIVILEGED_WINDOW_USEC (bus-mig.c). */
+        uint64_t mig_read_window_usec;
+        unsigned mig_read_count;
         BusDirty *bus_dirty;             /* owned by bus-util.c */
 
         ManagerOptions options;
@@ -54,7 +60,9 @@ typedef struct Manager {
         char *config_error;              /* why the last load/reload failed, NULL if it did not */
 
         Inventory *inventory;            /* last successful probe, NULL before */
-        GpuNvml *nvml;                   /* loaded and initialised NVML, NULL while unavailable */
+        struct GpuNvmlWorker *nvml_worker; /* the process that runs NVML for the nvml stage (gpu-nvml-worker.h) */
+        GpuNvml *nvml;                   /* NVML in this process, for MIG writes only: opened on first need
+                                          * after the worker found NVML answering (manager_nvml_open_local) */
         NvmlSnapshot *nvml_snapshot;     /* last successful read, NULL while NVML is unavailable */
         char *cdi_spec_text;             /* last CDI spec written (or found current), NULL none */
         struct CdiMigMinorsCache *cdi_minors; /* the parsed mig-minors table, kept while the file is unchanged */
@@ -62,6 +70,7 @@ typedef struct Manager {
         /* Driver lifecycle (stage-driver.c, stage-devices.c, stage-fabric.c). */
         struct ModuleContext *module_ctx;/* libkmod for the running kernel, created on first use */
         struct DkmsRun *dkms_run;        /* a DKMS build in flight, NULL otherwise */
+        struct ModuleLoadJob *module_load; /* module inserts in flight in a child process (stage-driver.c) */
         char *dkms_state;                /* DkmsState property: "idle", "building …", "failed: …", "built …" */
         char **module_rows;              /* Modules property: "name\tstate\tdetail" per module, in load order */
         struct FabricOp *fabric_op;      /* a unit start in flight */
@@ -81,12 +90,15 @@ typedef struct Manager {
         StageId next_stage;              /* the one the stage source runs next */
         bool pass_active;
         bool pass_again;                 /* a pass was requested while one ran */
+        bool pass_again_coalesced;       /* … by manager_request_pass_coalesced() only */
         bool first_pass_done;
         AgentState state;
         unsigned retry_attempt;
         uint64_t n_passes;
         int exit_code;
 } Manager;
+
+#define MANAGER_PASS_MIN_INTERVAL_USEC (500 * USEC_PER_MSEC)
 
 int manager_new(const ManagerOptions *o, Manager **ret);
 Manager *manager_free(Manager *m);
@@ -98,8 +110,13 @@ int manager_startup(Manager *m);
 /* Runs the event loop until SIGTERM/SIGINT (or, oneshot, the first pass); returns the exit code. */
 int manager_run(Manager *m);
 
-/* Asks for a full pass of the stages (coalesced; runs from the event loop). */
+/* Asks for a full pass of the stages (coalesced; runs from the event loop). One asked for while a pass
+ * runs is queued (one, however many ask). */
 void manager_request_pass(Manager *m, const char *reason);
+/* The same for requests anyone may repeat at will (Reconcile()): one asked for within
+ * MANAGER_PASS_MIN_INTERVAL_USEC of the end of the last pass starts at that interval, together with
+ * everything asked for meanwhile: 1000 Reconcile() calls in a row cost a handful of passes. */
+void manager_request_pass_coalesced(Manager *m, const char *reason);
 
 /* Reloads the configuration transactionally: on success swaps it in and requests a pass; on failure
  * keeps the old one, stores the error in config_error (visible on D-Bus) and returns it. */
@@ -121,6 +138,15 @@ void manager_stage_progress(Manager *m, StageId id, const char *text);
  * the next nvml stage) and *ret_error says why. */
 void manager_nvml_close(Manager *m);
 int manager_nvml_refresh(Manager *m, char **ret_error);
+
+/* Closes NVML in this process and kills the worker (its handle keeps /dev/nvidia* open too); an nvml
+ * stage waiting for it fails with why. */
+void manager_nvml_stop(Manager *m, const char *why);
+
+/* Opens m->nvml (this process's NVML, for MIG management) unless open: only once the worker's last
+ * snapshot succeeded, so a missing or wedged library fails the nvml stage rather than the loop. -ENODEV
+ * with a sentence when NVML is not available. */
+int manager_nvml_open_local(Manager *m, char **ret_error);
 
 /* Name of the Stage property: "starting", the running stage's name, or "ready" between passes. */
 const char *manager_stage_name(const Manager *m);

@@ -5,7 +5,12 @@
  * this kernel is missing, stale or of another version (asynchronous: the stage returns STAGE_RUNNING
  * and finishes from the build's completion), the nvidia-peermem rule, the Modules and DkmsState
  * D-Bus rows, and the driver.state record. Also the Manager's libkmod context (driver.h). */
+#include <fcntl.h>
+#include <inttypes.h>
 #include <libkmod.h>
+#include <stdio.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "bus.h"
 #include "driver-state.h"
@@ -13,6 +18,7 @@
 #include "driver.h"
 #include "fileio.h"
 #include "log.h"
+#include "spawn-child.h"
 #include "strv.h"
 
 /* EFI global variable GUID: SecureBoot-<guid> holds 4 attribute bytes, then 1 = enabled. */
@@ -95,7 +101,10 @@ void driver_dkms_options(const Config *c, DkmsOptions *ret) {
         };
 }
 
+static ModuleLoadJob *module_load_job_free(ModuleLoadJob *j);
+
 void manager_driver_done(Manager *m) {
+        m->module_load = module_load_job_free(m->module_load);
         m->dkms_run = dkms_run_free(m->dkms_run);
         m->module_ctx = module_context_free(m->module_ctx);
         m->module_rows = strv_free(m->module_rows);
@@ -289,6 +298,8 @@ static int driver_peermem(Manager *m, ModuleContext *ctx, char ***rows, char **r
 /* ---- the stage ----------------------------------------------------------------------------------- */
 
 static int driver_ensure(Manager *m, const char *dkms_message, char **ret_message);
+static int module_load_start(Manager *m, const char *dkms_message, bool enforcing, const char *sb,
+                             const char *digest, char **ret_message);
 
 static void on_dkms_line(DkmsRun *run, const char *line, void *userdata) {
         log_info("dkms: %s", line);
@@ -325,7 +336,8 @@ static void on_dkms_done(DkmsRun *run, int error, const char *message, void *use
         /* depmod rewrote the module indexes libkmod may have mapped: start from scratch. */
         m->module_ctx = module_context_free(m->module_ctx);
         r = driver_ensure(m, message ?: "", &stage_message);
-        manager_stage_complete(m, STAGE_DRIVER, r, stage_message);
+        if (r != STAGE_RUNNING)
+                manager_stage_complete(m, STAGE_DRIVER, r, stage_message);
 }
 
 static int driver_start_dkms(Manager *m, const char *reason, char **ret_message) {
@@ -438,9 +450,8 @@ static void driver_rollback(ModuleContext *ctx, char **loaded) {
 }
 
 static int driver_ensure(Manager *m, const char *dkms_message, char **ret_message) {
-        _cleanup_strv_free_ char **rows = NULL, **loaded = NULL;
-        _cleanup_free_ char *digest = NULL, *note = NULL, *sb = NULL, *version = NULL, *build_reason = NULL,
-                            *message = NULL;
+        _cleanup_strv_free_ char **rows = NULL;
+        _cleanup_free_ char *digest = NULL, *note = NULL, *sb = NULL, *build_reason = NULL, *message = NULL;
         const Config *c = m->config;
         ModuleContext *ctx;
         bool all_live = true, enforcing = false;
@@ -510,6 +521,44 @@ static int driver_ensure(Manager *m, const char *dkms_message, char **ret_messag
                 return driver_start_dkms(m, build_reason, ret_message);
         }
 
+        return module_load_start(m, dkms_message, enforcing, sb, digest, ret_message);
+}
+
+/* ---- the inserts, in a child process ------------------------------------------------------------
+ * finit_module() runs the module's init: for nvidia that probes every GPU, seconds each, and a wedged
+ * GPU can keep it in the kernel for much longer. So the inserts run in a forked child (spawn_fork(): the
+ * same libkmod context, its own process group, nothing of ours inherited but a socket) and the stage
+ * waits for its exit on the loop; the result comes back as "<r>\0<message>\0<loaded>\0…". */
+
+#define MODULE_LOAD_TIMEOUT_USEC (5 * 60 * USEC_PER_SEC)
+
+struct ModuleLoadJob {
+        Manager *manager;
+        Spawn *child;
+        int fd;
+        char *dkms_message, *sb, *digest;
+        bool enforcing;
+};
+
+static ModuleLoadJob *module_load_job_free(ModuleLoadJob *j) {
+        if (!j)
+                return NULL;
+        spawn_free(j->child);
+        if (j->fd >= 0)
+                close(j->fd);
+        free(j->dkms_message);
+        free(j->sb);
+        free(j->digest);
+        return mfree(j);
+}
+
+/* In the child: the ipmi modules (best effort), then the core modules in order; a failure unloads what
+ * this run loaded. */
+static int load_modules(Manager *m, ModuleContext *ctx, char **ret_message, char ***ret_loaded) {
+        _cleanup_strv_free_ char **loaded = NULL;
+        const Config *c = m->config;
+        int r;
+
         for (size_t i = 0; i < ELEMENTSOF(ipmi_modules); i++) {
                 _cleanup_free_ char *msg = NULL;
                 if (module_load(ctx, ipmi_modules[i], NULL, &msg) < 0)
@@ -525,8 +574,6 @@ static int driver_ensure(Manager *m, const char *dkms_message, char **ret_messag
                 r = module_load(ctx, name, module_parameters(c, core_modules[i].id), &msg);
                 if (r < 0) {
                         driver_rollback(ctx, loaded);
-                        if (rows_add_core(&rows, c, ctx) >= 0)
-                                driver_publish_rows(m, TAKE_PTR(rows));
                         if (strv_length(loaded) > 0) {
                                 _cleanup_free_ char *undone = strv_join(loaded, ", ");
                                 *ret_message = strprintf("%s (Unloaded %s again.)", strna(msg), strna(undone));
@@ -537,11 +584,100 @@ static int driver_ensure(Manager *m, const char *dkms_message, char **ret_messag
                 if (r > 0 && strv_extend(&loaded, name) < 0)
                         return -ENOMEM;
         }
+        *ret_loaded = TAKE_PTR(loaded);
+        return 0;
+}
+
+static int module_load_child(int fd, void *userdata) {
+        ModuleLoadJob *j = userdata;
+        _cleanup_strv_free_ char **loaded = NULL;
+        _cleanup_free_ char *message = NULL, *buf = NULL;
+        ModuleContext *ctx;
+        size_t size = 0;
+        FILE *f;
+        int r;
+
+        r = manager_module_context(j->manager, &ctx);
+        if (r >= 0)
+                r = load_modules(j->manager, ctx, &message, &loaded);
+        f = open_memstream(&buf, &size);
+        if (!f)
+                return 2;
+        fprintf(f, "%d%c%s%c", r, 0, strempty(message), 0);
+        STRV_FOREACH(l, loaded)
+                fprintf(f, "%s%c", *l, 0);
+        if (fclose(f) != 0)
+                return 2;
+        for (size_t off = 0; off < size;) {
+                ssize_t k = write(fd, buf + off, size - off);
+                if (k < 0 && errno == EINTR)
+                        continue;
+                if (k <= 0)
+                        return 2;
+                off += (size_t) k;
+        }
+        return 0;
+}
+
+/* What the child wrote (it is in the socket's buffer once the child has exited). */
+static int module_load_result(ModuleLoadJob *j, char **ret_message, char ***ret_loaded) {
+        _cleanup_free_ char *buf = NULL;
+        size_t len = 0, cap = 0;
+        char *p, *end;
+        int r;
+
+        for (;;) {
+                if (cap - len < 1024) {
+                        char *n = realloc(buf, cap + 4096);
+                        if (!n)
+                                return -ENOMEM;
+                        buf = n;
+                        cap += 4096;
+                }
+                ssize_t k = read(j->fd, buf + len, cap - len - 1);
+                if (k < 0 && errno == EINTR)
+                        continue;
+                if (k <= 0)
+                        break;
+                len += (size_t) k;
+        }
+        if (!buf || len == 0 || buf[len - 1] != 0)
+                return -EBADMSG;
+        end = buf + len;
+        r = (int) strtol(buf, NULL, 10);
+        p = buf + strlen(buf) + 1;
+        if (p >= end)
+                return -EBADMSG;
+        *ret_message = *p ? strdup(p) : NULL;
+        for (p += strlen(p) + 1; p < end; p += strlen(p) + 1)
+                if (strv_extend(ret_loaded, p) < 0)
+                        return -ENOMEM;
+        return r < 0 ? r : 0;
+}
+
+/* The tail of driver_ensure(), once the inserts are done: the record, the rows, peermem, the message. */
+static int module_load_finish(Manager *m, ModuleLoadJob *j, int r, char *load_message, char **loaded,
+                              char **ret_message) {
+        _cleanup_strv_free_ char **rows = NULL;
+        _cleanup_free_ char *version = NULL, *note = NULL, *message = NULL;
+        const Config *c = m->config;
+        ModuleContext *ctx;
+        int k;
+
+        k = manager_module_context(m, &ctx);
+        if (k < 0)
+                return k;
+        if (r < 0) {
+                if (rows_add_core(&rows, c, ctx) >= 0)
+                        driver_publish_rows(m, TAKE_PTR(rows));
+                *ret_message = load_message ? strdup(load_message) : NULL;
+                return r;
+        }
 
         version = loaded_driver_version(c);
         if (!version)
                 return -ENOMEM;
-        (void) driver_record(m, version, digest);
+        (void) driver_record(m, version, j->digest);
         r = rows_add_core(&rows, c, ctx);
         if (r >= 0)
                 r = driver_peermem(m, ctx, &rows, &note);
@@ -553,18 +689,83 @@ static int driver_ensure(Manager *m, const char *dkms_message, char **ret_messag
         if (!message)
                 return -ENOMEM;
         *ret_message = strprintf("%s%s%sloaded %s (driver %s) for kernel %s%s%s%s%s",
-                                 dkms_message ? "built with DKMS (" : "", strempty(dkms_message),
-                                 dkms_message ? "), " : "", isempty(message) ? "nothing new" : message, version,
-                                 m->kernel_release, enforcing ? "; " : "", enforcing ? strna(sb) : "",
+                                 j->dkms_message ? "built with DKMS (" : "", strempty(j->dkms_message),
+                                 j->dkms_message ? "), " : "", isempty(message) ? "nothing new" : message, version,
+                                 m->kernel_release, j->enforcing ? "; " : "", j->enforcing ? strna(j->sb) : "",
                                  note ? "; " : "", strempty(note));
         return *ret_message ? STAGE_DONE : -ENOMEM;
+}
+
+static void on_module_load_exit(Spawn *child, const SpawnResult *res, void *userdata) {
+        Manager *m = userdata;
+        ModuleLoadJob *j = TAKE_PTR(m->module_load);
+        _cleanup_strv_free_ char **loaded = NULL;
+        _cleanup_free_ char *load_message = NULL, *message = NULL;
+        int r;
+
+        if (res->exit_status == 0)
+                r = module_load_result(j, &load_message, &loaded);
+        else {
+                r = res->timed_out ? -ETIMEDOUT : -EIO;
+                load_message = res->timed_out
+                        ? strprintf("Loading the NVIDIA modules did not finish within %" PRIu64 " s%s (a GPU that "
+                                    "does not come up?); the insert was abandoned.",
+                                    MODULE_LOAD_TIMEOUT_USEC / USEC_PER_SEC,
+                                    res->abandoned ? " and the insert is stuck in the kernel" : "")
+                        : strprintf("The process loading the NVIDIA modules %s %d.",
+                                    res->signal ? "died with signal" : "exited with status",
+                                    res->signal ?: res->exit_status);
+        }
+        r = module_load_finish(m, j, r, load_message, loaded, &message);
+        module_load_job_free(j);
+        manager_stage_complete(m, STAGE_DRIVER, r, message);
+}
+
+static int module_load_start(Manager *m, const char *dkms_message, bool enforcing, const char *sb,
+                             const char *digest, char **ret_message) {
+        SpawnOptions o = {
+                .timeout_usec = MODULE_LOAD_TIMEOUT_USEC,
+                .kill_grace_usec = USEC_PER_SEC,
+                .on_exit = on_module_load_exit,
+                .userdata = m,
+        };
+        ModuleLoadJob *j;
+        int sv[2], r;
+
+        j = calloc(1, sizeof *j);
+        if (!j)
+                return -ENOMEM;
+        *j = (ModuleLoadJob) { .manager = m, .fd = -1, .enforcing = enforcing };
+        if ((dkms_message && !(j->dkms_message = strdup(dkms_message))) || (sb && !(j->sb = strdup(sb))) ||
+            (digest && !(j->digest = strdup(digest)))) {
+                module_load_job_free(j);
+                return -ENOMEM;
+        }
+        if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0) {
+                r = negative_errno();
+                module_load_job_free(j);
+                return r;
+        }
+        r = spawn_fork(m->event, sv[1], module_load_child, j, &o, &j->child);
+        close(sv[1]);
+        j->fd = sv[0];
+        if (r >= 0 && fcntl(j->fd, F_SETFL, O_NONBLOCK) < 0)
+                r = negative_errno();
+        if (r < 0) {
+                module_load_job_free(j);
+                *ret_message = strprintf("Cannot start loading the NVIDIA modules: %s", strerror(-r));
+                return r;
+        }
+        m->module_load = j;
+        manager_stage_progress(m, STAGE_DRIVER, "loading the NVIDIA kernel modules");
+        return STAGE_RUNNING;
 }
 
 int stage_driver_run(Manager *m, char **ret_message) {
         const Config *c = m->config;
 
-        /* A build in flight finishes the stage from its completion handler. */
-        if (m->dkms_run)
+        /* A build or the inserts in flight finish the stage from their completion handlers. */
+        if (m->dkms_run || m->module_load)
                 return STAGE_RUNNING;
         if (!m->dkms_state)
                 driver_set_dkms_state(m, "idle");

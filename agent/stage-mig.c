@@ -84,7 +84,7 @@ int stage_mig_run(Manager *m, char **ret_message) {
         _cleanup_free_ char *message = NULL;
         int r;
 
-        if (!m->nvml) {
+        if (!m->nvml_snapshot) {
                 *ret_message = strdup("NVML is not available: no MIG management");
                 return STAGE_SKIPPED;
         }
@@ -92,6 +92,24 @@ int stage_mig_run(Manager *m, char **ret_message) {
                 r = mig_manager_new(m, &m->mig);
                 if (r < 0)
                         return r;
+        }
+        if (!m->nvml) {
+                /* MIG writes run in this process. Open NVML here only when there is MIG work: a selected
+                 * config, or a journal to recover (recover says -ENODEV without a handle). */
+                const char *name = NULL, *file = NULL;
+
+                mig_manager_selected(m->mig, &name, &file);
+                if (isempty(name) && !mig_manager_busy(m->mig)) {
+                        r = mig_manager_recover(m->mig, on_recovered, m, &message);
+                        if (r == 0)
+                                return apply_selected(m, ret_message);
+                        message = mfree(message);
+                }
+                r = manager_nvml_open_local(m, &message);
+                if (r < 0) {
+                        *ret_message = TAKE_PTR(message);
+                        return r;
+                }
         }
         if (mig_manager_busy(m->mig)) {
                 *ret_message = strdup("a MIG apply requested over D-Bus is still running; checked again on the "

@@ -1,10 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 /* Owns the nvml stage: brings NVML up when it can (the driver may load later than we start), reads the
- * snapshot the cdi and labels stages use, and publishes changes. NVML being unavailable is a normal,
+ * snapshot the cdi and labels stages use, and publishes changes. The NVML calls run in the worker
+ * process (gpu-nvml-worker.h): the stage is RUNNING while it works, and a crash or a call that does not
+ * return within nvml.timeout fails the stage with the call's name. NVML being unavailable is a normal,
  * reported state: the stage fails with the reason, the node is degraded, and the stage is retried with
  * backoff and on every pass (driver module events, Reconcile()). */
 #include "bus.h"
 #include "driver-unload.h"
+#include "gpu-nvml-worker.h"
 #include "log.h"
 #include "manager.h"
 #include "mig-manager.h"
@@ -42,13 +45,72 @@ void manager_nvml_close(Manager *m) {
         m->nvml = gpu_nvml_close(m->nvml);
 }
 
+void manager_nvml_stop(Manager *m, const char *why) {
+        /* The stage waiting for the worker hears why, so that its pass goes on. */
+        gpu_nvml_worker_abort(m->nvml_worker, -ECANCELED, why);
+        m->nvml_worker = gpu_nvml_worker_free(m->nvml_worker);
+        m->nvml = gpu_nvml_close(m->nvml);
+}
+
+/* Also the worker: its NVML handle keeps /dev/nvidia* open as well. */
+static void nvml_stop_all(Manager *m) {
+        m->nvml_worker = gpu_nvml_worker_free(m->nvml_worker);
+        manager_nvml_close(m);
+}
+
+int manager_nvml_open_local(Manager *m, char **ret_error) {
+        int r;
+
+        *ret_error = NULL;
+        if (m->nvml)
+                return 0;
+        if (!m->nvml_snapshot) {
+                *ret_error = strdup("NVML is not available (see the nvml stage); the MIG layout cannot be read.");
+                return -ENODEV;
+        }
+        /* The worker has just found the library answering; nvmlInit in this process is then as quick as
+         * the driver allows (MIG writes happen here, see docs/HACKING.md). */
+        r = gpu_nvml_open(m->config->nvml.library, &m->nvml, ret_error);
+        if (r < 0)
+                return r;
+        log_debug("NVML opened in the daemon for MIG management.");
+        return 0;
+}
+
+static void on_snapshot(GpuNvmlWorker *worker, int r, NvmlSnapshot *snap, const char *error, void *userdata) {
+        Manager *m = userdata;
+        _cleanup_free_ char *summary = NULL;
+        bool first = !m->nvml_snapshot;
+
+        if (r < 0) {
+                /* Start from scratch next time: the driver may have been unloaded or reset. */
+                nvml_publish(m, NULL);
+                manager_nvml_close(m);
+                manager_stage_complete(m, STAGE_NVML, r, error);
+                return;
+        }
+        if (!nvml_snapshot_equal(m->nvml_snapshot, snap))
+                STRV_FOREACH(w, snap->warnings)
+                        log_warning("%s", *w);
+        if (first)
+                log_info("NVML initialised from %s.", m->config->nvml.library);
+        nvml_publish(m, snap);
+        summary = nvml_summary(m->nvml_snapshot);
+        manager_stage_complete(m, STAGE_NVML, STAGE_DONE, summary);
+}
+
+/* Once a second while the worker works: "nvmlInit_v2 for 3 s" in the Stages property and STATUS=. */
+static void on_progress(GpuNvmlWorker *worker, const char *text, void *userdata) {
+        manager_stage_progress(userdata, STAGE_NVML, text);
+}
+
 int stage_nvml_run(Manager *m, char **ret_message) {
-        _cleanup_free_ char *error = NULL;
+        _cleanup_strv_free_ char **addresses = NULL;
         int r;
 
         if (!m->inventory || m->inventory->n_gpus == 0) {
                 nvml_publish(m, NULL);
-                manager_nvml_close(m);
+                nvml_stop_all(m);
                 *ret_message = strdup("no NVIDIA GPU");
                 return STAGE_SKIPPED;
         }
@@ -56,30 +118,33 @@ int stage_nvml_run(Manager *m, char **ret_message) {
         /* Real NVML may call nvidia-modprobe and load the driver again behind the admin's back. */
         if (manager_driver_unload_held(m)) {
                 nvml_publish(m, NULL);
-                manager_nvml_close(m);
+                nvml_stop_all(m);
                 *ret_message = strdup("the driver was unloaded with Unload(); Reconcile() or Reload() loads it again");
                 return STAGE_SKIPPED;
         }
 
-        if (!m->nvml) {
-                r = gpu_nvml_open(m->config->nvml.library, &m->nvml, &error);
-                if (r < 0) {
-                        nvml_publish(m, NULL);
-                        *ret_message = TAKE_PTR(error);
-                        return r;
-                }
-                log_info("NVML initialised from %s.", m->config->nvml.library);
-        }
+        for (size_t i = 0; i < m->inventory->n_gpus; i++)
+                if (strv_extend(&addresses, m->inventory->gpus[i].address) < 0)
+                        return -ENOMEM;
 
-        r = manager_nvml_refresh(m, &error);
+        if (!m->nvml_worker) {
+                r = gpu_nvml_worker_new(m->event, &m->nvml_worker);
+                if (r < 0)
+                        return r;
+                gpu_nvml_worker_set_progress(m->nvml_worker, on_progress, m);
+        }
+        /* A request still in flight belongs to an earlier pass: its answer would be as old as it. */
+        gpu_nvml_worker_cancel(m->nvml_worker);
+        r = gpu_nvml_worker_snapshot(m->nvml_worker, m->config->nvml.library, addresses, m->config->nvml.timeout_usec,
+                                     (unsigned) m->inventory->n_gpus, on_snapshot, m);
         if (r < 0) {
-                *ret_message = TAKE_PTR(error);
+                *ret_message = strprintf("Cannot start the NVML worker: %s", strerror(-r));
                 return r;
         }
-        *ret_message = nvml_summary(m->nvml_snapshot);
-        return STAGE_DONE;
+        return STAGE_RUNNING;
 }
 
+/* After a MIG change, in this process (the MIG writes happen here): the new layout for cdi and labels. */
 int manager_nvml_refresh(Manager *m, char **ret_error) {
         _cleanup_(nvml_snapshot_freep) NvmlSnapshot *snap = NULL;
         _cleanup_strv_free_ char **addresses = NULL;

@@ -126,8 +126,9 @@ typedef struct DkmsRunCallbacks {
 int dkms_run_start(sd_event *e, const char *kver, const DkmsOptions *o, const DkmsRunCallbacks *cb,
                    void *userdata, DkmsRun **ret, char **ret_error);
 
-/* For shutdown or a superseded build: SIGTERM to the process group, up to one second for it to go,
- * then SIGKILL; reaps dkms. Blocks for at most ~1 s. No callback is called afterwards.
+/* For shutdown or a superseded build: SIGTERM to the process group now; SIGKILL after the kill grace
+ * and the reap follow from the event loop (spawn_cancel()). Never blocks. No callback is called
+ * afterwards.
  * Returns 0, or -ESRCH when the run already finished. */
 int dkms_run_cancel(DkmsRun *run);
 

@@ -5,22 +5,20 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/pidfd.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "fabric.h"
 #include "fileio.h"
 #include "mig-apply.h"
 #include "mig-state.h"
+#include "spawn-child.h"
 #include "strv.h"
 
-#define POLL_CHILD_USEC (50 * USEC_PER_MSEC)
+/* SIGTERM → SIGKILL for a reset that overran its timeout. */
+#define RESET_KILL_GRACE_USEC (2 * USEC_PER_SEC)
 
 DEFINE_CLEANUP_FUNC(FabricOp *, fabric_op_free);
 
@@ -78,10 +76,8 @@ struct MigApply {
         bool reset_done;              /* the current run had its reset: still pending now is a failure */
         char *gpu_error;
 
-        pid_t pid;
-        int pidfd, out_fd;
-        sd_event_source *child_source, *child_timeout;
-        uint64_t child_started;
+        Spawn *reset;                 /* the GPU reset child, NULL when none runs */
+        char *reset_output;           /* the last non-empty line it printed */
 
         char **lines;                 /* per GPU and per problem: the result message */
         char **log;
@@ -112,164 +108,63 @@ static const MigGpuState *before_of(MigApply *a, const MigGpuPlan *p) {
 
 /* ---- the GPU reset child ---- */
 
-static void child_disconnect(MigApply *a) {
-        a->child_source = sd_event_source_disable_unref(a->child_source);
-        a->child_timeout = sd_event_source_disable_unref(a->child_timeout);
-        if (a->pidfd >= 0)
-                a->pidfd = (close(a->pidfd), -1);
-        if (a->out_fd >= 0)
-                a->out_fd = (close(a->out_fd), -1);
-}
+static void on_reset_line(Spawn *child, const char *line, void *userdata) {
+        MigApply *a = userdata;
+        char *copy;
 
-static void child_kill(MigApply *a) {
-        if (a->pid <= 0)
+        if (isempty(line) || !(copy = strdup(line)))
                 return;
-        (void) kill(-a->pid, SIGKILL);
-        (void) waitpid(a->pid, NULL, 0);
-        a->pid = 0;
+        free(a->reset_output);
+        a->reset_output = copy;
 }
 
-/* The last non-empty line the reset program printed, for the message. */
-static char *child_output(MigApply *a) {
-        char buf[4096];
-        ssize_t n;
-        char *end, *start;
-
-        if (a->out_fd < 0 || lseek(a->out_fd, 0, SEEK_SET) < 0)
-                return strdup("");
-        n = read(a->out_fd, buf, sizeof buf - 1);
-        if (n <= 0)
-                return strdup("");
-        buf[n] = '\0';
-        end = buf + n;
-        while (end > buf && (end[-1] == '\n' || end[-1] == ' '))
-                *--end = '\0';
-        start = strrchr(buf, '\n');
-        return strdup(start ? start + 1 : buf);
-}
-
-static void child_finished(MigApply *a, bool timed_out) {
-        _cleanup_free_ char *out = NULL;
+static void on_reset_exit(Spawn *child, const SpawnResult *res, void *userdata) {
+        MigApply *a = userdata;
         const MigGpuPlan *p = &a->plan->gpus[a->gpu];
-        siginfo_t si = {};
-        int status = -1;
+        _cleanup_free_ char *out = TAKE_PTR(a->reset_output);
 
-        if (timed_out)
-                (void) kill(-a->pid, SIGKILL);
-        if (a->pid > 0) {
-                while (waitid(P_PID, a->pid, &si, WEXITED) < 0 && errno == EINTR)
-                        ;
-                status = si.si_code == CLD_EXITED ? si.si_status : -1;
-                a->pid = 0;
-        }
-        out = child_output(a);
-        child_disconnect(a);
-
-        if (status != 0) {
+        a->reset = spawn_free(a->reset);
+        if (res->exit_status != 0) {
                 free(a->gpu_error);
-                a->gpu_error = timed_out
-                        ? strprintf("GPU %u (%s): the GPU reset (%s -r -i) did not finish within %" PRIu64 "s",
+                a->gpu_error = res->timed_out
+                        ? strprintf("GPU %u (%s): the GPU reset (%s -r -i) did not finish within %" PRIu64 "s%s",
                                     p->gpu, p->pci_address, a->reset_program,
-                                    (a->o.reset_timeout_usec ?: MIG_RESET_TIMEOUT_USEC) / USEC_PER_SEC)
+                                    (a->o.reset_timeout_usec ?: MIG_RESET_TIMEOUT_USEC) / USEC_PER_SEC,
+                                    res->abandoned ? " and does not end even after SIGKILL (stuck in the kernel)" : "")
                         : strprintf("GPU %u (%s): the GPU reset (%s -r -i) failed with %s %d%s%s", p->gpu,
                                     p->pci_address, a->reset_program,
-                                    si.si_code == CLD_EXITED ? "exit status" : "signal", si.si_status,
-                                    out && *out ? ": " : "", out ? out : "");
+                                    res->exit_status >= 0 ? "exit status" : "signal",
+                                    res->exit_status >= 0 ? res->exit_status : res->signal,
+                                    out ? ": " : "", out ?: "");
         } else
                 note(a, strprintf("GPU %u (%s): reset to activate the MIG mode change.", p->gpu, p->pci_address));
         schedule(a);
 }
 
-static int on_child_pidfd(sd_event_source *s, int fd, uint32_t revents, void *userdata) {
-        child_finished(userdata, false);
-        return 0;
-}
-
-static int on_child_timer(sd_event_source *s, uint64_t usec, void *userdata) {
-        MigApply *a = userdata;
-        siginfo_t si = {};
-        uint64_t limit = a->o.reset_timeout_usec ?: MIG_RESET_TIMEOUT_USEC;
-
-        if (usec >= a->child_started + limit) {
-                child_finished(a, true);
-                return 0;
-        }
-        if (a->pidfd < 0 &&
-            (waitid(P_PID, a->pid, &si, WEXITED | WNOHANG | WNOWAIT) < 0 || si.si_pid == a->pid)) {
-                child_finished(a, false);
-                return 0;
-        }
-        /* A time source fires once per arming: move it, then enable it again. */
-        int r = sd_event_source_set_time(s, a->pidfd >= 0 ? a->child_started + limit : usec + POLL_CHILD_USEC);
-        if (r < 0)
-                return r;
-        return sd_event_source_set_enabled(s, SD_EVENT_ONESHOT);
-}
-
 static int spawn_reset(MigApply *a, const char *pci_address, char **ret_error) {
-        _cleanup_close_ int out = -1;
         unsigned domain, bus, dev, fn;
         char bus_id[32];
         char *argv[] = { a->reset_program, (char *) "-r", (char *) "-i", bus_id, NULL };
-        posix_spawn_file_actions_t fa;
-        posix_spawnattr_t attr;
-        sigset_t none, all;
-        pid_t pid;
+        SpawnOptions o = {
+                .timeout_usec = a->o.reset_timeout_usec ?: MIG_RESET_TIMEOUT_USEC,
+                .kill_grace_usec = RESET_KILL_GRACE_USEC,
+                .capture = true,
+                .on_line = on_reset_line,
+                .on_exit = on_reset_exit,
+                .userdata = a,
+        };
         int r;
 
         if (sscanf(pci_address, "%x:%x:%x.%x", &domain, &bus, &dev, &fn) != 4)
                 return -EINVAL;
         snprintf(bus_id, sizeof bus_id, "%08X:%02X:%02X.%X", domain, bus, dev, fn);
 
-        out = memfd_create("mig-reset-output", MFD_CLOEXEC);
-        if (out < 0)
-                return negative_errno();
-
-        sigemptyset(&none);
-        sigfillset(&all);
-        posix_spawnattr_init(&attr);
-        /* Own process group (a timeout kills all of it), default signals and an empty mask: the daemon
-         * blocks the signals it handles through sd-event. */
-        posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-        posix_spawnattr_setpgroup(&attr, 0);
-        posix_spawnattr_setsigmask(&attr, &none);
-        posix_spawnattr_setsigdefault(&attr, &all);
-        posix_spawn_file_actions_init(&fa);
-        posix_spawn_file_actions_addopen(&fa, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
-        posix_spawn_file_actions_adddup2(&fa, out, STDOUT_FILENO);
-        posix_spawn_file_actions_adddup2(&fa, out, STDERR_FILENO);
-        r = strchr(a->reset_program, '/') ? posix_spawn(&pid, a->reset_program, &fa, &attr, argv, environ)
-                                          : posix_spawnp(&pid, a->reset_program, &fa, &attr, argv, environ);
-        posix_spawn_file_actions_destroy(&fa);
-        posix_spawnattr_destroy(&attr);
-        if (r != 0) {
-                *ret_error = strprintf("Cannot run %s to reset GPU %s: %s (install nvidia-smi, or reset the GPU "
-                                       "yourself and apply again)", a->reset_program, pci_address, strerror(r));
-                return -r;
-        }
-        a->pid = pid;
-        a->out_fd = TAKE_FD(out);
-        (void) sd_event_now(a->o.event, CLOCK_MONOTONIC, &a->child_started);
-
-        a->pidfd = pidfd_open(pid, 0);
-        if (a->pidfd >= 0) {
-                r = sd_event_add_io(a->o.event, &a->child_source, a->pidfd, EPOLLIN, on_child_pidfd, a);
-                if (r < 0)
-                        goto fail;
-        }
-        /* Without pidfds (valgrind) the timer polls; with them it is only the timeout. */
-        r = sd_event_add_time(a->o.event, &a->child_timeout, CLOCK_MONOTONIC,
-                              a->pidfd >= 0 ? a->child_started + (a->o.reset_timeout_usec ?: MIG_RESET_TIMEOUT_USEC)
-                                            : a->child_started + POLL_CHILD_USEC,
-                              0, on_child_timer, a);
+        a->reset_output = mfree(a->reset_output);
+        r = spawn_start(a->o.event, argv, &o, &a->reset);
         if (r < 0)
-                goto fail;
-        return 0;
-
-fail:
-        child_kill(a);
-        child_disconnect(a);
-        *ret_error = strprintf("Cannot watch the GPU reset of %s: %s", pci_address, strerror(-r));
+                *ret_error = strprintf("Cannot run %s to reset GPU %s: %s (install nvidia-smi, or reset the GPU "
+                                       "yourself and apply again)", a->reset_program, pci_address,
+                                       r == -ENOENT ? "not found" : strerror(-r));
         return r;
 }
 
@@ -354,7 +249,7 @@ static bool gpu_step(MigApply *a) {
                                 r = spawn_reset(a, p->pci_address, &err);
                                 if (r >= 0) {
                                         a->reset_done = true;
-                                        return false; /* child_finished() schedules us again */
+                                        return false; /* on_reset_exit() schedules us again */
                                 }
                         }
                 }
@@ -574,7 +469,6 @@ int mig_apply_start(const MigApplyOptions *o, MigPlan *plan, MigGpuState *before
                 mig_gpu_states_free(before, n_before);
                 return -ENOMEM;
         }
-        a->pidfd = a->out_fd = -1;
         a->plan = plan;
         a->before = before;
         a->n_before = n_before;
@@ -648,8 +542,8 @@ int mig_apply_start(const MigApplyOptions *o, MigPlan *plan, MigGpuState *before
 MigApply *mig_apply_free(MigApply *a) {
         if (!a)
                 return NULL;
-        child_kill(a);
-        child_disconnect(a);
+        spawn_free(a->reset);
+        free(a->reset_output);
         fabric_op_free(a->op);
         sd_event_source_disable_unref(a->defer);
         mig_journal_free(a->journal);

@@ -16,6 +16,7 @@
 struct MigManager {
         Manager *manager;
         char *reset_program;          /* NULL = nvidia-smi */
+        uint64_t reset_timeout_usec;  /* 0 = MIG_RESET_TIMEOUT_USEC */
 
         char *config_name;            /* mig.config */
         char *applying;               /* the config of the apply in flight */
@@ -40,7 +41,7 @@ struct MigManager {
 
 int mig_manager_new(Manager *m, MigManager **ret) {
         MigManager *mm;
-        const char *p = getenv("GNA_MIG_RESET_PROGRAM");
+        const char *p = getenv("GNA_MIG_RESET_PROGRAM"), *t = getenv("GNA_MIG_RESET_TIMEOUT_MS");
 
         mm = calloc(1, sizeof *mm);
         if (!mm)
@@ -50,6 +51,8 @@ int mig_manager_new(Manager *m, MigManager **ret) {
                 free(mm);
                 return -ENOMEM;
         }
+        if (t && *t)
+                mm->reset_timeout_usec = strtoull(t, NULL, 10) * USEC_PER_MSEC;
         *ret = mm;
         return 0;
 }
@@ -147,10 +150,9 @@ static int read_states(MigManager *mm, MigGpuState **ret, size_t *ret_n, char **
         _cleanup_strv_free_ char **addresses = NULL;
         int r;
 
-        if (!mm->manager->nvml) {
-                *ret_error = strdup("NVML is not available (see the nvml stage); the MIG layout cannot be read.");
-                return -ENODEV;
-        }
+        r = manager_nvml_open_local(mm->manager, ret_error);
+        if (r < 0)
+                return r;
         r = gpu_addresses(mm, &addresses);
         if (r < 0)
                 return r;
@@ -237,6 +239,7 @@ static MigApplyOptions apply_options(MigManager *mm, const char *journal, bool f
                 .stop_units = c->mig.stop_units,
                 .reset_auto = c->mig.reset != 0,
                 .reset_program = mm->reset_program,
+                .reset_timeout_usec = mm->reset_timeout_usec,
                 .unit_timeout_usec = c->fabric.timeout_usec,
                 .journal_path = journal,
                 .force = force,

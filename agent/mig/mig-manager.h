@@ -6,7 +6,8 @@
  * assert (does the node match a config?) and export (the node's layout as a mig-parted config).
  *
  * Test-only knob: the environment variable GNA_MIG_RESET_PROGRAM, read once when the MigManager is made,
- * replaces "nvidia-smi" as the program that resets a GPU (`PROGRAM -r -i <bus id>`). */
+ * replaces "nvidia-smi" as the program that resets a GPU (`PROGRAM -r -i <bus id>`), and
+ * GNA_MIG_RESET_TIMEOUT_MS replaces its timeout (MIG_RESET_TIMEOUT_USEC). */
 #pragma once
 
 #include <stdbool.h>

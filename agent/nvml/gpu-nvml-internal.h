@@ -145,6 +145,12 @@ struct GpuNvml {
         size_t n_cached;
         GpuNvmlModel *models;
         size_t n_models;
+
+        /* Told before every entry-point call (the worker forwards it, so that a call that never returns
+         * can be named); progress_gpu is our index of the GPU being read, -1 outside a GPU. */
+        GpuNvmlProgress progress;
+        void *progress_userdata;
+        int progress_gpu;
 };
 
 /* Negative errno for an NVML return code (0 for NVML_SUCCESS). The table is in gpu-nvml.c. */
@@ -159,8 +165,11 @@ int gpu_nvml_result(GpuNvml *n, const char *entry_point, nvmlReturn_t rc);
 int gpu_nvml_missing(GpuNvml *n, const char *entry_point);
 
 #define GPU_NVML_CALL(n, sym, ...)                                                                         \
-        ((n)->fn.sym ? gpu_nvml_result((n), #sym, ((n)->calls++, (n)->fn.sym(__VA_ARGS__)))                \
+        ((n)->fn.sym ? gpu_nvml_result((n), #sym, (gpu_nvml_enter((n), #sym), (n)->fn.sym(__VA_ARGS__)))   \
                      : gpu_nvml_missing((n), #sym))
+
+/* Counts a call and tells the progress callback which one starts. */
+void gpu_nvml_enter(GpuNvml *n, const char *entry_point);
 
 /* "<entry point>: <NVML's error string> (<NVML_ERROR_…>)" of the last failed call, "" when none failed
  * yet. The first request after a failure calls nvmlErrorString (and counts it). */

@@ -773,7 +773,9 @@ int gpu_nvml_read(GpuNvml *n, char *const *pci_addresses, NvmlSnapshot **ret, ch
                 bool present = false;
 
                 *g = (GpuInfo) { .cc_major = -1, .cc_minor = -1, .minor = -1 };
+                n->progress_gpu = (int) i;
                 r = read_gpu(n, s, pci_addresses[i], (unsigned) s->n_gpus, g, &present);
+                n->progress_gpu = -1;
                 if (present)
                         s->n_gpus++;
                 else

@@ -90,7 +90,7 @@ const char *gpu_nvml_last_error(GpuNvml *n) {
         else {
                 /* nvmlErrorString is an entry point like any other: it counts. */
                 if (n->fn.nvmlErrorString) {
-                        n->calls++;
+                        gpu_nvml_enter(n, "nvmlErrorString");
                         text = n->fn.nvmlErrorString(n->last_rc);
                 }
                 if (text && *text)
@@ -205,7 +205,18 @@ static bool dlerror_means_missing(const char *library, const char *message) {
         return message && strstr(message, "No such file");
 }
 
+void gpu_nvml_enter(GpuNvml *n, const char *entry_point) {
+        n->calls++;
+        if (n->progress)
+                n->progress(entry_point, n->progress_gpu, n->progress_userdata);
+}
+
 int gpu_nvml_open(const char *library, GpuNvml **ret, char **ret_error) {
+        return gpu_nvml_open_progress(library, NULL, NULL, ret, ret_error);
+}
+
+int gpu_nvml_open_progress(const char *library, GpuNvmlProgress progress, void *userdata, GpuNvml **ret,
+                           char **ret_error) {
         _cleanup_(gpu_nvml_freep) GpuNvml *n = NULL;
         nvmlReturn_t rc;
         int r;
@@ -222,7 +233,13 @@ int gpu_nvml_open(const char *library, GpuNvml **ret, char **ret_error) {
         n->library = strdup(library);
         if (!n->library)
                 return -ENOMEM;
+        n->progress = progress;
+        n->progress_userdata = userdata;
+        n->progress_gpu = -1;
 
+        /* A library's constructor can hang as well as any call. */
+        if (progress)
+                progress("dlopen", -1, userdata);
         n->dl = dlopen(library, RTLD_NOW | RTLD_LOCAL);
         if (!n->dl) {
                 const char *e = dlerror();
@@ -244,7 +261,7 @@ int gpu_nvml_open(const char *library, GpuNvml **ret, char **ret_error) {
         if (r < 0)
                 return r;
 
-        n->calls++;
+        gpu_nvml_enter(n, "nvmlInit_v2");
         rc = n->fn.nvmlInit_v2();
         r = gpu_nvml_result(n, "nvmlInit_v2", rc);
         if (r < 0) {
@@ -275,7 +292,7 @@ GpuNvml *gpu_nvml_close(GpuNvml *n) {
         if (!n)
                 return NULL;
         if (n->initialized) {
-                n->calls++;
+                gpu_nvml_enter(n, "nvmlShutdown");
                 (void) n->fn.nvmlShutdown();
         }
         return gpu_nvml_free(n);

@@ -76,6 +76,15 @@ typedef struct NvmlSnapshot {
  * with *ret_error set to one sentence for the log and D-Bus. Never exits, never aborts. */
 int gpu_nvml_open(const char *library, GpuNvml **ret, char **ret_error);
 
+/* Called before each NVML entry point (and before dlopen, as "dlopen"): entry point, and our index of the
+ * GPU being read or -1. */
+typedef void (*GpuNvmlProgress)(const char *entry_point, int gpu, void *userdata);
+
+/* gpu_nvml_open() that reports progress from the start (dlopen, nvmlInit_v2) and keeps reporting for
+ * every later call on the handle. */
+int gpu_nvml_open_progress(const char *library, GpuNvmlProgress progress, void *userdata, GpuNvml **ret,
+                           char **ret_error);
+
 /* nvmlShutdown + dlclose. Accepts NULL. */
 GpuNvml *gpu_nvml_close(GpuNvml *n);
 DEFINE_CLEANUP_FUNC(GpuNvml *, gpu_nvml_close);

@@ -318,7 +318,8 @@ static int cmp_gpu(const void *a, const void *b) {
 }
 
 static int parse_description(FakeNode *node, FakeError *e) {
-        static const char *const keys[] = { "driver_version", "cuda_version", "nvml_version", "gpus", NULL };
+        static const char *const keys[] = { "driver_version", "cuda_version", "nvml_version", "latency", "gpus",
+                                            NULL };
         _cleanup_(fake_yaml_done) FakeYaml y = {};
         const char *s;
         int r;
@@ -340,6 +341,13 @@ static int parse_description(FakeNode *node, FakeError *e) {
                         return r;
         }
         node->driver_version = strdup(s);
+        if (fake_yaml_get(&y, root, "latency")) {
+                r = fake_yaml_str(&y, fake_yaml_get(&y, root, "latency"), "'latency'", &s, e);
+                if (r < 0)
+                        return r;
+                if (!(node->latency = strdup(s)))
+                        return -ENOMEM;
+        }
         if (fake_yaml_get(&y, root, "nvml_version")) {
                 r = fake_yaml_str(&y, fake_yaml_get(&y, root, "nvml_version"), "'nvml_version'", &s, e);
                 if (r < 0)
@@ -708,6 +716,7 @@ FakeNode *fake_node_free(FakeNode *n) {
         free(n->state_path);
         free(n->profiles_path);
         free(n->driver_version);
+        free(n->latency);
         free(n->nvml_version);
         free(n);
         return NULL;

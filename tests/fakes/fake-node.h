@@ -83,6 +83,7 @@ typedef struct FakeGpu {
 typedef struct FakeNode {
         char *description_path, *state_path, *profiles_path;
         char *driver_version, *nvml_version;
+        char *latency;         /* FAKE_NVML_DELAY rules of this node ("latency:"), NULL none */
         int cuda_version;      /* 12040 = 12.4 */
         FakeModels models;
         FakeGpu *gpus;         /* in PCI address order = NVML index order */

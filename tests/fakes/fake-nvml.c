@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* Owns the non-MIG half of the fake libnvidia-ml.so.1: init/shutdown (loading the node description named
  * by FAKE_NVML_DESCRIPTION), fault injection (FAKE_NVML_FAIL_INIT, FAKE_NVML_FAIL, FAKE_NVML_BUSY,
- * FAKE_NVML_GARBAGE), the call trace (FAKE_NVML_TRACE), handle lookup, and the system and device
+ * FAKE_NVML_GARBAGE; delays, hangs and crashes are fake-faults.c's), the call trace (FAKE_NVML_TRACE), handle lookup, and the system and device
  * queries. README.md in this directory documents the environment and file formats. */
 #include <fcntl.h>
 #include <stdarg.h>
@@ -279,6 +279,8 @@ static void trace(const char *name, nvmlReturn_t r) {
 
 bool fake_enter(const char *name, nvmlReturn_t *ret) {
         pthread_mutex_lock(&fake_ctx.lock);
+        /* Under the lock, as the real driver serialises calls on its own lock. */
+        fake_faults_apply(name, fake_ctx.node ? fake_ctx.node->n_gpus : 0);
         if (injected(name, ret))
                 return true;
         if (fake_ctx.init_count == 0) {
@@ -467,10 +469,16 @@ static nvmlReturn_t init_entry(const char *name) {
         nvmlReturn_t r;
         pthread_mutex_lock(&fake_ctx.lock);
         /* Fault rules (and their call counters) start over with each first init of the process. */
-        if (fake_ctx.init_count == 0)
+        bool first = fake_ctx.init_count == 0;
+        if (first)
                 parse_fail_rules();
         if (!injected(name, &r))
                 r = do_init();
+        /* After loading the node: its latency, and "2000/gpu" knows how many GPUs it attaches. */
+        if (r == NVML_SUCCESS && first) {
+                fake_faults_load(fake_ctx.node ? fake_ctx.node->latency : NULL);
+                fake_faults_apply(name, fake_ctx.node ? fake_ctx.node->n_gpus : 0);
+        }
         return fake_leave(name, r);
 }
 

@@ -79,6 +79,12 @@ extern FakeCtx fake_ctx;
  * fake_leave(__func__, r). enter takes the process lock, applies FAKE_NVML_FAIL, refuses before init
  * and picks up state another process wrote; leave traces and unlocks. */
 bool fake_enter(const char *name, nvmlReturn_t *ret);
+
+/* The latency and fault model (fake-faults.c): load the rules (at each first init, once the node is
+ * loaded: node_latency is its "latency:"), and apply them to one call (a delay, a hang until released, a
+ * crash); n_gpus scales "/gpu" delays. */
+void fake_faults_load(const char *node_latency);
+void fake_faults_apply(const char *name, size_t n_gpus);
 nvmlReturn_t fake_leave(const char *name, nvmlReturn_t r);
 
 /* Takes the cross-process state lock for a mutation; fake_unlock saves when r is SUCCESS. */

@@ -16,7 +16,7 @@
  * A module whose .modinfo has trap_init_error=<ERRNO> fails its "init" with it every time (the
  * fixture's nvidia-peermem stub: EINVAL, as NVIDIA's stub does).
  * $GNA_KMOD_TRAP_FAIL="<module>:<ERRNO>[@load|@unload],..." injects errors (EBUSY and EAGAIN default
- * to unloads, the rest to loads). Every call is appended to <state>/.trap/log ("load NAME ARGS",
+ * to unloads, the rest to loads); $GNA_KMOD_TRAP_DELAY="<module>:<ms>,..." makes a load take that long. Every call is appended to <state>/.trap/log ("load NAME ARGS",
  * "load-failed NAME ERRNO", "unload NAME", "unload-failed NAME ERRNO") for tests to assert order.
  * Without $GNA_KMOD_TRAP_STATE paths pass through and loads/unloads fail with EPERM: a test must
  * never reach the real kernel. */
@@ -38,6 +38,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -380,6 +381,27 @@ static void set_refcnt(const char *state, const char *name, long delta) {
         (void) write_text(p, v);
 }
 
+/* $GNA_KMOD_TRAP_DELAY="<module>:<ms>,...": that module's "init" takes this long (nvidia probes every
+ * GPU: 1.5 s per GPU is realistic). */
+static void injected_delay(const char *name) {
+        const char *spec = getenv("GNA_KMOD_TRAP_DELAY");
+        size_t n = strlen(name);
+
+        for (const char *p = spec; p && *p;) {
+                const char *comma = strchr(p, ',');
+                size_t len = comma ? (size_t) (comma - p) : strlen(p);
+
+                if (len > n && strncmp(p, name, n) == 0 && p[n] == ':') {
+                        long ms = strtol(p + n + 1, NULL, 10);
+                        struct timespec ts = { .tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L };
+                        while (ms > 0 && nanosleep(&ts, &ts) < 0 && errno == EINTR)
+                                ;
+                        return;
+                }
+                p = comma ? comma + 1 : NULL;
+        }
+}
+
 static int trap_load(const unsigned char *img, size_t size, const char *args) {
         const char *state = trap_state();
         char p[PATH_MAX], deps[1024], *save = NULL;
@@ -395,6 +417,7 @@ static int trap_load(const unsigned char *img, size_t size, const char *args) {
                 trap_log("load-failed ? ENOEXEC");
                 return r;
         }
+        injected_delay(mi.name);
         r = injected_error(mi.name, false);
         if (r > 0) {
                 trap_log("load-failed %s %s", mi.name, errno_name(r));

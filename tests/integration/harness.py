@@ -68,6 +68,7 @@ class Notify:
         self.sock.bind(self.path)
         self.sock.settimeout(0.2)
         self.messages = []
+        self.times = []  # time.monotonic() of each message's arrival
         self.cond = threading.Condition()
         self.stopped = False
         self.thread = threading.Thread(target=self._run, daemon=True)
@@ -81,8 +82,11 @@ class Notify:
                 continue
             except OSError:
                 return
+            now = time.monotonic()
             with self.cond:
-                self.messages.extend(data.decode().split("\n"))
+                lines = data.decode().split("\n")
+                self.messages.extend(lines)
+                self.times.extend([now] * len(lines))
                 self.cond.notify_all()
 
     def drain(self, timeout=0.0):
@@ -102,6 +106,11 @@ class Notify:
                 if left <= 0:
                     raise Fail("timed out waiting for %r on NOTIFY_SOCKET; got %r" % (line, self.messages[start:]))
                 self.cond.wait(min(left, 0.5))
+
+    def arrivals(self, line):
+        """time.monotonic() of every arrival of `line` (e.g. WATCHDOG=1)."""
+        with self.cond:
+            return [t for m, t in zip(self.messages, self.times) if m == line]
 
     def statuses(self):
         with self.cond:

@@ -472,6 +472,34 @@ def test_unload_refused_then_done():
 
 
 
+def test_unload_during_hung_nvml_call():
+    """Unload() while the nvml stage waits for an NVML call that never returns: the worker (which holds
+    /dev/nvidia* open too) is killed, the stage says why, and the modules come out."""
+    if not os.path.exists(KMOD_TRAP):
+        raise Fail("%s is missing: build the tests first" % KMOD_TRAP)
+    with TempDir() as tmp:
+        env = {"LD_PRELOAD": KMOD_TRAP, "GNA_KMOD_TRAP_STATE": os.path.join(tmp, "sys"),
+               "ASAN_OPTIONS": os.environ.get("ASAN_OPTIONS", "") + ":verify_asan_link_order=0",
+               # The second pass hangs in its first call that is made on every pass.
+               "FAKE_NVML_HANG": "nvmlDeviceGetMigMode:2"}
+        e = Env(tmp, "h200", QUIET_DRIVER + "devices:\n  enabled: false\n", units={PD: "ok"}, env=env,
+                dropin="nvml:\n  timeout: 5min\n", prepare=prepare_unload)
+        try:
+            busctl(e.bus, "call", "org.gpunodeagent.Agent1", "/org/gpunodeagent/Agent1",
+                   "org.gpunodeagent.Agent1.Manager", "Reconcile")
+            wait_until("the nvml call to hang", lambda: "nvmlDeviceGetMigMode hangs" in e.agent.output(), 20)
+            check(e.stage("nvml")["state"] == "running", "nvml: %r" % e.stage("nvml"))
+            p = run([CTL, "--json", "driver", "unload"], bus=e.bus)
+            check(p.returncode == 0, "unload failed: %d %s%s" % (p.returncode, p.stdout, p.stderr))
+            check(json.loads(p.stdout)["modules_unloaded"] == ["nvidia-uvm", "nvidia"], "reply: " + p.stdout)
+            s = e.stage("nvml")
+            check(s["state"] in ("failed", "skipped"), "nvml after Unload(): %r" % s)
+            check(e.agent.proc.poll() is None, "the agent died")
+            wait_until("the pass to end", lambda: get_property(e.bus, "Stage") == 's "ready"', 30)
+        finally:
+            e.close()
+
+
 TESTS = [
     test_devices_nodes_and_second_pass,
     test_devices_mig_caps_from_nvml,
@@ -480,6 +508,7 @@ TESTS = [
     test_fabric_manager_failure_degrades,
     test_fabric_not_installed_and_version,
     test_unload_refused_then_done,
+    test_unload_during_hung_nvml_call,
 ]
 
 

@@ -359,6 +359,45 @@ def test_dkms_build_while_dbus_answers():
             bus.stop()
 
 
+def test_slow_insert_while_dbus_answers():
+    """nvidia's init takes 3 s (it probes every GPU): the insert runs in a child process, so D-Bus reads
+    answer at once meanwhile and the stage says what it is doing."""
+    with TempDir() as tmp:
+        c = Case(tmp)
+        c.env["GNA_KMOD_TRAP_DELAY"] = "nvidia:3000"
+        bus = Bus(tmp)
+        notify = Notify(tmp)
+        agent = Agent(c.node, bus, notify, extra_env=c.env, wrapper=[])
+        try:
+            deadline = time.monotonic() + 20 * SCALE
+            while not any("loading the NVIDIA kernel modules" in s for s in notify.statuses()):
+                check(time.monotonic() < deadline, "no loading STATUS=: %r\n%s" % (notify.statuses(), agent.output()))
+                check(agent.proc.poll() is None, "agent died:\n" + agent.output())
+                time.sleep(0.02)
+            worst = 0.0
+            for _ in range(10):
+                start = time.monotonic()
+                stages = get_property(bus, "Stages")
+                worst = max(worst, time.monotonic() - start)
+                time.sleep(0.1)
+            print("# D-Bus Stages reads during a 3 s insert: slowest %.0f ms (busctl included)" % (worst * 1e3))
+            check(worst < 1.0 * SCALE, "Stages took %.2fs during the insert" % worst)
+            check('"driver" "running"' in stages, "Stages during the insert: " + stages)
+            notify.wait_for("READY=1", 30 * SCALE)
+            check(c.loads()[2:4] == ["nvidia", "nvidia_uvm"], "loads: %r" % c.loads())
+            msg = stage_message(agent.output(), "done")
+            check("loaded nvidia, nvidia-uvm" in msg, "message: " + msg)
+            rc = agent.stop()
+            check(rc == 0, "agent exited %d on SIGTERM:\n%s" % (rc, agent.output()))
+            no_sanitizer_report(agent.output())
+        finally:
+            if agent.proc.poll() is None:
+                agent.proc.kill()
+                agent.proc.wait()
+            notify.close()
+            bus.stop()
+
+
 def process_gone(pid):
     try:
         with open("/proc/%d/stat" % pid) as f:
@@ -487,6 +526,7 @@ TESTS = [
     test_peermem,
     test_disabled_and_no_gpu,
     test_dkms_build_while_dbus_answers,
+    test_slow_insert_while_dbus_answers,
     test_sigterm_during_build,
     test_dkms_build_failed,
     test_dkms_headers_missing,

@@ -11,7 +11,11 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
 #include <cmocka.h>
 
 #include "fileio.h"
@@ -74,7 +78,8 @@ static char *desc, *state;
 
 static const char *const fake_env[] = {
         "FAKE_NVML_DESCRIPTION", "FAKE_NVML_STATE", "FAKE_NVML_PROFILES", "FAKE_NVML_FIT", "FAKE_NVML_FAIL_INIT",
-        "FAKE_NVML_FAIL", "FAKE_NVML_BUSY", "FAKE_NVML_GARBAGE", "FAKE_NVML_TRACE", NULL,
+        "FAKE_NVML_FAIL", "FAKE_NVML_BUSY", "FAKE_NVML_GARBAGE", "FAKE_NVML_TRACE", "FAKE_NVML_DELAY",
+        "FAKE_NVML_HANG", "FAKE_NVML_HANG_FILE", "FAKE_NVML_CRASH", NULL,
 };
 
 static int group_setup(void **st) {
@@ -733,6 +738,76 @@ static void test_state_survives_restart(void **st) {
         assert_int_equal(access(state, F_OK), 0);
 }
 
+static uint64_t mono_ms(void) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (uint64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* The latency model: per-call delays, per GPU for init; a hang released by removing a file; a crash. */
+static void test_latency_hang_crash(void **st) {
+        _cleanup_free_ char *release = strprintf("%s/release", tmp);
+        nvmlMemory_t mem;
+        uint64_t t0;
+        pid_t pid;
+        int status;
+
+        /* nvmlInit 100 ms per GPU (MIXED has 4), every GetMemoryInfo 50 ms. */
+        setenv("FAKE_NVML_DELAY", "nvmlInit_v2:*:100/gpu,nvmlDeviceGetMemoryInfo:*:50", 1);
+        t0 = mono_ms();
+        start(MIXED);
+        assert_true(mono_ms() - t0 >= 400);
+        t0 = mono_ms();
+        assert_int_equal(nvmlDeviceGetMemoryInfo(dev(1), &mem), NVML_SUCCESS);
+        assert_true(mono_ms() - t0 >= 50);
+        unsetenv("FAKE_NVML_DELAY");
+
+        /* The same from the node description ("latency:"); the variable wins over it. */
+        t0 = mono_ms();
+        start("latency: \"nvmlInit_v2:*:150/gpu\"\n" MIXED);
+        assert_true(mono_ms() - t0 >= 150 * 4);
+        setenv("FAKE_NVML_DELAY", "nvmlInit_v2:*:1", 1);
+        t0 = mono_ms();
+        restart();
+        assert_true(mono_ms() - t0 < 150 * 4);
+        unsetenv("FAKE_NVML_DELAY");
+
+        /* The second GetMemoryInfo hangs until the file is gone: removed from another process. */
+        write_file_atomic(release, NULL, "", 0, 0644);
+        setenv("FAKE_NVML_HANG", "nvmlDeviceGetMemoryInfo:2", 1);
+        setenv("FAKE_NVML_HANG_FILE", release, 1);
+        restart();
+        assert_int_equal(nvmlDeviceGetMemoryInfo(dev(0), &mem), NVML_SUCCESS);
+        pid = fork();
+        assert_true(pid >= 0);
+        if (pid == 0) {
+                usleep(300 * 1000);
+                unlink(release);
+                _exit(0);
+        }
+        t0 = mono_ms();
+        assert_int_equal(nvmlDeviceGetMemoryInfo(dev(1), &mem), NVML_SUCCESS);
+        assert_true(mono_ms() - t0 >= 250);
+        assert_int_equal(waitpid(pid, &status, 0), pid);
+        unsetenv("FAKE_NVML_HANG");
+        unsetenv("FAKE_NVML_HANG_FILE");
+
+        /* A crash inside the library: SIGSEGV in that call, in a child so the test survives. */
+        setenv("FAKE_NVML_CRASH", "nvmlDeviceGetMemoryInfo:1", 1);
+        pid = fork();
+        assert_true(pid >= 0);
+        if (pid == 0) {
+                signal(SIGSEGV, SIG_DFL); /* not cmocka's handler: die as the daemon's worker would */
+                restart();
+                (void) nvmlDeviceGetMemoryInfo(dev(0), &mem);
+                _exit(0);
+        }
+        assert_int_equal(waitpid(pid, &status, 0), pid);
+        assert_true(WIFSIGNALED(status));
+        assert_int_equal(WTERMSIG(status), SIGSEGV);
+        unsetenv("FAKE_NVML_CRASH");
+}
+
 static void test_fault_injection(void **st) {
         nvmlGpuInstance_t gi;
         nvmlGpuInstancePlacement_t pl = { .start = 0, .size = 1 };
@@ -863,6 +938,7 @@ int main(void) {
                 cmocka_unit_test_setup_teardown(test_busy, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_state_survives_restart, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_fault_injection, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_latency_hang_crash, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_trace, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_fixture_nodes, setup, teardown),
         };

@@ -9,11 +9,13 @@
  * journal recovery after a simulated crash, non-MIG GPUs, assert and export. Skips when the fake is not
  * built. */
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 #include <cmocka.h>
 
@@ -45,7 +47,7 @@ static struct Fix *current; /* torn down after each test, also a failed one */
 
 static const char *const fake_env[] = { "FAKE_NVML_DESCRIPTION", "FAKE_NVML_STATE", "FAKE_NVML_FAIL",
                                         "FAKE_NVML_BUSY", "FAKE_NVML_TRACE", "FAKE_NVML_FIT",
-                                        "GNA_MIG_RESET_PROGRAM", NULL };
+                                        "GNA_MIG_RESET_PROGRAM", "GNA_MIG_RESET_TIMEOUT_MS", NULL };
 
 static void write_file(const char *path, const char *text) {
         assert_int_equal(write_file_atomic(path, NULL, text, strlen(text), 0644), 0);
@@ -643,6 +645,69 @@ static void test_reset_fails(void **state) {
         fix_teardown(f);
 }
 
+/* ---- a GPU reset that hangs, ignores SIGTERM and leaves a grandchild holding its output: the loop goes on ---- */
+
+typedef struct Beat {
+        uint64_t last, max_gap;
+} Beat;
+
+static uint64_t mono_usec(void) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (uint64_t) ts.tv_sec * USEC_PER_SEC + ts.tv_nsec / 1000;
+}
+
+static int on_beat(sd_event_source *s, uint64_t usec, void *userdata) {
+        Beat *b = userdata;
+        uint64_t n = mono_usec();
+
+        if (b->last && n - b->last > b->max_gap)
+                b->max_gap = n - b->last;
+        b->last = n;
+        (void) sd_event_source_set_time(s, usec + 10 * USEC_PER_MSEC);
+        return sd_event_source_set_enabled(s, SD_EVENT_ONESHOT);
+}
+
+static void test_reset_hangs(void **state) {
+        _cleanup_free_ char *desc = description_of("NVIDIA A100-SXM4-40GB", 1, NULL), *script = NULL, *text = NULL,
+                           *gc_file = NULL, *gc = NULL;
+        _cleanup_(sd_event_source_unrefp) sd_event_source *beat_source = NULL;
+        Beat beat = {};
+        Done d = {};
+        uint64_t t0;
+        Fix *f;
+
+        if (!available())
+                skip();
+        f = fix_setup(desc, NULL);
+        script = path_join(f->dir, "reset-hangs");
+        gc_file = path_join(f->dir, "grandchild");
+        text = strprintf("#!/bin/sh\ntrap '' TERM\necho \"resetting $4\"\nsetsid sleep 60 &\necho $! > '%s'\n"
+                         "while :; do sleep 0.05; done\n", gc_file);
+        write_file(script, text);
+        assert_int_equal(chmod(script, 0755), 0);
+        setenv("GNA_MIG_RESET_PROGRAM", script, 1);
+        setenv("GNA_MIG_RESET_TIMEOUT_MS", "300", 1);
+        f->m->mig = mig_manager_free(f->m->mig);
+        assert_int_equal(mig_manager_new(f->m, &f->m->mig), 0);
+        assert_return_code(sd_event_add_time_relative(f->m->event, &beat_source, CLOCK_MONOTONIC,
+                                                      10 * USEC_PER_MSEC, 0, on_beat, &beat), 0);
+
+        t0 = mono_usec();
+        assert_int_equal(apply(f, "all-1g.5gb", false, &d, NULL), 0);
+        /* The timeout, then the SIGKILL grace: not more. */
+        assert_true(mono_usec() - t0 < 300 * USEC_PER_MSEC + 2 * USEC_PER_SEC + 1500 * USEC_PER_MSEC);
+        assert_string_equal(d.state, "failed");
+        assert_non_null(strstr(d.message, "the GPU reset ("));
+        assert_non_null(strstr(d.message, " -r -i) did not finish within"));
+        assert_true(beat.max_gap < 100 * USEC_PER_MSEC);
+
+        if (read_one_line_file(gc_file, &gc) >= 0 && atoi(gc) > 0)
+                (void) kill(atoi(gc), SIGKILL);
+        done_clear(&d);
+        fix_teardown(f);
+}
+
 /* ---- a GPU with compute processes: refused unless forced ---- */
 
 static void test_busy(void **state) {
@@ -776,6 +841,7 @@ int main(void) {
                 TEST(test_creation_failure_rolled_back),
                 TEST(test_reset_never),
                 TEST(test_reset_fails),
+                TEST(test_reset_hangs),
                 TEST(test_busy),
                 TEST(test_journal_recovery),
                 TEST(test_l40s),

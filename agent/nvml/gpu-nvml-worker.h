@@ -1,0 +1,115 @@
+/* SPDX-License-Identifier: MIT */
+/* Owns NVML behind a worker process: the daemon never calls libnvidia-ml for the nvml stage itself.
+ *
+ * Why a process, not a thread: a call into the vendor library can crash (SIGSEGV inside
+ * libnvidia-ml) or never return (a GPU that fell off the bus, a wedged driver lock), and the library may
+ * hang already in its load-time constructor. A thread that does either takes the daemon with it or can
+ * never be stopped; a process can be killed, and the daemon keeps answering D-Bus, sending watchdog
+ * pings and handling SIGTERM while it waits, and starts a new one when the library answers again.
+ *
+ * How: the worker is a fork of the daemon (spawn_fork(): own process group, every descriptor but its
+ * socket closed, default signals, PDEATHSIG so it never outlives us) that runs gpu_nvml_worker_main() on
+ * one end of a socketpair. It dlopens libnvidia-ml itself and keeps the handle (and its caches of static
+ * facts) between requests; the daemon side is an asynchronous client on sd-event. Requests are coarse:
+ * one SNAPSHOT request is "open the library if not open yet (or another one), then read every GPU and
+ * its MIG state". Before each entry-point call the worker sends a PROGRESS message (the call and the GPU
+ * index), so that when a call does not come back within the deadline, the daemon can say which one:
+ * "nvmlDeviceGetMemoryInfo on GPU 3 has not returned for 30 s". The deadline runs per call (re-armed by
+ * every PROGRESS), with extra time for nvmlInit (which attaches every GPU, seconds each without
+ * persistence mode): min(timeout, 5 s) per GPU. A worker that overruns is killed (SIGTERM, SIGKILL, reaped without blocking); one
+ * that dies is reported with its signal and the call it was in; both fail the request, and the next
+ * request starts a fresh worker.
+ *
+ * Wire format, both directions: frames of [u32 length][u32 type][length bytes of payload], host byte
+ * order (both ends are the same binary). Strings are [u32 length or 0xffffffff for NULL][bytes]. */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <systemd/sd-event.h>
+
+#include "gpu-nvml.h"
+
+typedef struct GpuNvmlWorker GpuNvmlWorker;
+
+/* r < 0: error is a sentence (the snapshot is NULL). r == 0: the snapshot is the callee's to keep. */
+typedef void (*GpuNvmlWorkerDone)(GpuNvmlWorker *w, int r, NvmlSnapshot *snapshot, const char *error,
+                                  void *userdata);
+
+#define GPU_NVML_WORKER_TIMEOUT_DEFAULT_USEC (30 * USEC_PER_SEC)
+/* Extra time for nvmlInit per GPU (at most the per-call timeout): the driver attaches the GPUs one after
+ * another, 1–4 s each. */
+#define GPU_NVML_WORKER_INIT_PER_GPU_USEC (5 * USEC_PER_SEC)
+
+int gpu_nvml_worker_new(sd_event *e, GpuNvmlWorker **ret);
+
+/* Kills the worker (if any) without a callback. NULL-safe. */
+GpuNvmlWorker *gpu_nvml_worker_free(GpuNvmlWorker *w);
+DEFINE_CLEANUP_FUNC(GpuNvmlWorker *, gpu_nvml_worker_free);
+
+/* Asks for a snapshot (see gpu_nvml_read(): pci_addresses NULL = every GPU NVML lists), starting a
+ * worker when none runs. timeout_usec bounds each NVML call (0 = the default); n_gpus sizes the extra
+ * time nvmlInit gets. -EBUSY while a request is in flight. done is called from the loop, never from here. */
+int gpu_nvml_worker_snapshot(GpuNvmlWorker *w, const char *library, char *const *pci_addresses,
+                             uint64_t timeout_usec, unsigned n_gpus, GpuNvmlWorkerDone done, void *userdata);
+
+bool gpu_nvml_worker_busy(const GpuNvmlWorker *w);
+
+/* While a request is in flight, called once a second with what the worker is doing ("nvmlInit_v2 for
+ * 3 s", "nvmlDeviceGetMemoryInfo on GPU 5 for 1 s"): for the stage's progress. Not called while idle. */
+typedef void (*GpuNvmlWorkerProgress)(GpuNvmlWorker *w, const char *text, void *userdata);
+void gpu_nvml_worker_set_progress(GpuNvmlWorker *w, GpuNvmlWorkerProgress cb, void *userdata);
+
+/* Drops the request in flight (no callback) and kills the worker, which may be wedged in it. */
+void gpu_nvml_worker_cancel(GpuNvmlWorker *w);
+
+/* Kills the worker; a request in flight is answered with r (< 0) and message, from here. */
+void gpu_nvml_worker_abort(GpuNvmlWorker *w, int r, const char *message);
+
+/* The call the worker is in now ("nvmlInit_v2", "nvmlDeviceGetMemoryInfo on GPU 3"), NULL when idle. */
+const char *gpu_nvml_worker_current_call(const GpuNvmlWorker *w);
+pid_t gpu_nvml_worker_pid(const GpuNvmlWorker *w);
+
+/* The worker's side: serves requests on fd until EOF. Returns the exit status. */
+int gpu_nvml_worker_main(int fd, void *userdata);
+
+/* ---- the wire, shared by both sides (gpu-nvml-wire.c) ---- */
+
+typedef enum GpuNvmlWireType {
+        GPU_NVML_WIRE_SNAPSHOT_REQUEST = 1, /* str library, u32 n (0xffffffff: NULL list), n × str, */
+        GPU_NVML_WIRE_PROGRESS,             /* i32 gpu, str entry point */
+        GPU_NVML_WIRE_ERROR,                /* i32 r, str message */
+        GPU_NVML_WIRE_SNAPSHOT,             /* the NvmlSnapshot */
+} GpuNvmlWireType;
+
+#define GPU_NVML_WIRE_MAX (64u << 20)
+
+typedef struct WireBuf {
+        uint8_t *data;
+        size_t len, cap;
+        bool oom;
+} WireBuf;
+
+typedef struct WireReader {
+        const uint8_t *p;
+        size_t left;
+        bool bad;
+} WireReader;
+
+/* A frame header is reserved by wire_begin() and filled in by wire_end(). */
+void wire_begin(WireBuf *b, GpuNvmlWireType type);
+int wire_end(WireBuf *b);
+void wire_put_u32(WireBuf *b, uint32_t v);
+void wire_put_u64(WireBuf *b, uint64_t v);
+void wire_put_i32(WireBuf *b, int32_t v);
+void wire_put_str(WireBuf *b, const char *s);
+void wire_buf_done(WireBuf *b);
+
+uint32_t wire_get_u32(WireReader *r);
+uint64_t wire_get_u64(WireReader *r);
+int32_t wire_get_i32(WireReader *r);
+/* A copy (NULL for a NULL string or when the frame is bad: check r->bad). */
+char *wire_get_str(WireReader *r);
+
+void wire_put_snapshot(WireBuf *b, const NvmlSnapshot *s);
+int wire_get_snapshot(WireReader *r, NvmlSnapshot **ret);
