@@ -319,8 +319,10 @@ static int run_attach(DkmsRun *run, char **argv, char **ret_error) {
         run->started_usec = spawn_started_usec(run->child);
 
         if (run->kind == RUN_BUILD) {
-                r = sd_event_add_time_relative(run->event, &run->progress_source, CLOCK_MONOTONIC,
-                                               run->progress_usec, 0, on_progress, run);
+                /* Ticks are counted from the start, so that the first one says "500ms" even when
+                 * spawning took a moment on a loaded machine. */
+                r = sd_event_add_time(run->event, &run->progress_source, CLOCK_MONOTONIC,
+                                      run->started_usec + run->progress_usec, 0, on_progress, run);
                 if (r < 0) {
                         (void) dkms_run_cancel(run);
                         if (ret_error)
