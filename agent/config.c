@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <strings.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <syslog.h>
 
 #include "config-yaml.h"
@@ -493,6 +494,10 @@ static int load_file(const char *path, bool missing_ok, char ***files, Node **tr
                 return config_yaml_set_error(error, r,
                                              "%s: the file is larger than %u KiB; this is not a configuration file",
                                              path, CONFIG_FILE_MAX / 1024);
+        if (r == -EBADFD)
+                return config_yaml_set_error(error, r,
+                                             "%s: not a regular file (a FIFO, socket or device); only regular "
+                                             "files are read as configuration", path);
         if (r < 0)
                 return config_yaml_set_error(error, r, "%s: cannot read the file: %s", path, strerror(-r));
 
@@ -515,6 +520,12 @@ static int load_file(const char *path, bool missing_ok, char ***files, Node **tr
         return yaml_node_merge(tree, t);
 }
 
+/* /dev/null itself, whatever the name or link that leads to it, as systemd's null_or_empty(): any other
+ * character device is not a mask (and is then refused as not a regular file). */
+static bool is_dev_null(const struct stat *st) {
+        return S_ISCHR(st->st_mode) && st->st_rdev == makedev(1, 3);
+}
+
 /* Loads each drop-in whose winning copy lies in dirs[first..last]: the copy in the last directory
  * that has the name masks the others, and a copy that links to /dev/null masks without adding. */
 static int dropins_load(char *const *dirs, char *const *names, size_t first, size_t last, char ***files,
@@ -528,7 +539,7 @@ static int dropins_load(char *const *dirs, char *const *names, size_t first, siz
                                 return -ENOMEM;
                         if (lstat(path, &st) < 0)
                                 continue;
-                        if (i < first || i > last || (stat(path, &st) >= 0 && S_ISCHR(st.st_mode)))
+                        if (i < first || i > last || (stat(path, &st) >= 0 && is_dev_null(&st)))
                                 break;
                         int r = load_file(path, false, files, tree, error);
                         if (r < 0)
