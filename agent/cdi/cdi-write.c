@@ -4,12 +4,14 @@
  * toolkit's nvidia-cdi-refresh.path unit is enabled (it rewrites the same file), and writing atomically,
  * only when the bytes change, because runtimes watch the directory and reload on every event. */
 #include <dirent.h>
+#include <fcntl.h>
 #include <libgen.h>
 #include <sys/stat.h>
 
 #include "cdi.h"
 #include "fileio.h"
 #include "strv.h"
+#include "yaml-reader.h"
 
 #define REFRESH_UNIT "nvidia-cdi-refresh.path"
 
@@ -117,7 +119,7 @@ int cdi_spec_write(const char *path, const char *text, bool *ret_changed, char *
         if (r < 0)
                 return r;
 
-        r = read_full_file(path, 64 * 1024 * 1024, &old, &old_size);
+        r = read_full_file_at(AT_FDCWD, path, READ_FILE_NOFOLLOW, GNA_YAML_SIZE_MAX, &old, &old_size);
         if (r >= 0 && old_size == size && memcmp(old, text, size) == 0) {
                 *ret_changed = false;
                 return 0;

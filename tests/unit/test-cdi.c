@@ -244,10 +244,10 @@ static void test_validator_bad(void **state) {
                 { "loader-rejects/mount-without-host-path.yaml", "containerEdits.mounts[0] has no hostPath" },
                 { "loader-rejects/no-devices.yaml", "the spec has no devices: a CDI spec needs at least one" },
                 { "loader-rejects/duplicate-key.yaml",
-                  ":3:1: duplicate key \"kind\" (the loader rejects the whole file)" },
+                  ":3:1: duplicate key 'kind' (already set on line 2); remove one of them" },
                 { "loader-rejects/major-quoted.yaml",
                   ":8:14: devices[0].containerEdits.deviceNodes[0].major must be an integer, not a quoted string" },
-                { "loader-rejects/not-yaml.yaml", "not valid YAML or JSON" },
+                { "loader-rejects/not-yaml.yaml", "invalid YAML: " },
         };
 
         for (size_t i = 0; i < ELEMENTSOF(bad); i++) {

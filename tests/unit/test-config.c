@@ -344,7 +344,7 @@ static void test_errors(void **state) {
         check_main_error(root, "log:\n  level: info\n---\nlog:\n  level: debug\n", -EINVAL,
                          "3:1: a second YAML document ('---') is not supported; use one document per file");
         check_main_error(root, "? [a, b]\n: c\n", -EINVAL,
-                         "1:3: a key must be a plain word such as 'labels'");
+                         "1:3: a key must be a plain word, not a list or a mapping");
 }
 
 static void test_error_in_dropin(void **state) {
