@@ -284,6 +284,15 @@ def test_nobody_asserts_and_exports_but_cannot_apply():
             os.chmod(tmp, 0o755)
             p = m.ctl("mig", "assert", "all-disabled", "--config", other, user="nobody")
             check(p.returncode == 4 and "requires root" in p.stderr, "exit %d %s" % (p.returncode, p.stderr))
+            # CAP_SYS_ADMIN without UID 0 is not root: the bus records no capabilities, and the agent
+            # does not read them from /proc/PID (racy against PID reuse), as it once did.
+            import pwd
+            pw = pwd.getpwnam("nobody")
+            p = run(["setpriv", "--reuid=%d" % pw.pw_uid, "--regid=%d" % pw.pw_gid, "--clear-groups",
+                     "--inh-caps=+sys_admin", "--ambient-caps=+sys_admin", CTL, "mig", "assert", "all-disabled",
+                     "--config", other], bus=m.d.bus, timeout=120 * SCALE)
+            check(p.returncode == 4 and "requires root: the agent would read" in p.stderr,
+                  "nobody with CAP_SYS_ADMIN: exit %d %s" % (p.returncode, p.stderr))
             p = m.ctl("mig", "assert", "all-disabled", "--config", other)
             check(p.returncode == 0, "assert --config as root: exit %d %s" % (p.returncode, p.stderr))
 
