@@ -383,6 +383,19 @@ int mig_manager_recover(MigManager *mm, MigApplyDone cb, void *userdata, char **
                 (void) mig_journal_remove(path);
                 return 0;
         }
+        if (c->halted) {
+                /* A rollback failed there: trying the same steps again on every start would only touch
+                 * the GPUs more. A person decides: an explicit apply replaces the journal. Checked again on
+                 * every pass, so removing the file is enough too. */
+                mm->journal_checked = false;
+                *ret_message = strprintf("A MIG apply of config %s stopped because the rollback of GPU %s failed "
+                                         "(left with %s); MIG is not changed until someone checks the GPUs "
+                                         "('gpunodectl mig show') and applies a config ('gpunodectl mig apply "
+                                         "NAME'), or removes %s.", c->config, c->halted[strv_length(c->halted) - 1],
+                                         strna(c->halted_left), path);
+                set_result(mm, c->config, MIG_CONFIG_FAILED, *ret_message);
+                return -ENOTRECOVERABLE;
+        }
         if (!mm->manager->nvml) {
                 mm->journal_checked = false;
                 *ret_message = strprintf("An interrupted apply of MIG config %s was found, but NVML is not "
