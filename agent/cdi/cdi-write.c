@@ -119,6 +119,21 @@ int cdi_spec_write(const char *path, const char *text, bool *ret_changed, char *
         if (r < 0)
                 return r;
 
+        /* A write killed between create and rename left ".<name>.XXXXXX" here; runtimes skip it (no
+         * .yaml suffix), but nothing else would ever remove it. */
+        _cleanup_free_ char *dir_copy = strdup(path);
+        if (!dir_copy)
+                return -ENOMEM;
+        _cleanup_close_ int dir_fd = open(dirname(dir_copy), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        _cleanup_free_ char *base_copy = strdup(path), *prefix = NULL;
+        if (!base_copy)
+                return -ENOMEM;
+        prefix = strprintf(".%s.", basename(base_copy));
+        if (!prefix)
+                return -ENOMEM;
+        if (dir_fd >= 0)
+                (void) cleanup_temp_files_at(dir_fd, prefix);
+
         r = read_full_file_at(AT_FDCWD, path, READ_FILE_NOFOLLOW, GNA_YAML_SIZE_MAX, &old, &old_size);
         if (r >= 0 && old_size == size && memcmp(old, text, size) == 0) {
                 *ret_changed = false;

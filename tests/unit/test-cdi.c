@@ -730,9 +730,16 @@ static void test_no_churn_and_atomic(void **state) {
         back = read_text(n.spec);
         assert_string_equal(back, text);
 
-        /* The same bytes again: not touched, so runtimes' watches stay quiet. */
+        /* The same bytes again: not touched, so runtimes' watches stay quiet. A temp file a killed
+         * writer left beside the spec goes, even then. */
+        _cleanup_free_ char *stale = path_join(dir, ".nvidia.yaml.Qw3rT9");
+        FILE *w = fopen(stale, "w");
+        assert_non_null(w);
+        fclose(w);
+        assert_int_equal(count_entries(dir), 2);
         assert_int_equal(cdi_spec_write(n.spec, text, &changed, &error), 0);
         assert_false(changed);
+        assert_int_equal(count_entries(dir), 1);
         assert_int_equal(stat(n.spec, &b), 0);
         assert_true(a.st_ino == b.st_ino);
         assert_true(a.st_mtim.tv_sec == b.st_mtim.tv_sec && a.st_mtim.tv_nsec == b.st_mtim.tv_nsec);
