@@ -163,3 +163,32 @@ int cdi_spec_write(const char *path, const char *text, bool *ret_changed, char *
         *ret_changed = true;
         return 0;
 }
+
+int cdi_spec_remove(const char *path, char **ret_error) {
+        _cleanup_free_ char *dir_copy = strdup(path), *base_copy = strdup(path), *prefix = NULL;
+        struct stat st;
+
+        if (!dir_copy || !base_copy)
+                return -ENOMEM;
+        const char *name = basename(base_copy);
+        prefix = strprintf(".%s.", name);
+        if (!prefix)
+                return -ENOMEM;
+        _cleanup_close_ int dir_fd = open(dirname(dir_copy), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (dir_fd < 0)
+                return errno == ENOENT ? -ENOENT : negative_errno();
+        (void) cleanup_temp_files_at(dir_fd, prefix);
+        if (fstatat(dir_fd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+                return negative_errno();
+        if (!S_ISREG(st.st_mode)) {
+                free(*ret_error);
+                *ret_error = strprintf("%s is %s, not the CDI spec gpu-node-agent writes; leaving it alone", path,
+                                       S_ISLNK(st.st_mode) ? "a symbolic link" : S_ISDIR(st.st_mode) ? "a directory"
+                                                                                      : "a special file");
+                return -EEXIST;
+        }
+        if (unlinkat(dir_fd, name, 0) < 0)
+                return negative_errno();
+        (void) fsync(dir_fd);
+        return 0;
+}

@@ -833,6 +833,21 @@ static void test_stage(void **state) {
         assert_false(access(n.spec, F_OK) == 0);
         assert_null(m.cdi_spec_text);
         msg = mfree(msg);
+
+        /* A symlink planted under our spec's name is not ours to delete (nor what it points to). */
+        _cleanup_free_ char *target = path_join(n.root, "elsewhere.yaml");
+        assert_int_equal(write_file_atomic(target, NULL, "x\n", 2, 0644), 0);
+        assert_int_equal(symlink(target, n.spec), 0);
+        assert_int_equal(stage_cdi_run(&m, &msg), -EEXIST);
+        _cleanup_free_ char *refused = strprintf("no GPU or MIG device to describe, but %s is a symbolic link, not "
+                                                 "the CDI spec gpu-node-agent writes; leaving it alone", n.spec);
+        assert_string_equal(msg, refused);
+        struct stat lst;
+        assert_int_equal(lstat(n.spec, &lst), 0);
+        assert_true(S_ISLNK(lst.st_mode));
+        assert_int_equal(access(target, F_OK), 0);
+        assert_int_equal(unlink(n.spec), 0);
+        msg = mfree(msg);
         m.nvml_snapshot = &snap;
         assert_int_equal(stage_cdi_run(&m, &msg), STAGE_DONE);
         assert_string_equal(msg, written);
