@@ -154,13 +154,16 @@ static const char *event_anchor(const yaml_event_t *e) {
 }
 
 /* A later anchor of the same name replaces the earlier one, as YAML says. */
-static int anchor_add(Reader *r, const char *name, GnaYamlNode *n) {
+static int anchor_add(Reader *r, const yaml_event_t *e, const char *name, GnaYamlNode *n) {
         for (size_t i = 0; i < r->n_anchors; i++)
                 if (streq(r->anchors[i].name, name)) {
                         gna_yaml_node_unref(r->anchors[i].node);
                         r->anchors[i].node = node_ref(n);
                         return 0;
                 }
+        if (r->n_anchors >= GNA_YAML_ANCHORS_MAX)
+                return located(r, -EINVAL, MARK(e->start_mark), "more than %u anchors (&%s)", GNA_YAML_ANCHORS_MAX,
+                               name);
         Anchor *a = reallocarray(r->anchors, r->n_anchors + 1, sizeof(Anchor));
         if (!a)
                 return -ENOMEM;
@@ -294,9 +297,10 @@ static int parse_node(Reader *r, const yaml_event_t *e, unsigned depth, GnaYamlN
                 TAKE_PTR(child);
         }
 
-        const char *anchor = event_anchor(e);
+        /* Without aliases an anchor is only a name: nothing can refer to it. */
+        const char *anchor = (r->flags & GNA_YAML_ALIASES) ? event_anchor(e) : NULL;
         if (anchor) {
-                k = anchor_add(r, anchor, n);
+                k = anchor_add(r, e, anchor, n);
                 if (k < 0)
                         return k;
         }

@@ -18,8 +18,10 @@
 #define GNA_YAML_DEPTH_MAX 64U
 /* Nodes in a document, every alias counted with the whole subtree it stands for. */
 #define GNA_YAML_NODES_MAX 200000U
-/* Keys in one mapping (each new key is checked against the others for duplicates). */
-#define GNA_YAML_KEYS_MAX 4096U
+/* Keys in one mapping (each new key is checked against the others for duplicates) and anchors in one
+ * document (each alias is looked up among them): bounded, so that a 4 MiB file costs milliseconds. */
+#define GNA_YAML_KEYS_MAX 1024U
+#define GNA_YAML_ANCHORS_MAX 1024U
 
 typedef enum GnaYamlType {
         GNA_YAML_SCALAR,

@@ -134,7 +134,18 @@ static void test_keys_and_documents(void **state) {
                 free(many);
                 many = t;
         }
-        expect_error(many, 0, -EINVAL, "t.yaml:4097:1: more than 4096 keys in one mapping");
+        expect_error(many, 0, -EINVAL, "t.yaml:1025:1: more than 1024 keys in one mapping");
+
+        _cleanup_free_ char *anchors = strdup("");
+        for (unsigned i = 0; i <= GNA_YAML_ANCHORS_MAX; i++) {
+                char *t = strprintf("%s- &a%u x\n", anchors, i);
+                free(anchors);
+                anchors = t;
+        }
+        expect_error(anchors, GNA_YAML_ALIASES, -EINVAL, "t.yaml:1025:3: more than 1024 anchors (&a1024)");
+        _cleanup_(gna_yaml_node_unrefp) GnaYamlNode *n = NULL;
+        _cleanup_free_ char *error = NULL;
+        assert_int_equal(parse(anchors, 0, &n, &error), 0); /* without aliases anchors are just names */
 }
 
 static void test_size(void **state) {
