@@ -3,7 +3,8 @@
  * fixture node format (the .node files in tests/fixtures/nodes) so the fixtures are the seeds:
  *   gpu|nvswitch|nic|dev BDF VVVV:DDDD [sub=VVVV:DDDD] [class=0xCCCCCC] [numa=N] [iommu=N] [driver=NAME]
  *                                     [link=SPEED,WIDTH] [ATTR=RAW]...
- * Values are written to the sysfs attribute files as they stand (a numa of "-7x" or a class of
+ * An address that is not a kernel PCI name, or one already used, is replaced or skipped (sysfs cannot
+ * have them). Values are written to the sysfs attribute files as they stand (a numa of "-7x" or a class of
  * garbage included), any other NAME=RAW becomes an attribute file, and a config space is made from the
  * ids. Invariant: probe_pci() either fails with a message or returns an inventory whose devices are
  * all NVIDIA/Mellanox functions with unique addresses, each kind indexed 0..n-1. */
@@ -23,6 +24,16 @@ static bool safe_name(const char *s) {
         return true;
 }
 
+/* What the kernel names a PCI function: DDDD:BB:dd.f with dd < 0x20 and f < 8. Anything else cannot
+ * appear in sysfs (libpci would truncate it into another function's address), so it is not tried. */
+static bool bdf_is_valid(const char *s) {
+        unsigned dom, bus, dev, fn;
+        char tail;
+        return strlen(s) == 12 && s[4] == ':' && s[7] == ':' && s[10] == '.' &&
+               sscanf(s, "%4x:%2x:%2x.%1u%c", &dom, &bus, &dev, &fn, &tail) == 4 && dev < 0x20 && fn < 8 &&
+               strspn(s, "0123456789abcdef:.") == 12;
+}
+
 static void attr(const char *dir, const char *name, const char *value) {
         _cleanup_free_ char *p = path_join(dir, name), *v = strprintf("%s\n", value);
         if (p && v)
@@ -37,7 +48,7 @@ static void device(const char *sys, unsigned n, char *line) {
 
         if (!kind || !bdf)
                 return;
-        name = safe_name(bdf) ? strdup(bdf) : strprintf("0000:%02x:00.0", n & 0xff);
+        name = bdf_is_valid(bdf) ? strdup(bdf) : strprintf("0000:%02x:00.0", n & 0xff);
         if (!name)
                 return;
         if (streq(kind, "nvswitch"))
@@ -51,8 +62,9 @@ static void device(const char *sys, unsigned n, char *line) {
         _cleanup_free_ char *ddir = strprintf("%s/devices/pci0000:00/%s", sys, name),
                             *link = strprintf("%s/bus/pci/devices/%s", sys, name),
                             *target = strprintf("../../../devices/pci0000:00/%s", name);
-        if (!ddir || !link || !target || mkdir_p(ddir, 0755) < 0)
-                return;
+        struct stat st;
+        if (!ddir || !link || !target || lstat(link, &st) >= 0 || mkdir_p(ddir, 0755) < 0)
+                return; /* one function per address, as in sysfs */
         (void) symlink(target, link);
         _cleanup_free_ char *v = strprintf("0x%04x", vendor & 0xffff), *d = strprintf("0x%04x", dev & 0xffff),
                             *c = strprintf("0x%06x", cls);

@@ -19,7 +19,7 @@ seeds() {
         fuzz-mig-config) echo "$src/tests/fixtures/mig-parted $src/tests/fixtures/mig-bench $src/tests/fuzz/seeds/mig-config" ;;
         fuzz-cdi) echo "$src/tests/fixtures/cdi/golden $src/tests/fixtures/cdi/loader-rejects $src/tests/fixtures/cdi/testdata/good $src/tests/fixtures/cdi/testdata/bad" ;;
         fuzz-labels) echo "$src/tests/unit/golden/labels" ;;
-        fuzz-probe) echo "$src/tests/fixtures/nodes" ;;
+        fuzz-probe) echo "$src/tests/fixtures/nodes $src/tests/fuzz/seeds/probe" ;;
         *) return 1 ;;
         esac
 }
