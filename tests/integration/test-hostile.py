@@ -80,6 +80,11 @@ class Daemon:
     def stages(self):
         return get_property(self.bus, "Stages")
 
+    def stop_clean(self):
+        """SIGTERM, and a clean exit (under valgrind: no errors, no definite leaks)."""
+        rc = self.agent.stop(signal.SIGTERM, timeout=int(60 * SCALE))
+        check(rc == 0, "agent exited %d on SIGTERM (valgrind errors are 99):\n%s" % (rc, self.agent.output()[-3000:]))
+
     def close(self):
         if self.agent.proc.poll() is None:
             self.agent.proc.kill()
@@ -107,6 +112,7 @@ def test_features_hidden_dir_symlink_no_gpu():
             d.answers()
             check(snapshot(v) == before, "the directory behind the symlink changed")
             check(os.path.islink(os.path.join(features, ".gpu-node-agent")), "the planted link was removed")
+            d.stop_clean()
         finally:
             d.close()
 
@@ -127,6 +133,7 @@ def test_features_hidden_dir_symlink_write():
             check("Refusing to use %s/.gpu-node-agent" % features in stages, "labels stage: " + stages)
             check(snapshot(v) == before, "the directory behind the symlink changed")
             check(not os.path.exists(os.path.join(features, "gpu-node-agent")), "feature file written anyway")
+            d.stop_clean()
         finally:
             d.close()
 
@@ -168,6 +175,7 @@ def test_dev_symlinks_and_cdi_bombs():
             busctl(d.bus, "call", AGENT_NAME, PATH, MANAGER, "Reconcile")
             time.sleep(1 * SCALE)
             d.answers()
+            d.stop_clean()
         finally:
             d.close()
 
@@ -212,6 +220,7 @@ def test_fifo_and_device_in_confd():
             check(p.returncode != 0 and "not a regular file" in p.stderr, "Reload: " + p.stderr)
             d.answers()
             check("not a regular file" in get_property(d.bus, "ConfigError"), "ConfigError not set")
+            d.stop_clean()
         finally:
             d.close()
 
