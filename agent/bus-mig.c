@@ -166,8 +166,8 @@ static int check_file_access(Manager *m, sd_bus_message *msg, const char *file, 
         if (bus_check_privileged(msg, &denied) >= 0)
                 return 0;
         return sd_bus_error_setf(error, AGENT_ERROR_ACCESS_DENIED,
-                                 "AssertMigConfig with a config file other than mig.config-file (%s) requires root "
-                                 "(or CAP_SYS_ADMIN): the agent would read %s with its own privileges. Run it as "
+                                 "AssertMigConfig with a config file other than mig.config-file (%s) requires root: "
+                                 "the agent would read %s with its own privileges. Run it as "
                                  "root, or leave the file out.", strna(m->config->mig.config_file), file);
 }
 

@@ -193,24 +193,20 @@ void manager_bus_mark_dirty(Manager *m, const char *path, const char *interface,
 }
 
 int bus_check_privileged(sd_bus_message *m, sd_bus_error *error) {
-        _cleanup_(sd_bus_creds_unrefp) sd_bus_creds *creds = NULL;
         const char *member = sd_bus_message_get_member(m) ?: "This method";
-        uid_t euid;
-        int r;
 
-        r = sd_bus_query_sender_creds(m, SD_BUS_CREDS_EUID | SD_BUS_CREDS_EFFECTIVE_CAPS | SD_BUS_CREDS_AUGMENT,
-                                      &creds);
+        /* What the bus itself recorded for the sender's connection (its peer credentials at connect
+         * time), never augmented from /proc/PID: that would be racy against PID reuse and would let a
+         * process that dropped privileges later borrow another's. dbus-daemon and dbus-broker send no
+         * capabilities, so on them this means effective UID 0 (or ours). */
+        int r = sd_bus_query_sender_privilege(m, CAP_SYS_ADMIN);
         if (r < 0)
                 return sd_bus_error_setf(error, AGENT_ERROR_ACCESS_DENIED,
-                                         "%s requires root (or CAP_SYS_ADMIN), and the caller's credentials "
-                                         "could not be read: %s", member, strerror(-r));
-
-        if (sd_bus_creds_get_euid(creds, &euid) >= 0 && euid == 0)
-                return 0;
-        if (sd_bus_creds_has_effective_cap(creds, CAP_SYS_ADMIN) > 0)
-                return 0;
-
-        return sd_bus_error_setf(error, AGENT_ERROR_ACCESS_DENIED, "%s requires root (or CAP_SYS_ADMIN)", member);
+                                         "%s requires root, and the caller's credentials could not be read from "
+                                         "the bus: %s", member, strerror(-r));
+        if (r == 0)
+                return sd_bus_error_setf(error, AGENT_ERROR_ACCESS_DENIED, "%s requires root", member);
+        return 0;
 }
 
 static void log_name_owner(sd_bus *bus) {

@@ -33,7 +33,8 @@ void manager_bus_emit_stage_changed(Manager *m, StageId id);
 /* Releases coalescing state. */
 void bus_dirty_free(BusDirty *d);
 
-/* Whether the caller of m (a method call) is root or has CAP_SYS_ADMIN; sets error when not. */
+/* Whether the caller of m (a method call) is root, by the credentials the bus recorded for its connection
+ * (sd_bus_query_sender_privilege(), never augmented from /proc); sets error when not. */
 int bus_check_privileged(sd_bus_message *m, sd_bus_error *error);
 
 /* Internal to agent/bus-*.c (not for other callers): each interface registers its own vtables, and

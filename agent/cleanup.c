@@ -78,16 +78,17 @@ static int cleanup_runtime_dir(const char *run) {
 }
 
 int agent_cleanup_outputs(const Config *c) {
-        _cleanup_free_ char *feature_file = NULL;
+        _cleanup_free_ char *feature_file = NULL, *error = NULL;
         int r = 0, k;
 
         feature_file = path_join(c->labels.directory, c->labels.file);
         if (!feature_file)
                 return log_oom();
         bool existed = access(feature_file, F_OK) >= 0;
-        k = nfd_remove(c->labels.directory, c->labels.file);
+        k = nfd_remove(c->labels.directory, c->labels.file, &error);
         if (k < 0)
-                r = log_error_errno(k, "Failed to remove the NFD feature file %s: %m", feature_file);
+                r = log_error_errno(k, "Failed to remove the NFD feature file %s: %s", feature_file,
+                                    error ?: strerror(-k));
         else if (existed)
                 log_info("Removed the NFD feature file %s.", feature_file);
 

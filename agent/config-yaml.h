@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* Owns the YAML node tree of the configuration loader: one file parsed with
- * libyaml into Nodes that remember file:line:column, trees merged the way drop-ins override, and the
+ * the project's YAML reader into Nodes that remember file:line:column, trees merged the way drop-ins override, and the
  * "FILE:LINE:COLUMN: message" errors the loader reports (the MIG config reader shares the latter). */
 #pragma once
 
@@ -27,15 +27,15 @@ struct Node {
         unsigned line, column, key_line, key_column;
 };
 
-Node *yaml_node_free(Node *n);
-DEFINE_CLEANUP_FUNC(Node *, yaml_node_free);
+Node *config_node_free(Node *n);
+DEFINE_CLEANUP_FUNC(Node *, config_node_free);
 
 /* Finds the node of a dotted key in a merged tree, to point an error at the file that set it. */
-const Node *yaml_node_find(const Node *tree, const char *path);
+const Node *config_node_find(const Node *tree, const char *path);
 /* "a plain value", "a mapping of keys", "a list": for messages that say what was found instead. */
-const char *yaml_node_kind(const Node *n);
+const char *config_node_kind(const Node *n);
 /* Takes src. Mappings merge key by key; anything else (scalars, lists, null) replaces what was there. */
-int yaml_node_merge(Node **dst, Node *src);
+int config_node_merge(Node **dst, Node *src);
 
 /* Parses one file (file is the name for messages and is borrowed by the nodes) into a tree whose top is
  * a mapping; *ret is NULL when there is nothing to merge (empty file, only comments, or a lone "---").

@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <strings.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <syslog.h>
 
 #include "config-yaml.h"
@@ -18,9 +19,10 @@
 #include "fileio.h"
 #include "macro.h"
 #include "strv.h"
+#include "yaml-reader.h"
 
 /* A configuration file larger than this is a mistake (a binary, a log), not a configuration. */
-#define CONFIG_FILE_MAX (1024U * 1024U)
+#define CONFIG_FILE_MAX GNA_YAML_SIZE_MAX
 typedef enum ConfigType {
         CONFIG_STRING,
         CONFIG_PATH,      /* absolute */
@@ -362,7 +364,7 @@ static int units_apply(const ConfigKey *k, const Node *item, const char *path, C
         if (item->type != NODE_SEQUENCE)
                 return config_yaml_located_error(error, item->file, item->line, item->column,
                                                  "%s: expected a list such as [nvidia-dcgm.service, kubelet.service], "
-                                                 "got %s", path, yaml_node_kind(item));
+                                                 "got %s", path, config_node_kind(item));
         for (size_t j = 0; j < item->n_items; j++) {
                 const Node *e = item->items[j];
                 _cleanup_free_ char *msg = NULL;
@@ -370,7 +372,7 @@ static int units_apply(const ConfigKey *k, const Node *item, const char *path, C
                 if (e->type != NODE_SCALAR || e->null)
                         return config_yaml_located_error(error, e->file, e->line, e->column,
                                                          "%s: each item must be a unit name, got %s", path,
-                                                         yaml_node_kind(e));
+                                                         config_node_kind(e));
                 r = value_parse(k, e->value, NULL, &msg);
                 if (r == -EINVAL && msg)
                         return config_yaml_located_error(error, e->file, e->line, e->column, "%s: %s", path, msg);
@@ -418,7 +420,7 @@ static int tree_apply(const Node *n, const char *section, Config *c, char **erro
                         if (item->type != NODE_SCALAR)
                                 return config_yaml_located_error(error, item->file, item->line, item->column,
                                                                  "%s: expected a single value, got %s", path,
-                                                                 yaml_node_kind(item));
+                                                                 config_node_kind(item));
                         r = value_parse(k, item->value, c, &msg);
                         if (r == -EINVAL && msg)
                                 return config_yaml_located_error(error, item->file, item->line, item->column,
@@ -434,7 +436,7 @@ static int tree_apply(const Node *n, const char *section, Config *c, char **erro
                                 return config_yaml_located_error(error, item->file, item->line, item->column,
                                                                  "%s: expected a mapping of keys (indented "
                                                                  "'key: value' lines below '%s:'), got %s", path,
-                                                                 item->key, yaml_node_kind(item));
+                                                                 item->key, config_node_kind(item));
                         r = tree_apply(item, path, c, error);
                         if (r < 0)
                                 return r;
@@ -501,6 +503,10 @@ static int load_file(const char *path, bool missing_ok, char ***files, Node **tr
                 return config_yaml_set_error(error, r,
                                              "%s: the file is larger than %u KiB; this is not a configuration file",
                                              path, CONFIG_FILE_MAX / 1024);
+        if (r == -EBADFD)
+                return config_yaml_set_error(error, r,
+                                             "%s: not a regular file (a FIFO, socket or device); only regular "
+                                             "files are read as configuration", path);
         if (r < 0)
                 return config_yaml_set_error(error, r, "%s: cannot read the file: %s", path, strerror(-r));
 
@@ -517,10 +523,16 @@ static int load_file(const char *path, bool missing_ok, char ***files, Node **tr
                 return 0;
         r = tree_apply(t, NULL, NULL, error);
         if (r < 0) {
-                yaml_node_free(t);
+                config_node_free(t);
                 return r;
         }
-        return yaml_node_merge(tree, t);
+        return config_node_merge(tree, t);
+}
+
+/* /dev/null itself, whatever the name or link that leads to it, as systemd's null_or_empty(): any other
+ * character device is not a mask (and is then refused as not a regular file). */
+static bool is_dev_null(const struct stat *st) {
+        return S_ISCHR(st->st_mode) && st->st_rdev == makedev(1, 3);
 }
 
 /* Loads each drop-in whose winning copy lies in dirs[first..last]: the copy in the last directory
@@ -536,7 +548,7 @@ static int dropins_load(char *const *dirs, char *const *names, size_t first, siz
                                 return -ENOMEM;
                         if (lstat(path, &st) < 0)
                                 continue;
-                        if (i < first || i > last || (stat(path, &st) >= 0 && S_ISCHR(st.st_mode)))
+                        if (i < first || i > last || (stat(path, &st) >= 0 && is_dev_null(&st)))
                                 break;
                         int r = load_file(path, false, files, tree, error);
                         if (r < 0)
@@ -601,18 +613,18 @@ static int config_resolve(Config *c, const char *root) {
 /* Checks that involve more than one key; the error points at the key a file set (the defaults are
  * consistent, so at least one of them was). */
 static int config_verify(const Config *c, const Node *tree, char **error) {
-        const Node *n = yaml_node_find(tree, "engine.retry-min");
+        const Node *n = config_node_find(tree, "engine.retry-min");
         char min[32], max[32];
 
         if (!n || n->null)
-                n = yaml_node_find(tree, "engine.retry-max");
+                n = config_node_find(tree, "engine.retry-max");
         if (c->engine.retry_min_usec == 0) {
                 assert(n);
                 return config_yaml_located_error(error, n->file, n->line, n->column,
                                                  "engine.retry-min: must be greater than 0, or a failed stage would be "
                                                  "retried in a busy loop");
         }
-        n = yaml_node_find(tree, "sharing.replicas");
+        n = config_node_find(tree, "sharing.replicas");
         if (c->sharing.replicas == 0) {
                 assert(n);
                 return config_yaml_located_error(error, n->file, n->line, n->column,
@@ -624,9 +636,9 @@ static int config_verify(const Config *c, const Node *tree, char **error) {
                                                  "sharing.replicas is %u but sharing.strategy is none: set "
                                                  "sharing.strategy to time-slicing or mps", c->sharing.replicas);
         }
-        n = yaml_node_find(tree, "engine.retry-min");
+        n = config_node_find(tree, "engine.retry-min");
         if (!n || n->null)
-                n = yaml_node_find(tree, "engine.retry-max");
+                n = config_node_find(tree, "engine.retry-max");
         if (c->engine.retry_min_usec > c->engine.retry_max_usec) {
                 assert(n);
                 format_duration(c->engine.retry_min_usec, min, sizeof(min));
@@ -644,7 +656,7 @@ static int config_load_internal(const ConfigLoadOptions *o, Config **ret, char *
         static const ConfigLoadOptions no_options = {};
         _cleanup_free_ char *main_file = NULL;
         _cleanup_strv_free_ char **dirs = NULL, **names = NULL, **files = NULL;
-        _cleanup_(yaml_node_freep) Node *tree = NULL;
+        _cleanup_(config_node_freep) Node *tree = NULL;
         _cleanup_(config_freep) Config *c = NULL;
         const char *root;
         int r;

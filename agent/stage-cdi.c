@@ -53,11 +53,13 @@ int stage_cdi_run(Manager *m, char **ret_message) {
                 STRV_FOREACH(w, warnings)
                         log_warning("CDI: %s", *w);
                 m->cdi_spec_text = mfree(m->cdi_spec_text);
-                if (unlink(c->cdi.spec) < 0) {
-                        if (errno != ENOENT) {
-                                r = negative_errno();
-                                *ret_message = strprintf("no GPU or MIG device to describe, and cannot remove %s: %s",
-                                                         c->cdi.spec, strerror(-r));
+                _cleanup_free_ char *rm_error = NULL;
+                r = cdi_spec_remove(c->cdi.spec, &rm_error);
+                if (r < 0) {
+                        if (r != -ENOENT) {
+                                *ret_message = rm_error ? strprintf("no GPU or MIG device to describe, but %s", rm_error)
+                                                        : strprintf("no GPU or MIG device to describe, and cannot "
+                                                                    "remove %s: %s", c->cdi.spec, strerror(-r));
                                 return r;
                         }
                         *ret_message = strdup("no GPU or MIG device to describe");

@@ -99,9 +99,12 @@ int stage_labels_run(Manager *m, char **ret_message) {
                 return -ENOMEM;
 
         if (!m->inventory || m->inventory->n_gpus == 0) {
-                r = nfd_remove(c->directory, c->file);
+                _cleanup_free_ char *rm_error = NULL;
+                r = nfd_remove(c->directory, c->file, &rm_error);
                 if (r < 0) {
-                        *ret_message = strprintf("no NVIDIA GPU, but removing %s failed: %s", path, strerror(-r));
+                        *ret_message = rm_error ? strprintf("no NVIDIA GPU, but %s", rm_error)
+                                                : strprintf("no NVIDIA GPU, but removing %s failed: %s", path,
+                                                            strerror(-r));
                         return r;
                 }
                 labels_publish(m, NULL, 0);

@@ -118,7 +118,7 @@ int stage_mig_run(Manager *m, char **ret_message) {
         }
 
         r = mig_manager_recover(m->mig, on_recovered, m, &message);
-        if (r == -ENODEV) {
+        if (r == -ENODEV || r == -ENOTRECOVERABLE) {
                 *ret_message = TAKE_PTR(message);
                 return r;
         }

@@ -2,6 +2,7 @@
 /* Owns the Node Feature Discovery "local" source feature file: its text (header, optional expiry
  * directive, sorted validated labels) and the atomic, no-churn write through a hidden subdirectory of
  * features.d (see specs/labels.md). */
+#include <fcntl.h>
 #include <libgen.h>
 #include <stdarg.h>
 #include <sys/stat.h>
@@ -9,6 +10,7 @@
 
 #include "fileio.h"
 #include "nfd.h"
+#include "strv.h"
 
 /* NFD skips feature files over this size entirely; ours is a few hundred bytes. */
 #define NFD_FILE_SIZE_MAX 65536
@@ -103,19 +105,19 @@ static int ensure_directory(const char *dir, char **ret_error) {
         return 0;
 }
 
-/* <dir>/<name> and the hidden directory <dir>/.<name> that holds its temp files. */
-static int nfd_paths(const char *dir, const char *name, char **ret_target, char **ret_hidden) {
-        _cleanup_free_ char *dot = NULL, *target = NULL, *hidden = NULL;
+static const char *kind_of(mode_t mode) {
+        return S_ISDIR(mode) ? "a directory" : S_ISLNK(mode) ? "a symbolic link" : "a special file";
+}
 
-        if (asprintf(&dot, ".%s", name) < 0)
-                return -ENOMEM;
-        target = path_join(dir, name);
-        hidden = path_join(dir, dot);
-        if (!target || !hidden)
-                return -ENOMEM;
-        *ret_target = TAKE_PTR(target);
-        *ret_hidden = TAKE_PTR(hidden);
-        return 0;
+/* Removes the temp files a writer killed between create and rename left in the hidden directory
+ * <dir>/.<name>, when that is a directory of ours; anything else there stays. */
+static void cleanup_hidden(int dir_fd, const char *name) {
+        _cleanup_free_ char *dot = strprintf(".%s", name), *prefix = strprintf("%s.", name);
+        if (!dot || !prefix)
+                return;
+        _cleanup_close_ int fd = open_private_subdir(dir_fd, dot, false);
+        if (fd >= 0)
+                (void) cleanup_temp_files_at(fd, prefix);
 }
 
 int nfd_write(const char *dir, const char *name, const char *text, bool *ret_changed, char **ret_error) {
@@ -130,10 +132,10 @@ int nfd_write(const char *dir, const char *name, const char *text, bool *ret_cha
                             "Invalid NFD feature file name '%s': it must be a plain file name without '/' "
                             "that does not start with '.' (NFD skips dot-files); fix labels.file.", name);
 
-        _cleanup_free_ char *target = NULL, *hidden = NULL;
-        r = nfd_paths(dir, name, &target, &hidden);
-        if (r < 0)
-                return r;
+        _cleanup_free_ char *target = path_join(dir, name), *hidden = strprintf("%s/.%s", dir, name),
+                            *dot = strprintf(".%s", name);
+        if (!target || !hidden || !dot)
+                return -ENOMEM;
 
         if (size > NFD_FILE_SIZE_MAX)
                 return fail(ret_error, -EFBIG,
@@ -144,20 +146,35 @@ int nfd_write(const char *dir, const char *name, const char *text, bool *ret_cha
         if (r < 0)
                 return r;
 
-        if (lstat(target, &st) >= 0) {
+        /* features.d itself is configuration (and may be a symlink); everything in it is looked at
+         * relative to its fd and never through a symlink. */
+        _cleanup_close_ int dir_fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (dir_fd < 0)
+                return fail(ret_error, negative_errno(), "Cannot open the NFD feature directory %s: %s.", dir,
+                            strerror(errno));
+
+        /* A plain file in the way makes the write below fail with ENOTDIR, and says so. */
+        if (fstatat(dir_fd, dot, &st, AT_SYMLINK_NOFOLLOW) >= 0 &&
+            (S_ISLNK(st.st_mode) || (S_ISDIR(st.st_mode) && (st.st_uid != geteuid() || (st.st_mode & 0022)))))
+                return fail(ret_error, S_ISLNK(st.st_mode) ? -ELOOP : -EPERM,
+                            "Refusing to use %s for the NFD feature file's temporary files: it is %s, not "
+                            "a directory gpu-node-agent created (owned by uid %u, not writable by others); "
+                            "remove it.", hidden, S_ISLNK(st.st_mode) ? "a symbolic link" : "a directory",
+                            (unsigned) geteuid());
+        cleanup_hidden(dir_fd, name);
+
+        if (fstatat(dir_fd, name, &st, AT_SYMLINK_NOFOLLOW) >= 0) {
                 if (!S_ISREG(st.st_mode))
                         return fail(ret_error, S_ISDIR(st.st_mode) ? -EISDIR : -EEXIST,
                                     "%s is %s, not a regular file, so NFD ignores it and the labels "
                                     "cannot be written there; remove it or set labels.file to another "
-                                    "name.", target,
-                                    S_ISDIR(st.st_mode) ? "a directory" :
-                                    S_ISLNK(st.st_mode) ? "a symbolic link" : "a special file");
+                                    "name.", target, kind_of(st.st_mode));
 
                 /* No churn: NFD re-reads the file on every inotify event and the node object is
                  * updated on every change, so unchanged labels are not rewritten. */
                 _cleanup_free_ char *old = NULL;
                 size_t old_size = 0;
-                if (read_full_file(target, NFD_FILE_SIZE_MAX, &old, &old_size) >= 0 &&
+                if (read_full_file_at(dir_fd, name, READ_FILE_NOFOLLOW, NFD_FILE_SIZE_MAX, &old, &old_size) >= 0 &&
                     old_size == size && memcmp(old, text, size) == 0)
                         return 0;
         } else if (errno != ENOENT)
@@ -167,7 +184,7 @@ int nfd_write(const char *dir, const char *name, const char *text, bool *ret_cha
         /* The temp file lives in a hidden subdirectory: NFD ignores subdirectories, whereas a temp file
          * directly in features.d could be read half-written or trigger its rate-limited re-read
          * before the rename, leaving it with the old content. */
-        r = write_file_atomic(target, hidden, text, size, 0644);
+        r = write_file_atomic(target, dot, text, size, 0644);
         if (r < 0)
                 return fail(ret_error, r,
                             "Cannot write the NFD feature file %s: %s (temporary file in %s/); make %s "
@@ -177,35 +194,52 @@ int nfd_write(const char *dir, const char *name, const char *text, bool *ret_cha
         return 0;
 }
 
-int nfd_remove(const char *dir, const char *name) {
-        _cleanup_free_ char *target = NULL, *hidden = NULL;
+int nfd_remove(const char *dir, const char *name, char **ret_error) {
+        _cleanup_free_ char *dot = NULL;
+        struct stat st;
         int r = 0;
 
         if (!file_name_is_valid(name))
                 return -EINVAL;
-        r = nfd_paths(dir, name, &target, &hidden);
-        if (r < 0)
-                return r;
+        dot = strprintf(".%s", name);
+        if (!dot)
+                return -ENOMEM;
 
-        if (unlink(target) < 0 && errno != ENOENT)
-                r = negative_errno();
+        _cleanup_close_ int dir_fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (dir_fd < 0) {
+                if (errno == ENOENT)
+                        return 0;
+                return fail(ret_error, negative_errno(), "Cannot open the NFD feature directory %s: %s.", dir,
+                            strerror(errno));
+        }
 
-        /* Temp files are unlinked on failure, but a crash between create and rename leaves one. */
-        _cleanup_closedir_ DIR *d = opendir(hidden);
-        if (d) {
-                struct dirent *de;
-                while ((de = readdir(d))) {
-                        if (streq(de->d_name, ".") || streq(de->d_name, ".."))
-                                continue;
-                        if (unlinkat(dirfd(d), de->d_name, 0) < 0 && errno != ENOENT && r >= 0)
-                                r = negative_errno();
-                }
-                if (rmdir(hidden) < 0 && errno != ENOENT && r >= 0)
+        /* Only what we write is removed: our regular file, our temp files, our hidden directory. A
+         * symlink or anything else under those names was put there by someone else and stays. */
+        if (fstatat(dir_fd, name, &st, AT_SYMLINK_NOFOLLOW) >= 0) {
+                if (!S_ISREG(st.st_mode))
+                        return fail(ret_error, S_ISDIR(st.st_mode) ? -EISDIR : -EEXIST,
+                                    "%s/%s is %s, not the feature file gpu-node-agent writes; leaving it "
+                                    "alone.", dir, name, kind_of(st.st_mode));
+                if (unlinkat(dir_fd, name, 0) < 0 && errno != ENOENT)
+                        return fail(ret_error, negative_errno(), "Cannot remove %s/%s: %s.", dir, name,
+                                    strerror(errno));
+        } else if (errno != ENOENT)
+                return fail(ret_error, negative_errno(), "Cannot access %s/%s: %s.", dir, name, strerror(errno));
+
+        _cleanup_close_ int fd = open_private_subdir(dir_fd, dot, false);
+        if (fd >= 0) {
+                _cleanup_free_ char *prefix = strprintf("%s.", name);
+                if (!prefix)
+                        return -ENOMEM;
+                r = cleanup_temp_files_at(fd, prefix);
+                if (r >= 0 && unlinkat(dir_fd, dot, AT_REMOVEDIR) < 0 && errno != ENOENT && errno != ENOTEMPTY)
                         r = negative_errno();
-        } else if (errno != ENOENT && errno != ENOTDIR && r >= 0)
-                r = negative_errno();
+        } else if (fd != -ENOENT)
+                r = fail(ret_error, fd, "%s/%s is not a directory gpu-node-agent created (%s); leaving it and "
+                         "its contents alone.", dir, dot,
+                         fd == -ELOOP ? "a symbolic link" : fd == -EPERM ? "owned by someone else or writable by others" :
+                         "not a directory");
 
-        if (r >= 0)
-                (void) fsync_parent_dir(target);
-        return r;
+        (void) fsync(dir_fd);
+        return r < 0 ? r : 0;
 }

@@ -17,5 +17,8 @@ int nfd_format(const LabelSet *s, uint64_t expiry_realtime_usec, char **ret);
  * On failure returns a negative errno and sets *ret_error to a sentence naming the path. */
 int nfd_write(const char *dir, const char *name, const char *text, bool *ret_changed, char **ret_error);
 
-/* Removes <dir>/<name> (and the hidden temp directory); 0 when it did not exist. */
-int nfd_remove(const char *dir, const char *name);
+/* Removes <dir>/<name> (and the hidden temp directory with our temp files); 0 when it did not exist.
+ * Refuses (with *ret_error naming the path) a symlink or non-regular file under our name and a hidden
+ * directory that is a symlink or not ours: those are never followed, emptied or removed. Leftover
+ * temp files of a killed writer are removed by every nfd_write() too. */
+int nfd_remove(const char *dir, const char *name, char **ret_error);

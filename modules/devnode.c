@@ -534,24 +534,17 @@ static void set_node_error(char **ret_error, const char *what, const char *path,
                 set_error(ret_error, "Cannot %s %s: %s.", what, path, strerror(-r));
 }
 
-/* Makes a fresh node (or symlink) under a temporary name beside path and renames it over path, so
- * there is never a moment without one. */
-static int make_and_rename(const char *path, const DevnodeSpec *s, const char *link_target, const char **ret_what) {
-        _cleanup_free_ char *copy = strdup(path);
-        if (!copy)
-                return -ENOMEM;
-        char *slash = strrchr(copy, '/');
-        const char *base = slash ? slash + 1 : copy;
-        if (slash)
-                *slash = 0;
-
+/* Makes a fresh node (or symlink) under a temporary name beside base in dir_fd and renames it over
+ * base, so there is never a moment without one. Everything is relative to dir_fd, which was opened
+ * without following a symlink. */
+static int make_and_rename(int dir_fd, const char *base, const DevnodeSpec *s, const char *link_target,
+                           const char **ret_what) {
         for (unsigned attempt = 0;; attempt++) {
-                _cleanup_free_ char *tmp = strprintf("%s/.#%s.%d.%u", slash ? copy : ".", base, (int) getpid(),
-                                                     attempt);
+                _cleanup_free_ char *tmp = strprintf(".#%s.%d.%u", base, (int) getpid(), attempt);
                 if (!tmp)
                         return -ENOMEM;
-                int r = link_target ? symlink(link_target, tmp) : mknod(tmp, S_IFCHR | s->mode,
-                                                                        makedev(s->major, s->minor));
+                int r = link_target ? symlinkat(link_target, dir_fd, tmp)
+                                    : mknodat(dir_fd, tmp, S_IFCHR | s->mode, makedev(s->major, s->minor));
                 if (r < 0 && errno == EEXIST && attempt < 100)
                         continue;
                 if (r < 0) {
@@ -559,15 +552,16 @@ static int make_and_rename(const char *path, const DevnodeSpec *s, const char *l
                         return negative_errno();
                 }
                 /* mknod's mode went through the umask, and chown would clear set-id bits: owner first, then mode. */
-                if (!link_target && (lchown(tmp, s->uid, s->gid) < 0 || chmod(tmp, s->mode) < 0)) {
+                if (!link_target && (fchownat(dir_fd, tmp, s->uid, s->gid, AT_SYMLINK_NOFOLLOW) < 0 ||
+                                     fchmodat(dir_fd, tmp, s->mode, 0) < 0)) {
                         r = negative_errno();
-                        (void) unlink(tmp);
+                        (void) unlinkat(dir_fd, tmp, 0);
                         *ret_what = "set the owner and mode of";
                         return r;
                 }
-                if (rename(tmp, path) < 0) {
+                if (renameat(dir_fd, tmp, dir_fd, base) < 0) {
                         r = negative_errno();
-                        (void) unlink(tmp);
+                        (void) unlinkat(dir_fd, tmp, 0);
                         *ret_what = "replace";
                         return r;
                 }
@@ -579,27 +573,37 @@ static bool node_is(const struct stat *st, const DevnodeSpec *s) {
         return S_ISCHR(st->st_mode) && st->st_rdev == makedev(s->major, s->minor);
 }
 
-static int ensure_dir(const char *path, char **ret_error) {
-        struct stat st;
-
-        if (mkdir(path, 0755) < 0 && errno != EEXIST) {
+/* Opens (creating it when asked) the subdirectory name of dev_fd for nodes or links, never through a
+ * symlink: a planted /dev/char -> /somewhere must not get our links. */
+static int open_dev_subdir(int dev_fd, const char *dev_dir, const char *name, bool create, char **ret_error) {
+        _cleanup_free_ char *path = path_join(dev_dir, name);
+        if (!path)
+                return -ENOMEM;
+        if (create && mkdirat(dev_fd, name, 0755) < 0 && errno != EEXIST) {
                 int r = negative_errno();
                 set_node_error(ret_error, "create the directory", path, r);
                 return r;
         }
-        if (stat(path, &st) < 0 || !S_ISDIR(st.st_mode)) {
-                set_node_error(ret_error, "use the directory", path, -ENOTDIR);
-                return -ENOTDIR;
+        int fd = open_dir_nofollow(dev_fd, name);
+        if (fd == -ELOOP) {
+                if (ret_error && !*ret_error)
+                        set_error(ret_error, "Refusing to use %s: it is a symbolic link, not a directory; no "
+                                  "device nodes or links are created through it. Remove it (udev creates a "
+                                  "real directory).", path);
+                return fd;
         }
-        return 0;
+        if (fd < 0 && !(fd == -ENOENT && !create))
+                set_node_error(ret_error, "use the directory", path, fd);
+        return fd;
 }
 
-static int apply_node(const DevnodeSpec *s, const char *path, bool modify, DevnodeResult *res, char **ret_error) {
+static int apply_node(int dir_fd, const char *base, const DevnodeSpec *s, const char *path, bool modify,
+                      DevnodeResult *res, char **ret_error) {
         const char *what = "create the device node";
         struct stat st;
         int r;
 
-        if (lstat(path, &st) < 0) {
+        if (fstatat(dir_fd, base, &st, AT_SYMLINK_NOFOLLOW) < 0) {
                 if (errno != ENOENT) {
                         r = negative_errno();
                         set_node_error(ret_error, "inspect", path, r);
@@ -609,7 +613,7 @@ static int apply_node(const DevnodeSpec *s, const char *path, bool modify, Devno
                         res->skipped++;
                         return 0;
                 }
-                r = make_and_rename(path, s, NULL, &what);
+                r = make_and_rename(dir_fd, base, s, NULL, &what);
                 if (r < 0) {
                         set_node_error(ret_error, what, path, r);
                         return r;
@@ -627,12 +631,13 @@ static int apply_node(const DevnodeSpec *s, const char *path, bool modify, Devno
                         res->skipped++;
                         return 0;
                 }
-                if ((st.st_uid != s->uid || st.st_gid != s->gid) && lchown(path, s->uid, s->gid) < 0) {
+                if ((st.st_uid != s->uid || st.st_gid != s->gid) &&
+                    fchownat(dir_fd, base, s->uid, s->gid, AT_SYMLINK_NOFOLLOW) < 0) {
                         r = negative_errno();
                         set_node_error(ret_error, "change the owner of", path, r);
                         return r;
                 }
-                if (chmod(path, s->mode) < 0) {
+                if (fchmodat(dir_fd, base, s->mode, 0) < 0) {
                         r = negative_errno();
                         set_node_error(ret_error, "change the mode of", path, r);
                         return r;
@@ -645,7 +650,7 @@ static int apply_node(const DevnodeSpec *s, const char *path, bool modify, Devno
                 res->skipped++;
                 return 0;
         }
-        r = make_and_rename(path, s, NULL, &what);
+        r = make_and_rename(dir_fd, base, s, NULL, &what);
         if (r < 0) {
                 set_node_error(ret_error, what, path, r);
                 return r;
@@ -654,26 +659,27 @@ static int apply_node(const DevnodeSpec *s, const char *path, bool modify, Devno
         return 0;
 }
 
-static int apply_link(const DevnodeSpec *s, const char *dev_dir, DevnodeResult *res, char **ret_error) {
-        _cleanup_free_ char *link = strprintf("%s/char/%u:%u", dev_dir, s->major, s->minor),
+static int apply_link(int char_fd, const DevnodeSpec *s, const char *dev_dir, DevnodeResult *res, char **ret_error) {
+        _cleanup_free_ char *base = strprintf("%u:%u", s->major, s->minor),
+                            *link = strprintf("%s/char/%u:%u", dev_dir, s->major, s->minor),
                             *target = strprintf("../%s", s->name), *cur = NULL;
         const char *what = "create the link";
         struct stat st;
         int r;
 
-        if (!link || !target)
+        if (!base || !link || !target)
                 return -ENOMEM;
-        if (lstat(link, &st) >= 0 && S_ISLNK(st.st_mode)) {
+        if (fstatat(char_fd, base, &st, AT_SYMLINK_NOFOLLOW) >= 0 && S_ISLNK(st.st_mode)) {
                 cur = calloc(1, (size_t) st.st_size + 2);
                 if (!cur)
                         return -ENOMEM;
-                ssize_t n = readlink(link, cur, (size_t) st.st_size + 1);
+                ssize_t n = readlinkat(char_fd, base, cur, (size_t) st.st_size + 1);
                 if (n >= 0 && streq(cur, target)) {
                         res->links_ok++;
                         return 0;
                 }
         }
-        r = make_and_rename(link, s, target, &what);
+        r = make_and_rename(char_fd, base, s, target, &what);
         if (r < 0) {
                 set_node_error(ret_error, what, link, r);
                 return r;
@@ -682,32 +688,65 @@ static int apply_link(const DevnodeSpec *s, const char *dev_dir, DevnodeResult *
         return 0;
 }
 
+/* The directory fd a node lives in (dev_fd itself or its one subdirectory, e.g. nvidia-caps) and its
+ * last component. *sub_fd caches the subdirectory's fd across nodes, *sub_err its failure. */
+static int node_dir(int dev_fd, const char *dev_dir, const DevnodeSpec *s, bool create, int *sub_fd, int *sub_err,
+                    const char **ret_base, char **ret_error) {
+        const char *slash = strrchr(s->name, '/');
+        if (!slash) {
+                *ret_base = s->name;
+                return dev_fd;
+        }
+        *ret_base = slash + 1;
+        if (*sub_err < 0)
+                return *sub_err;
+        if (*sub_fd < 0) {
+                _cleanup_free_ char *sub = strndup(s->name, (size_t) (slash - s->name));
+                if (!sub)
+                        return -ENOMEM;
+                int fd = open_dev_subdir(dev_fd, dev_dir, sub, create, ret_error);
+                if (fd < 0)
+                        return (*sub_err = fd);
+                *sub_fd = fd;
+        }
+        return *sub_fd;
+}
+
 int devnode_apply(const DevnodePlan *plan, const char *dev_dir, DevnodeResult *ret_result, char **ret_error) {
         DevnodeResult res = {};
-        bool caps_dir = false;
         int ret = 0, r;
 
         assert(plan);
         assert(dev_dir);
 
+        /* /dev itself is configuration (paths.dev); below it nothing is followed. */
+        _cleanup_close_ int dev_fd = open(dev_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (dev_fd < 0) {
+                r = negative_errno();
+                set_node_error(ret_error, "open the directory", dev_dir, r);
+                return r;
+        }
+        _cleanup_close_ int caps_fd = -1, char_fd = -1;
+        int caps_err = 0;
+
         for (size_t i = 0; i < plan->n_nodes; i++) {
                 const DevnodeSpec *s = &plan->nodes[i];
+                const char *base;
                 _cleanup_free_ char *path = path_join(dev_dir, s->name);
                 if (!path)
                         return -ENOMEM;
-                if (s->kind == DEVNODE_CAP && plan->modify && !caps_dir) {
-                        _cleanup_free_ char *d = path_join(dev_dir, "nvidia-caps");
-                        if (!d)
-                                return -ENOMEM;
-                        r = ensure_dir(d, ret_error);
-                        if (r < 0) {
-                                if (ret == 0)
-                                        ret = r;
-                                continue;
-                        }
-                        caps_dir = true;
+                int dfd = node_dir(dev_fd, dev_dir, s, plan->modify, &caps_fd, &caps_err, &base, ret_error);
+                if (dfd == -ENOMEM)
+                        return dfd;
+                if (dfd < 0) {
+                        /* A missing nvidia-caps with ModifyDeviceFiles=0 only means the nodes are missing. */
+                        if (dfd == -ENOENT && !plan->modify)
+                                res.skipped++;
+                        else if (ret == 0)
+                                ret = dfd;
+                        continue;
                 }
-                r = apply_node(s, path, plan->modify, &res, ret_error);
+                r = apply_node(dfd, base, s, path, plan->modify, &res, ret_error);
                 if (r == -ENOMEM)
                         return r;
                 if (r < 0 && ret == 0)
@@ -716,28 +755,24 @@ int devnode_apply(const DevnodePlan *plan, const char *dev_dir, DevnodeResult *r
 
         /* Links for every node that is there and right, ours or not (ModifyDeviceFiles=0 included, as
          * nvidia-modprobe does): runc and libnvidia-container resolve /dev/char/M:m. */
-        _cleanup_free_ char *char_dir = path_join(dev_dir, "char");
-        if (!char_dir)
-                return -ENOMEM;
-        bool have_char_dir = false;
         for (size_t i = 0; i < plan->n_nodes; i++) {
                 const DevnodeSpec *s = &plan->nodes[i];
-                _cleanup_free_ char *path = path_join(dev_dir, s->name);
+                const char *base;
                 struct stat st;
-                if (!path)
-                        return -ENOMEM;
-                if (lstat(path, &st) < 0 || !node_is(&st, s))
+                int dfd = node_dir(dev_fd, dev_dir, s, false, &caps_fd, &caps_err, &base, NULL);
+                if (dfd < 0 || fstatat(dfd, base, &st, AT_SYMLINK_NOFOLLOW) < 0 || !node_is(&st, s))
                         continue;
-                if (!have_char_dir) {
-                        r = ensure_dir(char_dir, ret_error);
-                        if (r < 0) {
+                if (char_fd < 0) {
+                        char_fd = open_dev_subdir(dev_fd, dev_dir, "char", true, ret_error);
+                        if (char_fd < 0) {
+                                if (char_fd == -ENOMEM)
+                                        return char_fd;
                                 if (ret == 0)
-                                        ret = r;
+                                        ret = char_fd;
                                 break;
                         }
-                        have_char_dir = true;
                 }
-                r = apply_link(s, dev_dir, &res, ret_error);
+                r = apply_link(char_fd, s, dev_dir, &res, ret_error);
                 if (r == -ENOMEM)
                         return r;
                 if (r < 0 && ret == 0)

@@ -1,53 +1,18 @@
 /* SPDX-License-Identifier: MIT */
-/* Owns reading CDI spec files: YAML or JSON (JSON is YAML) parsed with libyaml into a small tree that
- * keeps positions and scalar styles, then into the CdiSpec model the way the loader's strict decoding
+/* Owns reading CDI spec files: YAML or JSON (JSON is YAML) parsed by the project's one YAML reader
+ * (yaml-reader.h: its depth, size and node limits) into a tree that keeps positions and scalar styles, then into the CdiSpec model the way the loader's strict decoding
  * does it: unknown fields, wrong types and duplicate keys fail the whole file, with FILE:LINE:COLUMN in
  * the message. The content rules live in cdi-validate.c. */
 #include <ctype.h>
 #include <inttypes.h>
 #include <stdarg.h>
-#include <yaml.h>
 
 #include "cdi.h"
 #include "fileio.h"
 #include "strv.h"
+#include "yaml-reader.h"
 
-/* ---- a small YAML tree that remembers positions and scalar styles ---- */
-
-typedef enum YType { Y_SCALAR, Y_MAPPING, Y_SEQUENCE } YType;
-
-typedef struct YNode YNode;
-struct YNode {
-        YType type;
-        char *value;        /* Y_SCALAR */
-        bool plain;         /* an unquoted scalar: may be a number, a bool or null */
-        char **keys;        /* Y_MAPPING: keys[i] names items[i] */
-        YNode **items;
-        size_t n_items;
-        size_t line, column;
-};
-
-static YNode *ynode_free(YNode *n) {
-        if (!n)
-                return NULL;
-        free(n->value);
-        for (size_t i = 0; i < n->n_items; i++) {
-                if (n->keys)
-                        free(n->keys[i]);
-                ynode_free(n->items[i]);
-        }
-        free(n->keys);
-        free(n->items);
-        free(n);
-        return NULL;
-}
-DEFINE_CLEANUP_FUNC(YNode *, ynode_free);
-
-typedef struct Parser {
-        const char *name;
-        yaml_parser_t parser;
-        char **error;
-} Parser;
+/* ---- the tree comes from the one YAML reader (yaml-reader.h), aliases refused ---- */
 
 static int perr(char **error, const char *name, size_t line, size_t column, const char *fmt, ...) _printf_(5, 6);
 static int perr(char **error, const char *name, size_t line, size_t column, const char *fmt, ...) {
@@ -64,153 +29,8 @@ static int perr(char **error, const char *name, size_t line, size_t column, cons
         return -EINVAL;
 }
 
-static int parser_next(Parser *p, yaml_event_t *ev) {
-        if (!yaml_parser_parse(&p->parser, ev)) {
-                free(*p->error);
-                *p->error = strprintf("%s:%zu:%zu: not valid YAML or JSON: %s", p->name,
-                                      p->parser.problem_mark.line + 1, p->parser.problem_mark.column + 1,
-                                      strna(p->parser.problem));
-                return -EBADMSG;
-        }
-        return 0;
-}
-
-static int parse_node(Parser *p, yaml_event_t *ev, YNode **ret);
-
-static int parse_collection(Parser *p, YNode *n, yaml_event_type_t end) {
-        for (;;) {
-                yaml_event_t ev;
-                _cleanup_(ynode_freep) YNode *key = NULL, *value = NULL;
-                int r = parser_next(p, &ev);
-                if (r < 0)
-                        return r;
-                if (ev.type == end) {
-                        yaml_event_delete(&ev);
-                        return 0;
-                }
-                r = parse_node(p, &ev, &key);
-                if (r < 0)
-                        return r;
-                if (n->type == Y_MAPPING) {
-                        if (key->type != Y_SCALAR)
-                                return perr(p->error, p->name, key->line, key->column, "a mapping key must be a plain string");
-                        for (size_t i = 0; i < n->n_items; i++)
-                                if (streq(n->keys[i], key->value))
-                                        return perr(p->error, p->name, key->line, key->column,
-                                                    "duplicate key \"%s\" (the loader rejects the whole file)", key->value);
-                        r = parser_next(p, &ev);
-                        if (r < 0)
-                                return r;
-                        r = parse_node(p, &ev, &value);
-                        if (r < 0)
-                                return r;
-                }
-                YNode **items = reallocarray(n->items, n->n_items + 1, sizeof(YNode *));
-                if (!items)
-                        return -ENOMEM;
-                n->items = items;
-                if (n->type == Y_MAPPING) {
-                        char **keys = reallocarray(n->keys, n->n_items + 1, sizeof(char *));
-                        if (!keys)
-                                return -ENOMEM;
-                        n->keys = keys;
-                        n->keys[n->n_items] = TAKE_PTR(key->value);
-                        n->items[n->n_items++] = TAKE_PTR(value);
-                } else
-                        n->items[n->n_items++] = TAKE_PTR(key);
-        }
-}
-
-/* Takes ownership of *ev. */
-static int parse_node(Parser *p, yaml_event_t *ev, YNode **ret) {
-        _cleanup_(ynode_freep) YNode *n = calloc(1, sizeof(YNode));
-        int r = 0;
-
-        if (!n) {
-                yaml_event_delete(ev);
-                return -ENOMEM;
-        }
-        n->line = ev->start_mark.line + 1;
-        n->column = ev->start_mark.column + 1;
-
-        switch (ev->type) {
-        case YAML_SCALAR_EVENT:
-                n->type = Y_SCALAR;
-                n->plain = ev->data.scalar.style == YAML_PLAIN_SCALAR_STYLE;
-                n->value = strndup((const char *) ev->data.scalar.value, ev->data.scalar.length);
-                yaml_event_delete(ev);
-                if (!n->value)
-                        return -ENOMEM;
-                break;
-        case YAML_MAPPING_START_EVENT:
-                n->type = Y_MAPPING;
-                yaml_event_delete(ev);
-                r = parse_collection(p, n, YAML_MAPPING_END_EVENT);
-                break;
-        case YAML_SEQUENCE_START_EVENT:
-                n->type = Y_SEQUENCE;
-                yaml_event_delete(ev);
-                r = parse_collection(p, n, YAML_SEQUENCE_END_EVENT);
-                break;
-        case YAML_ALIAS_EVENT:
-                yaml_event_delete(ev);
-                return perr(p->error, p->name, n->line, n->column, "YAML aliases are not supported in a CDI spec here");
-        case YAML_NO_EVENT:
-        case YAML_STREAM_START_EVENT:
-        case YAML_STREAM_END_EVENT:
-        case YAML_DOCUMENT_START_EVENT:
-        case YAML_DOCUMENT_END_EVENT:
-        case YAML_SEQUENCE_END_EVENT:
-        case YAML_MAPPING_END_EVENT:
-        default:
-                yaml_event_delete(ev);
-                return perr(p->error, p->name, n->line, n->column, "unexpected YAML structure");
-        }
-        if (r < 0)
-                return r;
-        *ret = TAKE_PTR(n);
-        return 0;
-}
-
-/* Parses the first document; *ret is NULL for an empty stream. */
-static int parse_tree(const char *name, const char *data, size_t size, YNode **ret, char **error) {
-        Parser p = { .name = name, .error = error };
-        _cleanup_(ynode_freep) YNode *root = NULL;
-        yaml_event_t ev;
-        int r;
-
-        if (!yaml_parser_initialize(&p.parser))
-                return -ENOMEM;
-        yaml_parser_set_input_string(&p.parser, (const unsigned char *) data, size);
-
-        for (;;) {
-                r = parser_next(&p, &ev);
-                if (r < 0)
-                        break;
-                if (ev.type == YAML_STREAM_END_EVENT) {
-                        yaml_event_delete(&ev);
-                        break;
-                }
-                if (ev.type == YAML_STREAM_START_EVENT || ev.type == YAML_DOCUMENT_START_EVENT ||
-                    ev.type == YAML_DOCUMENT_END_EVENT) {
-                        yaml_event_delete(&ev);
-                        continue;
-                }
-                if (root) {
-                        r = perr(error, name, ev.start_mark.line + 1, ev.start_mark.column + 1,
-                                 "a second YAML document; a CDI spec file holds one");
-                        yaml_event_delete(&ev);
-                        break;
-                }
-                r = parse_node(&p, &ev, &root);
-                if (r < 0)
-                        break;
-        }
-        yaml_parser_delete(&p.parser);
-        if (r < 0)
-                return r;
-        *ret = TAKE_PTR(root);
-        return 0;
+static int parse_tree(const char *name, const char *data, size_t size, GnaYamlNode **ret, char **error) {
+        return gna_yaml_parse(name, data, size, 0, ret, error);
 }
 
 /* ---- tree → model, with the strict decoder's type rules ---- */
@@ -222,19 +42,19 @@ typedef struct Ctx {
 
 #define FAIL(c, node, ...) perr((c)->error, (c)->name, (node)->line, (node)->column, __VA_ARGS__)
 
-static bool scalar_is_null(const YNode *n) {
-        return n->type == Y_SCALAR && n->plain &&
+static bool scalar_is_null(const GnaYamlNode *n) {
+        return n->type == GNA_YAML_SCALAR && n->plain &&
                (isempty(n->value) || streq(n->value, "~") || strcasecmp(n->value, "null") == 0);
 }
 
-static const char *yname(const YNode *n) {
-        return n->type == Y_MAPPING ? "a mapping" : n->type == Y_SEQUENCE ? "a list" : "a plain value";
+static const char *yname(const GnaYamlNode *n) {
+        return n->type == GNA_YAML_MAPPING ? "a mapping" : n->type == GNA_YAML_SEQUENCE ? "a list" : "a plain value";
 }
 
 /* Strings: any scalar (the loader's YAML → JSON step turns 0, 1.5 or true into a string for a string
  * field); null is the empty string. */
-static int get_string(Ctx *c, const YNode *n, const char *path, char **ret) {
-        if (n->type != Y_SCALAR)
+static int get_string(Ctx *c, const GnaYamlNode *n, const char *path, char **ret) {
+        if (n->type != GNA_YAML_SCALAR)
                 return FAIL(c, n, "%s must be a string, not %s", path, yname(n));
         if (scalar_is_null(n))
                 return 0;
@@ -243,11 +63,11 @@ static int get_string(Ctx *c, const YNode *n, const char *path, char **ret) {
         return *ret ? 0 : -ENOMEM;
 }
 
-static int get_int(Ctx *c, const YNode *n, const char *path, int64_t min, int64_t max, int64_t *ret) {
+static int get_int(Ctx *c, const GnaYamlNode *n, const char *path, int64_t min, int64_t max, int64_t *ret) {
         char *end;
 
-        if (n->type != Y_SCALAR || !n->plain)
-                return FAIL(c, n, "%s must be an integer, not %s", path, n->type == Y_SCALAR ? "a quoted string" : yname(n));
+        if (n->type != GNA_YAML_SCALAR || !n->plain)
+                return FAIL(c, n, "%s must be an integer, not %s", path, n->type == GNA_YAML_SCALAR ? "a quoted string" : yname(n));
         if (scalar_is_null(n))
                 return 0;
         errno = 0;
@@ -258,10 +78,10 @@ static int get_int(Ctx *c, const YNode *n, const char *path, int64_t min, int64_
         return 0;
 }
 
-static int get_bool(Ctx *c, const YNode *n, const char *path, bool *ret) {
+static int get_bool(Ctx *c, const GnaYamlNode *n, const char *path, bool *ret) {
         static const char *const yes[] = { "true", "yes", "on", "y" }, *const no[] = { "false", "no", "off", "n" };
 
-        if (n->type == Y_SCALAR && n->plain) {
+        if (n->type == GNA_YAML_SCALAR && n->plain) {
                 if (scalar_is_null(n))
                         return 0;
                 for (size_t i = 0; i < ELEMENTSOF(yes); i++) {
@@ -274,10 +94,10 @@ static int get_bool(Ctx *c, const YNode *n, const char *path, bool *ret) {
         return FAIL(c, n, "%s must be true or false", path);
 }
 
-static int get_strv(Ctx *c, const YNode *n, const char *path, char ***ret) {
+static int get_strv(Ctx *c, const GnaYamlNode *n, const char *path, char ***ret) {
         if (scalar_is_null(n))
                 return 0;
-        if (n->type != Y_SEQUENCE)
+        if (n->type != GNA_YAML_SEQUENCE)
                 return FAIL(c, n, "%s must be a list of strings, not %s", path, yname(n));
         for (size_t i = 0; i < n->n_items; i++) {
                 _cleanup_free_ char *s = NULL, *p = strprintf("%s[%zu]", path, i);
@@ -292,26 +112,26 @@ static int get_strv(Ctx *c, const YNode *n, const char *path, char ***ret) {
 }
 
 /* Checks a mapping's keys against the fields the loader's Go struct has (rule 12). */
-static int check_fields(Ctx *c, const YNode *n, const char *path, const char *const *fields) {
-        if (n->type != Y_MAPPING)
+static int check_fields(Ctx *c, const GnaYamlNode *n, const char *path, const char *const *fields) {
+        if (n->type != GNA_YAML_MAPPING)
                 return FAIL(c, n, "%s must be a mapping, not %s", path, yname(n));
         for (size_t i = 0; i < n->n_items; i++) {
                 bool known = false;
                 for (const char *const *f = fields; *f; f++)
-                        known = known || streq(*f, n->keys[i]);
+                        known = known || streq(*f, n->keys[i]->value);
                 if (!known) {
                         _cleanup_free_ char *list = strv_join((char **) fields, ", ");
                         return FAIL(c, n->items[i], "unknown field \"%s\" in %s; the loader rejects the whole file (known fields: %s)",
-                                    n->keys[i], path, strna(list));
+                                    n->keys[i]->value, path, strna(list));
                 }
         }
         return 0;
 }
 
-static int get_object_list(Ctx *c, const YNode *n, const char *path, size_t elem_size, void **array, size_t *count) {
+static int get_object_list(Ctx *c, const GnaYamlNode *n, const char *path, size_t elem_size, void **array, size_t *count) {
         if (scalar_is_null(n))
                 return 0;
-        if (n->type != Y_SEQUENCE)
+        if (n->type != GNA_YAML_SEQUENCE)
                 return FAIL(c, n, "%s must be a list, not %s", path, yname(n));
         if (n->n_items == 0)
                 return 0;
@@ -322,14 +142,14 @@ static int get_object_list(Ctx *c, const YNode *n, const char *path, size_t elem
         return 0;
 }
 
-static int parse_device_node(Ctx *c, const YNode *n, const char *path, CdiDeviceNode *d) {
+static int parse_device_node(Ctx *c, const GnaYamlNode *n, const char *path, CdiDeviceNode *d) {
         static const char *const fields[] = { "path", "hostPath", "type", "major", "minor", "fileMode",
                                               "permissions", "uid", "gid", NULL };
         int r = check_fields(c, n, path, fields);
 
         for (size_t i = 0; r >= 0 && i < n->n_items; i++) {
-                const char *k = n->keys[i];
-                const YNode *v = n->items[i];
+                const char *k = n->keys[i]->value;
+                const GnaYamlNode *v = n->items[i];
                 _cleanup_free_ char *p = strprintf("%s.%s", path, k);
                 int64_t x = 0;
 
@@ -360,12 +180,12 @@ static int parse_device_node(Ctx *c, const YNode *n, const char *path, CdiDevice
         return r;
 }
 
-static int parse_mount(Ctx *c, const YNode *n, const char *path, CdiMount *m) {
+static int parse_mount(Ctx *c, const GnaYamlNode *n, const char *path, CdiMount *m) {
         static const char *const fields[] = { "hostPath", "containerPath", "options", "type", NULL };
         int r = check_fields(c, n, path, fields);
 
         for (size_t i = 0; r >= 0 && i < n->n_items; i++) {
-                const char *k = n->keys[i];
+                const char *k = n->keys[i]->value;
                 _cleanup_free_ char *p = strprintf("%s.%s", path, k);
                 if (!p)
                         return -ENOMEM;
@@ -381,12 +201,12 @@ static int parse_mount(Ctx *c, const YNode *n, const char *path, CdiMount *m) {
         return r;
 }
 
-static int parse_hook(Ctx *c, const YNode *n, const char *path, CdiHook *h) {
+static int parse_hook(Ctx *c, const GnaYamlNode *n, const char *path, CdiHook *h) {
         static const char *const fields[] = { "hookName", "path", "args", "env", "timeout", NULL };
         int r = check_fields(c, n, path, fields);
 
         for (size_t i = 0; r >= 0 && i < n->n_items; i++) {
-                const char *k = n->keys[i];
+                const char *k = n->keys[i]->value;
                 _cleanup_free_ char *p = strprintf("%s.%s", path, k);
                 if (!p)
                         return -ENOMEM;
@@ -406,28 +226,28 @@ static int parse_hook(Ctx *c, const YNode *n, const char *path, CdiHook *h) {
         return r;
 }
 
-static int parse_net_device(Ctx *c, const YNode *n, const char *path, CdiNetDevice *d) {
+static int parse_net_device(Ctx *c, const GnaYamlNode *n, const char *path, CdiNetDevice *d) {
         static const char *const fields[] = { "hostInterfaceName", "name", NULL };
         int r = check_fields(c, n, path, fields);
 
         for (size_t i = 0; r >= 0 && i < n->n_items; i++) {
-                _cleanup_free_ char *p = strprintf("%s.%s", path, n->keys[i]);
+                _cleanup_free_ char *p = strprintf("%s.%s", path, n->keys[i]->value);
                 if (!p)
                         return -ENOMEM;
                 r = get_string(c, n->items[i], p,
-                               streq(n->keys[i], "name") ? &d->name : &d->host_interface_name);
+                               streq(n->keys[i]->value, "name") ? &d->name : &d->host_interface_name);
         }
         return r;
 }
 
-static int parse_intel_rdt(Ctx *c, const YNode *n, const char *path, CdiIntelRdt *rdt) {
+static int parse_intel_rdt(Ctx *c, const GnaYamlNode *n, const char *path, CdiIntelRdt *rdt) {
         static const char *const fields[] = { "closID", "l3CacheSchema", "memBwSchema", "schemata",
                                               "enableMonitoring", "enableCMT", "enableMBM", NULL };
         int r = check_fields(c, n, path, fields);
 
         for (size_t i = 0; r >= 0 && i < n->n_items; i++) {
-                const char *k = n->keys[i];
-                const YNode *v = n->items[i];
+                const char *k = n->keys[i]->value;
+                const GnaYamlNode *v = n->items[i];
                 _cleanup_free_ char *p = strprintf("%s.%s", path, k), *ignored = NULL;
                 _cleanup_strv_free_ char **schemata = NULL;
                 if (!p)
@@ -451,7 +271,7 @@ static int parse_intel_rdt(Ctx *c, const YNode *n, const char *path, CdiIntelRdt
         return r;
 }
 
-static int parse_edits(Ctx *c, const YNode *n, const char *path, CdiEdits *e) {
+static int parse_edits(Ctx *c, const GnaYamlNode *n, const char *path, CdiEdits *e) {
         static const char *const fields[] = { "env", "deviceNodes", "hooks", "mounts", "netDevices",
                                               "intelRdt", "additionalGids", NULL };
         int r;
@@ -460,8 +280,8 @@ static int parse_edits(Ctx *c, const YNode *n, const char *path, CdiEdits *e) {
                 return 0;
         r = check_fields(c, n, path, fields);
         for (size_t i = 0; r >= 0 && i < n->n_items; i++) {
-                const char *k = n->keys[i];
-                const YNode *v = n->items[i];
+                const char *k = n->keys[i]->value;
+                const GnaYamlNode *v = n->items[i];
                 _cleanup_free_ char *p = strprintf("%s.%s", path, k);
                 if (!p)
                         return -ENOMEM;
@@ -510,16 +330,16 @@ static int parse_edits(Ctx *c, const YNode *n, const char *path, CdiEdits *e) {
         return r;
 }
 
-static int parse_annotations(Ctx *c, const YNode *n, const char *path, char ***ret) {
+static int parse_annotations(Ctx *c, const GnaYamlNode *n, const char *path, char ***ret) {
         if (scalar_is_null(n))
                 return 0;
-        if (n->type != Y_MAPPING)
+        if (n->type != GNA_YAML_MAPPING)
                 return FAIL(c, n, "%s must be a mapping of strings, not %s", path, yname(n));
         for (size_t i = 0; i < n->n_items; i++) {
-                _cleanup_free_ char *p = strprintf("%s.%s", path, n->keys[i]), *v = NULL;
+                _cleanup_free_ char *p = strprintf("%s.%s", path, n->keys[i]->value), *v = NULL;
                 int r = p ? get_string(c, n->items[i], p, &v) : -ENOMEM;
                 if (r >= 0)
-                        r = strv_extend(ret, n->keys[i]);
+                        r = strv_extend(ret, n->keys[i]->value);
                 if (r >= 0)
                         r = strv_extend(ret, v ?: "");
                 if (r < 0)
@@ -528,12 +348,12 @@ static int parse_annotations(Ctx *c, const YNode *n, const char *path, char ***r
         return 0;
 }
 
-static int parse_device(Ctx *c, const YNode *n, const char *path, CdiDevice *d) {
+static int parse_device(Ctx *c, const GnaYamlNode *n, const char *path, CdiDevice *d) {
         static const char *const fields[] = { "name", "annotations", "containerEdits", NULL };
         int r = check_fields(c, n, path, fields);
 
         for (size_t i = 0; r >= 0 && i < n->n_items; i++) {
-                const char *k = n->keys[i];
+                const char *k = n->keys[i]->value;
                 _cleanup_free_ char *p = strprintf("%s.%s", path, k);
                 if (!p)
                         return -ENOMEM;
@@ -549,7 +369,7 @@ static int parse_device(Ctx *c, const YNode *n, const char *path, CdiDevice *d) 
 
 int cdi_spec_parse(const char *name, const char *data, size_t size, CdiSpec **ret, char **ret_error) {
         static const char *const fields[] = { "cdiVersion", "kind", "annotations", "devices", "containerEdits", NULL };
-        _cleanup_(ynode_freep) YNode *root = NULL;
+        _cleanup_(gna_yaml_node_unrefp) GnaYamlNode *root = NULL;
         _cleanup_(cdi_spec_freep) CdiSpec *s = NULL;
         Ctx c = { .name = name, .error = ret_error };
         int r;
@@ -565,8 +385,8 @@ int cdi_spec_parse(const char *name, const char *data, size_t size, CdiSpec **re
                 return -ENOMEM;
         r = check_fields(&c, root, "the spec", fields);
         for (size_t i = 0; r >= 0 && i < root->n_items; i++) {
-                const char *k = root->keys[i];
-                const YNode *v = root->items[i];
+                const char *k = root->keys[i]->value;
+                const GnaYamlNode *v = root->items[i];
                 if (streq(k, "cdiVersion"))
                         r = get_string(&c, v, k, &s->version);
                 else if (streq(k, "kind"))
@@ -591,18 +411,18 @@ int cdi_spec_parse(const char *name, const char *data, size_t size, CdiSpec **re
 
 int cdi_file_kind(const char *path, char **ret_kind) {
         _cleanup_free_ char *data = NULL, *error = NULL;
-        _cleanup_(ynode_freep) YNode *root = NULL;
+        _cleanup_(gna_yaml_node_unrefp) GnaYamlNode *root = NULL;
         size_t size;
         int r;
 
         *ret_kind = NULL;
-        r = read_full_file(path, 16 * 1024 * 1024, &data, &size);
+        r = read_full_file(path, GNA_YAML_SIZE_MAX, &data, &size);
         if (r < 0)
                 return r;
-        if (parse_tree(path, data, size, &root, &error) < 0 || !root || root->type != Y_MAPPING)
+        if (parse_tree(path, data, size, &root, &error) < 0 || !root || root->type != GNA_YAML_MAPPING)
                 return 0;
         for (size_t i = 0; i < root->n_items; i++)
-                if (streq(root->keys[i], "kind") && root->items[i]->type == Y_SCALAR) {
+                if (streq(root->keys[i]->value, "kind") && root->items[i]->type == GNA_YAML_SCALAR) {
                         *ret_kind = strdup(root->items[i]->value);
                         return *ret_kind ? 0 : -ENOMEM;
                 }

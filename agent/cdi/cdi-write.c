@@ -4,12 +4,14 @@
  * toolkit's nvidia-cdi-refresh.path unit is enabled (it rewrites the same file), and writing atomically,
  * only when the bytes change, because runtimes watch the directory and reload on every event. */
 #include <dirent.h>
+#include <fcntl.h>
 #include <libgen.h>
 #include <sys/stat.h>
 
 #include "cdi.h"
 #include "fileio.h"
 #include "strv.h"
+#include "yaml-reader.h"
 
 #define REFRESH_UNIT "nvidia-cdi-refresh.path"
 
@@ -117,7 +119,22 @@ int cdi_spec_write(const char *path, const char *text, bool *ret_changed, char *
         if (r < 0)
                 return r;
 
-        r = read_full_file(path, 64 * 1024 * 1024, &old, &old_size);
+        /* A write killed between create and rename left ".<name>.XXXXXX" here; runtimes skip it (no
+         * .yaml suffix), but nothing else would ever remove it. */
+        _cleanup_free_ char *dir_copy = strdup(path);
+        if (!dir_copy)
+                return -ENOMEM;
+        _cleanup_close_ int dir_fd = open(dirname(dir_copy), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        _cleanup_free_ char *base_copy = strdup(path), *prefix = NULL;
+        if (!base_copy)
+                return -ENOMEM;
+        prefix = strprintf(".%s.", basename(base_copy));
+        if (!prefix)
+                return -ENOMEM;
+        if (dir_fd >= 0)
+                (void) cleanup_temp_files_at(dir_fd, prefix);
+
+        r = read_full_file_at(AT_FDCWD, path, READ_FILE_NOFOLLOW, GNA_YAML_SIZE_MAX, &old, &old_size);
         if (r >= 0 && old_size == size && memcmp(old, text, size) == 0) {
                 *ret_changed = false;
                 return 0;
@@ -144,5 +161,34 @@ int cdi_spec_write(const char *path, const char *text, bool *ret_changed, char *
                 return r;
         }
         *ret_changed = true;
+        return 0;
+}
+
+int cdi_spec_remove(const char *path, char **ret_error) {
+        _cleanup_free_ char *dir_copy = strdup(path), *base_copy = strdup(path), *prefix = NULL;
+        struct stat st;
+
+        if (!dir_copy || !base_copy)
+                return -ENOMEM;
+        const char *name = basename(base_copy);
+        prefix = strprintf(".%s.", name);
+        if (!prefix)
+                return -ENOMEM;
+        _cleanup_close_ int dir_fd = open(dirname(dir_copy), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (dir_fd < 0)
+                return errno == ENOENT ? -ENOENT : negative_errno();
+        (void) cleanup_temp_files_at(dir_fd, prefix);
+        if (fstatat(dir_fd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+                return negative_errno();
+        if (!S_ISREG(st.st_mode)) {
+                free(*ret_error);
+                *ret_error = strprintf("%s is %s, not the CDI spec gpu-node-agent writes; leaving it alone", path,
+                                       S_ISLNK(st.st_mode) ? "a symbolic link" : S_ISDIR(st.st_mode) ? "a directory"
+                                                                                      : "a special file");
+                return -EEXIST;
+        }
+        if (unlinkat(dir_fd, name, 0) < 0)
+                return negative_errno();
+        (void) fsync(dir_fd);
         return 0;
 }

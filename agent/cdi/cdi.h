@@ -154,3 +154,8 @@ int cdi_check_conflicts(const char *spec_path, const char *etc_dir, char **ret_e
  * the loaders ignore, then rename), mode 0644, creating the directory when its parent exists. Does not
  * touch the file when it already holds exactly these bytes: *ret_changed tells which. */
 int cdi_spec_write(const char *path, const char *text, bool *ret_changed, char **ret_error);
+
+/* Removes our spec at path (and temp files a killed write left): 0 when removed, -ENOENT when there
+ * was none. Anything but a regular file under that name (a symlink, a FIFO) was not written by us and
+ * stays: -EEXIST with *ret_error naming it. */
+int cdi_spec_remove(const char *path, char **ret_error);

@@ -339,7 +339,7 @@ int ctl_bus_error_exit(const char *method, const char *what, const sd_bus_error 
                 return CTL_EXIT_DENIED;
         }
         if (sd_bus_error_has_name(e, SD_BUS_ERROR_ACCESS_DENIED) || r == -EACCES || r == -EPERM) {
-                fprintf(stderr, "gpunodectl: %s requires root (or CAP_SYS_ADMIN); the bus refused the call: %s\n",
+                fprintf(stderr, "gpunodectl: %s requires root; the bus refused the call: %s\n",
                         method, msg);
                 return CTL_EXIT_DENIED;
         }

@@ -83,7 +83,8 @@ static int find_ci(GpuNvml *n, nvmlGpuInstance_t gi, unsigned ci_id, nvmlCompute
 }
 
 static char *step_failed(GpuNvml *n, const MigGpuRun *run, const MigStep *s, const char *what) {
-        const char *p = s->profile ? s->profile : "";
+        /* A rollback's steps come from a recorded layout, which knows profile ids, not names. */
+        const char *p = s->profile ? s->profile : "", *sp = *p ? " " : "";
 
         switch (s->kind) {
         case MIG_STEP_SET_MODE:
@@ -99,12 +100,12 @@ static char *step_failed(GpuNvml *n, const MigGpuRun *run, const MigStep *s, con
                 return strprintf("GPU %u (%s): destroying GPU instance %u%s%s failed: %s", run->plan->gpu,
                                  run->plan->pci_address, s->gi_id, *p ? " " : "", p, what);
         case MIG_STEP_CREATE_GI:
-                return strprintf("GPU %u (%s): creating GPU instance %s (profile id %u) at placement %u+%u "
-                                 "failed: %s", run->plan->gpu, run->plan->pci_address, p, s->profile_id, s->start,
+                return strprintf("GPU %u (%s): creating GPU instance%s%s (profile id %u) at placement %u+%u "
+                                 "failed: %s", run->plan->gpu, run->plan->pci_address, sp, p, s->profile_id, s->start,
                                  s->size, what);
         case MIG_STEP_CREATE_CI:
-                return strprintf("GPU %u (%s): creating compute instance %s (CI profile id %u) failed: %s",
-                                 run->plan->gpu, run->plan->pci_address, p, s->profile_id, what);
+                return strprintf("GPU %u (%s): creating compute instance%s%s (CI profile id %u) failed: %s",
+                                 run->plan->gpu, run->plan->pci_address, sp, p, s->profile_id, what);
         case _MIG_STEP_KIND_MAX:
         case _MIG_STEP_KIND_INVALID:
                 break;

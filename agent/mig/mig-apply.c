@@ -83,6 +83,7 @@ struct MigApply {
         char **log;
         int error;
         bool failed, rebooting, changed;
+        bool halted;                  /* a rollback failed: no other GPU may be touched */
 };
 
 static void schedule(MigApply *a);
@@ -206,6 +207,24 @@ static int start_rollback(MigApply *a, char **ret_error) {
         return 0;
 }
 
+/* The rollback of the current GPU failed (or could not start): it is left half-done, so the apply stops
+ * here. The journal records it and is kept, so that the next start reports it instead of trying again;
+ * the message names the GPU and what is left on it. */
+static void halt(MigApply *a, int r, const char *why) {
+        const MigGpuPlan *p = &a->plan->gpus[a->gpu];
+        _cleanup_(mig_gpu_state_done) MigGpuState now = {};
+        _cleanup_free_ char *left = NULL;
+
+        if (mig_state_read_gpu(a->o.nvml, p->pci_address, p->gpu, &now, NULL) >= 0)
+                left = mig_state_layout_summary(&now);
+        if (a->journal)
+                (void) mig_journal_halt(a->journal, p->pci_address, left ?: "unknown (NVML cannot read it)");
+        fail(a, r, strprintf("%s; GPU %u (%s) is left with %s: the apply stopped there and touched no other GPU",
+                             why, p->gpu, p->pci_address, left ?: "a layout NVML cannot read"));
+        a->halted = true;
+        gpu_finish(a, "halted");
+}
+
 /* Runs the current GPU as far as it goes now. Returns true when it is finished. */
 static bool gpu_step(MigApply *a) {
         const MigGpuPlan *p = &a->plan->gpus[a->gpu];
@@ -261,17 +280,17 @@ static bool gpu_step(MigApply *a) {
                         err = TAKE_PTR(a->gpu_error);
                 a->gpu_error = mfree(a->gpu_error);
                 if (a->rolling_back || a->o.restore) {
-                        fail(a, r, strprintf("%s%s", strna(err), a->rolling_back ? "; the rollback to the previous "
-                                                                                    "layout failed too" : ""));
-                        gpu_finish(a, "failed");
+                        _cleanup_free_ char *why = strprintf("%s%s", strna(err), a->rolling_back
+                                                             ? "; the rollback to the previous layout failed too" : "");
+                        halt(a, r, strna(why));
                         return true;
                 }
                 fail(a, r, TAKE_PTR(err));
                 r = start_rollback(a, &err);
                 if (r < 0) {
-                        fail(a, r, strprintf("GPU %u (%s): cannot roll back to the previous layout: %s", p->gpu,
-                                             p->pci_address, err ? err : strerror(-r)));
-                        gpu_finish(a, "failed");
+                        _cleanup_free_ char *why = strprintf("GPU %u (%s): cannot roll back to the previous layout: %s",
+                                                             p->gpu, p->pci_address, err ? err : strerror(-r));
+                        halt(a, r, strna(why));
                         return true;
                 }
         }
@@ -361,7 +380,9 @@ static void finish(MigApply *a) {
         };
 
         if (a->journal) {
-                (void) mig_journal_end(a->journal, mig_config_state_to_string(res.state));
+                /* After a halt the journal stays unfinished, with its halt record, for the next start. */
+                if (!a->halted)
+                        (void) mig_journal_end(a->journal, mig_config_state_to_string(res.state));
                 a->journal = mig_journal_free(a->journal);
         }
         message = a->lines ? strv_join(a->lines, "; ") : strdup(a->plan->n_gpus == 0 ? "no change needed" : "done");
@@ -413,6 +434,15 @@ static void advance(MigApply *a) {
                 break;
 
         case PHASE_GPUS:
+                if (a->halted && a->gpu < a->plan->n_gpus) {
+                        _cleanup_strv_free_ char **rest = NULL;
+                        for (size_t i = a->gpu; i < a->plan->n_gpus; i++)
+                                (void) strv_extendf(&rest, "%u", a->plan->gpus[i].gpu);
+                        _cleanup_free_ char *list = strv_join(rest, ", ");
+                        (void) strv_consume(&a->lines, strprintf("GPU%s %s not touched", strv_length(rest) == 1 ? "" : "s",
+                                                                 strna(list)));
+                        a->gpu = a->plan->n_gpus;
+                }
                 if (a->gpu < a->plan->n_gpus) {
                         if (!gpu_step(a))
                                 return; /* a reset child runs */

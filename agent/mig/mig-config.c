@@ -1,21 +1,19 @@
 /* SPDX-License-Identifier: MIT */
-/* Owns the mig-parted v1 reader: one YAML file loaded with libyaml's document API (which resolves
- * anchors and aliases), merge keys ("<<") resolved here, YAML 1.1 scalars (yes/no/on/off booleans)
+/* Owns the mig-parted v1 reader: one YAML file read by the project's YAML reader (yaml-reader.h: its
+ * limits, anchors and aliases resolved), merge keys ("<<") resolved here, YAML 1.1 scalars (yes/no/on/off booleans)
  * interpreted as mig-parted's Go YAML library does, and every value checked against the format, so that
  * a file mig-parted takes is read unchanged and a file with a mistake is rejected with the file, line,
  * column and key of the mistake. Also owns the syntax of MIG profile names and of device-filter ids. */
 #include <ctype.h>
 #include <stdarg.h>
 #include <strings.h>
-#include <yaml.h>
 
 #include "config-yaml.h"
 #include "fileio.h"
 #include "mig-config.h"
 #include "strv.h"
+#include "yaml-reader.h"
 
-/* mig-parted files are a few hundred lines; a limit keeps a runaway file from eating memory. */
-#define MIG_CONFIG_FILE_MAX (4U * 1024U * 1024U)
 /* More than any GPU holds (7 today), small enough that sums cannot overflow. */
 #define MIG_COUNT_MAX 1000U
 /* Merge keys may nest ("<<: *a" where a itself merges); a cycle through aliases must end somewhere, and
@@ -25,15 +23,14 @@
 
 typedef struct Reader {
         const char *path;
-        yaml_document_t doc;
         char **error;
         unsigned merges;            /* mappings merged so far, against MERGE_COUNT_MAX */
 } Reader;
 
 typedef struct Pair {
         const char *key;
-        yaml_node_t *key_node;
-        yaml_node_t *value;
+        const GnaYamlNode *key_node;
+        const GnaYamlNode *value;
 } Pair;
 
 typedef struct Pairs {
@@ -46,8 +43,8 @@ static void pairs_done(Pairs *p) {
 }
 
 /* "FILE:LINE:COLUMN: KEY: message" at node n (libyaml counts from 0, editors from 1). */
-static int reader_error(Reader *r, const yaml_node_t *n, const char *key, const char *fmt, ...) _printf_(4, 5);
-static int reader_error(Reader *r, const yaml_node_t *n, const char *key, const char *fmt, ...) {
+static int reader_error(Reader *r, const GnaYamlNode *n, const char *key, const char *fmt, ...) _printf_(4, 5);
+static int reader_error(Reader *r, const GnaYamlNode *n, const char *key, const char *fmt, ...) {
         _cleanup_free_ char *msg = NULL;
         va_list ap;
 
@@ -56,47 +53,41 @@ static int reader_error(Reader *r, const yaml_node_t *n, const char *key, const 
         va_end(ap);
         if (k < 0)
                 return -ENOMEM;
-        return config_yaml_set_error(r->error, -EINVAL, "%s:%zu:%zu: %s%s%s", r->path, n ? n->start_mark.line + 1 : 1,
-                         n ? n->start_mark.column + 1 : 1, key ?: "", key ? ": " : "", msg);
+        return config_yaml_set_error(r->error, -EINVAL, "%s:%zu:%zu: %s%s%s", r->path, n ? (size_t) n->line : 1,
+                         n ? (size_t) n->column : 1, key ?: "", key ? ": " : "", msg);
 }
 
-static yaml_node_t *reader_node(Reader *r, int id) {
-        return yaml_document_get_node(&r->doc, id);
+static const char *scalar(const GnaYamlNode *n) {
+        return gna_yaml_scalar(n);
 }
 
-static const char *scalar(const yaml_node_t *n) {
-        return n && n->type == YAML_SCALAR_NODE ? (const char *) n->data.scalar.value : NULL;
+static bool scalar_is_plain(const GnaYamlNode *n) {
+        return n->type == GNA_YAML_SCALAR && n->plain;
 }
 
-static bool scalar_is_plain(const yaml_node_t *n) {
-        return n->type == YAML_SCALAR_NODE && n->data.scalar.style == YAML_PLAIN_SCALAR_STYLE;
-}
-
-static bool node_is_null(const yaml_node_t *n) {
+static bool node_is_null(const GnaYamlNode *n) {
         const char *v = scalar(n);
         return v && scalar_is_plain(n) &&
                (isempty(v) || streq(v, "~") || streq(v, "null") || streq(v, "Null") || streq(v, "NULL"));
 }
 
-static const char *node_kind(const yaml_node_t *n) {
+static const char *node_kind(const GnaYamlNode *n) {
         if (node_is_null(n))
                 return "an empty value";
         switch (n->type) {
-        case YAML_MAPPING_NODE:
+        case GNA_YAML_MAPPING:
                 return "a mapping of keys";
-        case YAML_SEQUENCE_NODE:
+        case GNA_YAML_SEQUENCE:
                 return "a list";
-        case YAML_SCALAR_NODE:
+        case GNA_YAML_SCALAR:
                 return "a plain value";
-        case YAML_NO_NODE:
-                break;
         }
         return "something else";
 }
 
 /* YAML 1.1 booleans as go-yaml v2 (mig-parted's parser) reads them; the brief case-insensitive match
  * also takes "tRuE", which no YAML writer produces and no reader would misread. */
-static int parse_bool(const yaml_node_t *n, bool *ret) {
+static int parse_bool(const GnaYamlNode *n, bool *ret) {
         static const char *const yes[] = { "y", "yes", "true", "on" }, *const no[] = { "n", "no", "false", "off" };
         const char *v = scalar(n);
 
@@ -110,7 +101,7 @@ static int parse_bool(const yaml_node_t *n, bool *ret) {
         return -EINVAL;
 }
 
-static int parse_uint(const yaml_node_t *n, unsigned max, unsigned *ret) {
+static int parse_uint(const GnaYamlNode *n, unsigned max, unsigned *ret) {
         const char *v = scalar(n);
         unsigned long x = 0;
 
@@ -128,7 +119,7 @@ static int parse_uint(const yaml_node_t *n, unsigned max, unsigned *ret) {
         return 0;
 }
 
-static int pairs_add(Pairs *p, const char *key, yaml_node_t *key_node, yaml_node_t *value) {
+static int pairs_add(Pairs *p, const char *key, const GnaYamlNode *key_node, const GnaYamlNode *value) {
         Pair *t = realloc(p->items, (p->n + 1) * sizeof(Pair));
         if (!t)
                 return -ENOMEM;
@@ -144,17 +135,17 @@ static const Pair *pairs_get(const Pairs *p, const char *key) {
         return NULL;
 }
 
-static int mapping_collect(Reader *r, yaml_node_t *m, const char *keypath, unsigned depth, bool merged, Pairs *out);
+static int mapping_collect(Reader *r, const GnaYamlNode *m, const char *keypath, unsigned depth, bool merged, Pairs *out);
 
 /* "<<: *a" or "<<: [*a, *b]": keys of the merged mappings that the mapping does not set itself; of two
  * merged mappings the earlier one wins, as YAML 1.1's merge key type says. */
-static int merge_into(Reader *r, yaml_node_t *v, const char *keypath, unsigned depth, Pairs *out) {
-        if (v->type == YAML_MAPPING_NODE)
+static int merge_into(Reader *r, const GnaYamlNode *v, const char *keypath, unsigned depth, Pairs *out) {
+        if (v->type == GNA_YAML_MAPPING)
                 return mapping_collect(r, v, keypath, depth + 1, true, out);
-        if (v->type == YAML_SEQUENCE_NODE) {
-                for (yaml_node_item_t *i = v->data.sequence.items.start; i < v->data.sequence.items.top; i++) {
-                        yaml_node_t *item = reader_node(r, *i);
-                        if (!item || item->type != YAML_MAPPING_NODE)
+        if (v->type == GNA_YAML_SEQUENCE) {
+                for (size_t i = 0; i < v->n_items; i++) {
+                        const GnaYamlNode *item = v->items[i];
+                        if (!item || item->type != GNA_YAML_MAPPING)
                                 return reader_error(r, item ?: v, keypath,
                                                     "a merge key ('<<') takes mappings (*anchor) only, not %s",
                                                     item ? node_kind(item) : "nothing");
@@ -170,8 +161,7 @@ static int merge_into(Reader *r, yaml_node_t *v, const char *keypath, unsigned d
 
 /* The keys of mapping m with merge keys resolved. Explicit keys come first and must be unique; merged
  * keys only fill in what is not set yet. */
-static int mapping_collect(Reader *r, yaml_node_t *m, const char *keypath, unsigned depth, bool merged, Pairs *out) {
-        yaml_node_pair_t *pair;
+static int mapping_collect(Reader *r, const GnaYamlNode *m, const char *keypath, unsigned depth, bool merged, Pairs *out) {
         int k;
 
         if (depth > MERGE_DEPTH_MAX)
@@ -180,8 +170,8 @@ static int mapping_collect(Reader *r, yaml_node_t *m, const char *keypath, unsig
         if (merged && ++r->merges > MERGE_COUNT_MAX)
                 return reader_error(r, m, keypath, "more than %u merges ('<<'); write the values out", MERGE_COUNT_MAX);
 
-        for (pair = m->data.mapping.pairs.start; pair < m->data.mapping.pairs.top; pair++) {
-                yaml_node_t *kn = reader_node(r, pair->key), *vn = reader_node(r, pair->value);
+        for (size_t i = 0; i < m->n_items; i++) {
+                const GnaYamlNode *kn = m->keys[i], *vn = m->items[i];
                 const char *key = scalar(kn);
 
                 if (!key)
@@ -193,7 +183,7 @@ static int mapping_collect(Reader *r, yaml_node_t *m, const char *keypath, unsig
                 if (dup && !merged)
                         return reader_error(r, kn, keypath,
                                             "duplicate key '%s' (first on line %zu); remove one of them",
-                                            key, dup->key_node->start_mark.line + 1);
+                                            key, (size_t) dup->key_node->line);
                 if (dup)
                         continue;
                 k = pairs_add(out, key, kn, vn);
@@ -201,18 +191,18 @@ static int mapping_collect(Reader *r, yaml_node_t *m, const char *keypath, unsig
                         return k;
         }
         /* Merged keys after all explicit ones, so that the mapping's own keys win wherever they stand. */
-        for (pair = m->data.mapping.pairs.start; pair < m->data.mapping.pairs.top; pair++) {
-                yaml_node_t *kn = reader_node(r, pair->key);
+        for (size_t i = 0; i < m->n_items; i++) {
+                const GnaYamlNode *kn = m->keys[i];
                 if (!streq_ptr(scalar(kn), "<<") || !scalar_is_plain(kn))
                         continue;
-                k = merge_into(r, reader_node(r, pair->value), keypath, depth, out);
+                k = merge_into(r, m->items[i], keypath, depth, out);
                 if (k < 0)
                         return k;
         }
         return 0;
 }
 
-static int mapping_pairs(Reader *r, yaml_node_t *m, const char *keypath, Pairs *ret) {
+static int mapping_pairs(Reader *r, const GnaYamlNode *m, const char *keypath, Pairs *ret) {
         return mapping_collect(r, m, keypath, 0, false, ret);
 }
 
@@ -343,30 +333,30 @@ int mig_device_filter_parse(const char *s, uint32_t *ret_pci_id, uint32_t *ret_s
         return 0;
 }
 
-static int read_device_filter(Reader *r, yaml_node_t *n, const char *keypath, MigConfigEntry *e) {
+static int read_device_filter(Reader *r, const GnaYamlNode *n, const char *keypath, MigConfigEntry *e) {
         _cleanup_strv_free_ char **l = NULL;
-        yaml_node_t *single[1] = { n };
-        yaml_node_t **items = single;
+        const GnaYamlNode *single[1] = { n };
+        const GnaYamlNode **items = single;
         size_t n_items = 1;
-        _cleanup_free_ yaml_node_t **seq = NULL;
+        _cleanup_free_ const GnaYamlNode **seq = NULL;
         int k;
 
-        if (n->type == YAML_SEQUENCE_NODE) {
-                n_items = (size_t) (n->data.sequence.items.top - n->data.sequence.items.start);
+        if (n->type == GNA_YAML_SEQUENCE) {
+                n_items = n->n_items;
                 if (n_items == 0)
                         return reader_error(r, n, keypath,
                                             "an empty list matches no GPU; remove the key to match every GPU, or list "
                                             "PCI ids such as \"0x233010DE\"");
-                seq = calloc(n_items, sizeof(yaml_node_t *));
+                seq = calloc(n_items, sizeof(const GnaYamlNode *));
                 if (!seq)
                         return -ENOMEM;
                 for (size_t i = 0; i < n_items; i++)
-                        seq[i] = reader_node(r, n->data.sequence.items.start[i]);
+                        seq[i] = n->items[i];
                 items = seq;
         }
         for (size_t i = 0; i < n_items; i++) {
                 const char *v = scalar(items[i]);
-                _cleanup_free_ char *where = n->type == YAML_SEQUENCE_NODE ? strprintf("%s[%zu]", keypath, i)
+                _cleanup_free_ char *where = n->type == GNA_YAML_SEQUENCE ? strprintf("%s[%zu]", keypath, i)
                                                                             : strdup(keypath);
                 if (!where)
                         return -ENOMEM;
@@ -387,8 +377,8 @@ static int read_device_filter(Reader *r, yaml_node_t *n, const char *keypath, Mi
         return 0;
 }
 
-static int read_devices(Reader *r, yaml_node_t *n, const char *keypath, MigConfigEntry *e) {
-        if (n->type == YAML_SCALAR_NODE && !node_is_null(n)) {
+static int read_devices(Reader *r, const GnaYamlNode *n, const char *keypath, MigConfigEntry *e) {
+        if (n->type == GNA_YAML_SCALAR && !node_is_null(n)) {
                 if (streq(scalar(n), "all")) {
                         e->all_devices = true;
                         return 0;
@@ -396,16 +386,16 @@ static int read_devices(Reader *r, yaml_node_t *n, const char *keypath, MigConfi
                 return reader_error(r, n, keypath, "'%s' is neither 'all' nor a list of GPU indices such as [0, 1]",
                                     scalar(n));
         }
-        if (n->type != YAML_SEQUENCE_NODE)
+        if (n->type != GNA_YAML_SEQUENCE)
                 return reader_error(r, n, keypath, "must be 'all' or a list of GPU indices such as [0, 1], not %s",
                                     node_kind(n));
 
-        size_t count = (size_t) (n->data.sequence.items.top - n->data.sequence.items.start);
+        size_t count = n->n_items;
         e->devices = calloc(count ?: 1, sizeof(unsigned));
         if (!e->devices)
                 return -ENOMEM;
         for (size_t i = 0; i < count; i++) {
-                yaml_node_t *item = reader_node(r, n->data.sequence.items.start[i]);
+                const GnaYamlNode *item = n->items[i];
                 if (!item || parse_uint(item, UINT16_MAX, &e->devices[i]) < 0) {
                         _cleanup_free_ char *where = strprintf("%s[%zu]", keypath, i);
                         if (!where)
@@ -422,11 +412,11 @@ static int read_devices(Reader *r, yaml_node_t *n, const char *keypath, MigConfi
         return 0;
 }
 
-static int read_mig_devices(Reader *r, yaml_node_t *n, const char *keypath, MigConfigEntry *e) {
+static int read_mig_devices(Reader *r, const GnaYamlNode *n, const char *keypath, MigConfigEntry *e) {
         _cleanup_(pairs_done) Pairs p = {};
         int k;
 
-        if (n->type != YAML_MAPPING_NODE)
+        if (n->type != GNA_YAML_MAPPING)
                 return reader_error(r, n, keypath,
                                     "must be a mapping of MIG profile names to counts such as {\"1g.10gb\": 7}, not %s",
                                     node_kind(n));
@@ -471,14 +461,14 @@ static int read_mig_devices(Reader *r, yaml_node_t *n, const char *keypath, MigC
         return 0;
 }
 
-static int read_entry(Reader *r, yaml_node_t *n, const char *keypath, MigConfigEntry *e) {
+static int read_entry(Reader *r, const GnaYamlNode *n, const char *keypath, MigConfigEntry *e) {
         static const char *const keys[] = { "device-filter", "devices", "mig-enabled", "mig-devices", NULL };
         _cleanup_(pairs_done) Pairs p = {};
         const Pair *q;
         int k;
 
-        e->line = (unsigned) n->start_mark.line + 1;
-        if (n->type != YAML_MAPPING_NODE)
+        e->line = n->line;
+        if (n->type != GNA_YAML_MAPPING)
                 return reader_error(r, n, keypath,
                                     "an entry must be a mapping with 'devices' and 'mig-enabled', not %s",
                                     node_kind(n));
@@ -547,7 +537,7 @@ static int read_entry(Reader *r, yaml_node_t *n, const char *keypath, MigConfigE
 
 static int read_config(Reader *r, const Pair *q, MigConfig *c) {
         _cleanup_free_ char *keypath = strprintf("mig-configs.%s", q->key);
-        yaml_node_t *n = q->value;
+        const GnaYamlNode *n = q->value;
         int k;
 
         if (!keypath)
@@ -555,10 +545,10 @@ static int read_config(Reader *r, const Pair *q, MigConfig *c) {
         c->name = strdup(q->key);
         if (!c->name)
                 return -ENOMEM;
-        if (n->type != YAML_SEQUENCE_NODE)
+        if (n->type != GNA_YAML_SEQUENCE)
                 return reader_error(r, n, keypath, "must be a list of entries (- devices: …), not %s", node_kind(n));
 
-        size_t count = (size_t) (n->data.sequence.items.top - n->data.sequence.items.start);
+        size_t count = n->n_items;
         if (count == 0)
                 return reader_error(r, n, keypath,
                                     "has no entries; add at least one, such as '- devices: all' with "
@@ -568,7 +558,7 @@ static int read_config(Reader *r, const Pair *q, MigConfig *c) {
                 return -ENOMEM;
         for (size_t i = 0; i < count; i++) {
                 _cleanup_free_ char *where = strprintf("%s[%zu]", keypath, i);
-                yaml_node_t *item = reader_node(r, n->data.sequence.items.start[i]);
+                const GnaYamlNode *item = n->items[i];
                 if (!where)
                         return -ENOMEM;
                 c->n_entries = i + 1;
@@ -579,7 +569,7 @@ static int read_config(Reader *r, const Pair *q, MigConfig *c) {
         return 0;
 }
 
-static int read_top(Reader *r, yaml_node_t *top, MigConfigFile *f) {
+static int read_top(Reader *r, const GnaYamlNode *top, MigConfigFile *f) {
         static const char *const keys[] = { "version", "mig-configs", NULL };
         _cleanup_(pairs_done) Pairs p = {}, configs = {};
         const Pair *q;
@@ -589,7 +579,7 @@ static int read_top(Reader *r, yaml_node_t *top, MigConfigFile *f) {
                 return config_yaml_set_error(r->error, -EINVAL,
                                  "%s: the file is empty; a MIG config file starts with 'version: v1' and "
                                  "'mig-configs:'", r->path);
-        if (top->type != YAML_MAPPING_NODE)
+        if (top->type != GNA_YAML_MAPPING)
                 return reader_error(r, top, NULL,
                                     "the top level must be a mapping with 'version: v1' and 'mig-configs:', not %s",
                                     node_kind(top));
@@ -611,7 +601,7 @@ static int read_top(Reader *r, yaml_node_t *top, MigConfigFile *f) {
         q = pairs_get(&p, "mig-configs");
         if (!q)
                 return reader_error(r, top, "mig-configs", "missing; add the named configs under 'mig-configs:'");
-        if (q->value->type != YAML_MAPPING_NODE)
+        if (q->value->type != GNA_YAML_MAPPING)
                 return reader_error(r, q->value, "mig-configs",
                                     "must be a mapping of config names to lists of entries, not %s",
                                     node_kind(q->value));
@@ -633,25 +623,10 @@ static int read_top(Reader *r, yaml_node_t *top, MigConfigFile *f) {
         return 0;
 }
 
-static int yaml_load_error(Reader *r, const yaml_parser_t *y, const char *data, size_t size) {
-        if (y->error == YAML_MEMORY_ERROR)
-                return -ENOMEM;
-        if (y->error == YAML_READER_ERROR)
-                return config_yaml_set_error(r->error, -EBADMSG, "%s: invalid YAML: %s at byte %zu", r->path,
-                                             strna(y->problem),
-                                 y->problem_offset);
-        bool tab = y->problem_mark.index < size && data[y->problem_mark.index] == '\t';
-        return config_yaml_set_error(r->error, -EBADMSG, "%s:%zu:%zu: invalid YAML: %s%s%s%s%s", r->path,
-                         y->problem_mark.line + 1, y->problem_mark.column + 1, strna(y->problem),
-                         y->context ? " (" : "", y->context ?: "", y->context ? ")" : "",
-                         tab ? "; indent with spaces, YAML does not allow tabs" : "");
-}
-
 int mig_config_file_parse(const char *path, const char *data, size_t size, MigConfigFile **ret, char **ret_error) {
         _cleanup_(mig_config_file_freep) MigConfigFile *f = NULL;
+        _cleanup_(gna_yaml_node_unrefp) GnaYamlNode *top = NULL;
         Reader r = { .path = path, .error = ret_error };
-        yaml_parser_t parser;
-        yaml_document_t second;
         int k;
 
         assert(path);
@@ -664,29 +639,12 @@ int mig_config_file_parse(const char *path, const char *data, size_t size, MigCo
         if (!f->path)
                 return -ENOMEM;
 
-        if (!yaml_parser_initialize(&parser))
-                return -ENOMEM;
-        yaml_parser_set_input_string(&parser, (const unsigned char *) data, size);
-        if (!yaml_parser_load(&parser, &r.doc)) {
-                k = yaml_load_error(&r, &parser, data, size);
-                yaml_parser_delete(&parser);
+        /* mig-parted files share entries through anchors and merge keys: aliases are resolved, within
+         * the reader's limits. */
+        k = gna_yaml_parse(path, data, size, GNA_YAML_ALIASES, &top, ret_error);
+        if (k < 0)
                 return k;
-        }
-        /* A second document would be silently ignored by a reader that stops at the first: refuse it. */
-        if (!yaml_parser_load(&parser, &second))
-                k = yaml_load_error(&r, &parser, data, size);
-        else {
-                yaml_node_t *root = yaml_document_get_root_node(&second);
-                k = root ? reader_error(&r, root, NULL,
-                                        "a second YAML document ('---') is not supported; put every config under "
-                                        "one 'mig-configs:'")
-                         : 0;
-                yaml_document_delete(&second);
-        }
-        yaml_parser_delete(&parser);
-        if (k >= 0)
-                k = read_top(&r, yaml_document_get_root_node(&r.doc), f);
-        yaml_document_delete(&r.doc);
+        k = read_top(&r, top, f);
         if (k < 0)
                 return k;
 
@@ -700,11 +658,13 @@ int mig_config_file_load(const char *path, MigConfigFile **ret, char **ret_error
         int k;
 
         assert(path);
-        k = read_full_file(path, MIG_CONFIG_FILE_MAX, &data, &size);
+        k = read_full_file(path, GNA_YAML_SIZE_MAX, &data, &size);
         if (k == -EFBIG)
                 return config_yaml_set_error(ret_error, k, "%s: larger than %u MiB; this is not a MIG config file",
-                                             path,
-                                 MIG_CONFIG_FILE_MAX / 1024 / 1024);
+                                             path, GNA_YAML_SIZE_MAX / 1024 / 1024);
+        if (k == -EBADFD)
+                return config_yaml_set_error(ret_error, k, "%s: not a regular file (a FIFO, socket or device); "
+                                             "only regular files are read as MIG config files", path);
         if (k < 0)
                 return config_yaml_set_error(ret_error, k, "%s: cannot read the MIG config file: %s", path,
                                              strerror(-k));

@@ -146,8 +146,12 @@ int mig_journal_begin(const char *path, const char *config, const MigGpuState *p
         r = mig_journal_append(j, "begin", "config=%s", name);
         for (size_t i = 0; r >= 0 && i < n_previous; i++)
                 r = append_layout(j, &previous[i]);
-        if (r < 0)
+        if (r < 0) {
+                /* Nothing was changed yet (a full disk, say): a half-written journal would only be mistaken
+                 * for a crash at the next start. */
+                (void) unlink(path);
                 return r;
+        }
         r = fsync_parent_dir(path);
         if (r < 0)
                 return r;
@@ -166,6 +170,13 @@ int mig_journal_unit(MigJournal *j, const char *unit) {
         if (!e)
                 return -ENOMEM;
         return mig_journal_append(j, "unit", "name=%s", e);
+}
+
+int mig_journal_halt(MigJournal *j, const char *pci_address, const char *left) {
+        _cleanup_free_ char *e = escape(left ?: "");
+        if (!e)
+                return -ENOMEM;
+        return mig_journal_append(j, "halt", "pci=%s left=%s", pci_address, e);
 }
 
 int mig_journal_gpu_end(MigJournal *j, const char *pci_address, const char *result) {
@@ -203,6 +214,8 @@ MigJournalContents *mig_journal_contents_free(MigJournalContents *c) {
         mig_gpu_states_free(c->previous, c->n_previous);
         strv_free(c->finished);
         strv_free(c->units);
+        strv_free(c->halted);
+        free(c->halted_left);
         free(c->end_state);
         return mfree(c);
 }
@@ -341,6 +354,16 @@ static int parse_line(MigJournalContents *c, char *line) {
                 c->n_steps++;
                 return 0;
         }
+        if (streq(type, "halt")) {
+                if (!pci || !field(&f, "left"))
+                        return -EBADMSG;
+                free(c->halted_left);
+                c->halted_left = NULL;
+                r = unescape(field(&f, "left"), &c->halted_left);
+                if (r < 0)
+                        return r;
+                return strv_extend(&c->halted, pci);
+        }
         if (streq(type, "gpu-end"))
                 return pci ? strv_extend(&c->finished, pci) : -EBADMSG;
         if (streq(type, "end")) {
@@ -360,7 +383,7 @@ int mig_journal_load(const char *path, MigJournalContents **ret, char **ret_erro
         char *p;
         int r;
 
-        r = read_full_file(path, JOURNAL_MAX_SIZE, &data, &size);
+        r = read_full_file_at(AT_FDCWD, path, READ_FILE_NOFOLLOW, JOURNAL_MAX_SIZE, &data, &size);
         if (r == -ENOENT)
                 return r;
         if (r < 0) {
@@ -389,6 +412,12 @@ int mig_journal_load(const char *path, MigJournalContents **ret, char **ret_erro
                         return -EBADMSG;
                 }
                 p = nl + 1;
+        }
+        if (line_no == 0) {
+                /* Not one whole record: the begin record itself did not make it to disk (a full disk, a
+                 * crash while writing it), and nothing is changed before it is. Not a crash to recover. */
+                (void) mig_journal_remove(path);
+                return -ENOENT;
         }
         if (!c->config) {
                 if (ret_error)

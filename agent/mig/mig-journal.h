@@ -9,6 +9,7 @@
  *   unit name=kubelet.service                              a hook unit we stopped (to start again)
  *   step pci=… kind=create-gi profile=9 start=0 size=4 gi=2 ci=0 rc=0    one per NVML write, after it
  *   gpu-end pci=0000:07:00.0 result=done                   that GPU is consistent again
+ *   halt pci=0000:07:00.0 left=…                          its rollback failed: the apply stopped here
  *   end state=success
  *
  * Values are percent-escaped outside [A-Za-z0-9._:+@/,-]. A journal without "end" is unfinished. Library
@@ -34,6 +35,9 @@ int mig_journal_append(MigJournal *j, const char *type, const char *fmt, ...) _p
 int mig_journal_step(MigJournal *j, const char *pci_address, const MigStep *s, unsigned gi_id, unsigned ci_id, int r);
 int mig_journal_unit(MigJournal *j, const char *unit);
 int mig_journal_gpu_end(MigJournal *j, const char *pci_address, const char *result);
+/* Records that the apply stopped at this GPU because its rollback failed, with what is left on it. A
+ * journal with a halt record is kept (no end): the next start reports it instead of rolling back. */
+int mig_journal_halt(MigJournal *j, const char *pci_address, const char *left);
 
 /* Writes end, fsyncs, and removes the file: nothing is left to recover. */
 int mig_journal_end(MigJournal *j, const char *state);
@@ -49,12 +53,15 @@ typedef struct MigJournalContents {
         size_t n_previous;
         char **finished;            /* PCI addresses with a gpu-end record */
         char **units;               /* hook units stopped */
+        char **halted;              /* PCI addresses with a halt record (a failed rollback) */
+        char *halted_left;          /* what the last halt record says is left on that GPU */
         size_t n_steps;
         bool ended;
         char *end_state;
 } MigJournalContents;
 
-/* Reads path. -ENOENT when there is none; -EBADMSG with a sentence naming file and line when a line
+/* Reads path. -ENOENT when there is none, and also for a journal without one whole record, which is
+ * removed (its begin record never reached the disk, so nothing was changed); -EBADMSG with a sentence naming file and line when a line
  * cannot be understood (a torn last line, from a crash mid-write, is ignored). */
 int mig_journal_load(const char *path, MigJournalContents **ret, char **ret_error);
 MigJournalContents *mig_journal_contents_free(MigJournalContents *c);

@@ -367,8 +367,11 @@ int mig_manager_recover(MigManager *mm, MigApplyDone cb, void *userdata, char **
         *ret_message = NULL;
         if (!path)
                 return -ENOMEM;
-        if (mm->journal_checked)
+        /* Once per start, except that a journal appearing later can only be one an apply of this run
+         * left behind on purpose: a halt (a failed rollback), which blocks every automatic apply. */
+        if (mm->journal_checked && access(path, F_OK) < 0)
                 return 0;
+        bool first = !mm->journal_checked;
         r = mig_journal_load(path, &c, &error);
         mm->journal_checked = true;
         if (r == -ENOENT)
@@ -386,6 +389,20 @@ int mig_manager_recover(MigManager *mm, MigApplyDone cb, void *userdata, char **
                 (void) mig_journal_remove(path);
                 return 0;
         }
+        if (c->halted) {
+                /* A rollback failed there: trying the same steps again, or applying mig.selected on the
+                 * next pass or start, would only touch the GPUs more. A person decides: an explicit apply
+                 * replaces the journal. Looked at on every pass, so removing the file is enough too. */
+                *ret_message = strprintf("A MIG apply of config %s stopped because the rollback of GPU %s failed "
+                                         "(left with %s); MIG is not changed until someone checks the GPUs "
+                                         "('gpunodectl mig show') and applies a config ('gpunodectl mig apply "
+                                         "NAME'), or removes %s.", c->config, c->halted[strv_length(c->halted) - 1],
+                                         strna(c->halted_left), path);
+                set_result(mm, c->config, MIG_CONFIG_FAILED, *ret_message);
+                return -ENOTRECOVERABLE;
+        }
+        if (!first)
+                return 0; /* not a halt: an apply cancelled at shutdown; the next start recovers it */
         if (!mm->manager->nvml) {
                 mm->journal_checked = false;
                 *ret_message = strprintf("An interrupted apply of MIG config %s was found, but NVML is not "

@@ -54,7 +54,8 @@ void mig_manager_selected(MigManager *mm, const char **ret_name, const char **re
  * none (or nothing to undo; *ret_message may still say what was found); 1 when a recovery runs (cb later):
  * every GPU the interrupted apply had not finished goes back to the layout it had before, and the hook
  * units it had stopped are started again; then the journal is removed. Negative errno + sentence on
- * failure. */
+ * failure; -ENOTRECOVERABLE (on every call, the journal is kept) when the journal records a halt (a
+ * rollback that failed): nothing is rolled back or applied until an explicit apply replaces it. */
 int mig_manager_recover(MigManager *mm, MigApplyDone cb, void *userdata, char **ret_message);
 /* What the recovery found and did (the message above plus its outcome), once; NULL when nothing. The
  * journal is looked at once per MigManager: later calls of mig_manager_recover() return 0. */

@@ -39,12 +39,12 @@ WRITES = {"nvmlDeviceSetMigMode", "nvmlDeviceCreateGpuInstance", "nvmlDeviceCrea
 class Mig:
     """A daemon (test-nvml.py's Daemon) with MIG config file, reset program and NVML call trace."""
 
-    def __init__(self, tmp, node="a100-sxm", dropin="", reset_program=None):
+    def __init__(self, tmp, node="a100-sxm", dropin="", reset_program=None, env_extra=None):
         self.tmp = tmp
         self.trace = os.path.join(tmp, "nvml.trace")
-        self.d = nv.Daemon(tmp, node, dropin=DROPIN + dropin,
-                           env={"GNA_MIG_RESET_PROGRAM": reset_program or nv.FAKE_NVML_CTL,
-                                "FAKE_NVML_TRACE": self.trace})
+        env = {"GNA_MIG_RESET_PROGRAM": reset_program or nv.FAKE_NVML_CTL, "FAKE_NVML_TRACE": self.trace}
+        env.update(env_extra or {})
+        self.d = nv.Daemon(tmp, node, dropin=DROPIN + dropin, env=env)
         self.node = self.d.node
         self.gpus = sorted(nv.nvml_description(self.node)["gpus"], key=lambda g: g["pci"])
         self.conn = dbus.bus.BusConnection(self.d.bus.address)
@@ -284,6 +284,15 @@ def test_nobody_asserts_and_exports_but_cannot_apply():
             os.chmod(tmp, 0o755)
             p = m.ctl("mig", "assert", "all-disabled", "--config", other, user="nobody")
             check(p.returncode == 4 and "requires root" in p.stderr, "exit %d %s" % (p.returncode, p.stderr))
+            # CAP_SYS_ADMIN without UID 0 is not root: the bus records no capabilities, and the agent
+            # does not read them from /proc/PID (racy against PID reuse), as it once did.
+            import pwd
+            pw = pwd.getpwnam("nobody")
+            p = run(["setpriv", "--reuid=%d" % pw.pw_uid, "--regid=%d" % pw.pw_gid, "--clear-groups",
+                     "--inh-caps=+sys_admin", "--ambient-caps=+sys_admin", CTL, "mig", "assert", "all-disabled",
+                     "--config", other], bus=m.d.bus, timeout=120 * SCALE)
+            check(p.returncode == 4 and "requires root: the agent would read" in p.stderr,
+                  "nobody with CAP_SYS_ADMIN: exit %d %s" % (p.returncode, p.stderr))
             p = m.ctl("mig", "assert", "all-disabled", "--config", other)
             check(p.returncode == 0, "assert --config as root: exit %d %s" % (p.returncode, p.stderr))
 
@@ -417,6 +426,55 @@ def test_usage_errors():
             bus.stop()
 
 
+
+# --- a rollback that fails: the apply stops at that GPU, the next start does not try again ---
+
+def test_failed_rollback_stops_apply():
+    with TempDir() as tmp:
+        # all-balanced makes 4 GIs on each of the 8 GPUs (creates 1-32); from the 35th create on every
+        # create fails: all-1g.5gb fails on GPU 0 (its 3rd 1g.5gb), and so does its rollback.
+        m = Mig(tmp, env_extra={"FAKE_NVML_FAIL": "nvmlDeviceCreateGpuInstanceWithPlacement:35+:23"})
+        try:
+            err, reply = m.call("ApplyMigConfig", "all-balanced", "", False)
+            check(err is None, "ApplyMigConfig(all-balanced): %s %s" % (err, reply))
+            before = nv.fake_show(m.node)
+            err, reply = m.call("ApplyMigConfig", "all-1g.5gb", "", False)
+            check(err == ERROR + "Failed", "second apply: %s %s" % (err, reply))
+            check("the rollback to the previous layout failed too; GPU 0 (%s) is left with " % m.gpus[0]["pci"] in reply
+                  and "the apply stopped there and touched no other GPU" in reply
+                  and "GPUs 1, 2, 3, 4, 5, 6, 7 not touched" in reply, reply)
+            after = nv.fake_show(m.node)  # what the (fake) driver has, not what the agent says
+            for i in range(1, len(m.gpus)):
+                check(after[i] == before[i], "GPU %d was touched: %r -> %r" % (i, before[i], after[i]))
+            check(after[0] != before[0], "GPU 0 unchanged: the fault did not hit")
+            # The pass the apply starts (and every retry) must not apply again either.
+            m.settle()
+            state, message = m.d.stage("mig")
+            check(state == "failed" and "stopped because the rollback of GPU %s failed" % m.gpus[0]["pci"] in message,
+                  "mig stage after the halted apply: %s %s" % (state, message))
+            check(nv.fake_show(m.node) == after, "the pass after the halted apply changed the GPUs")
+            check(m.prop("MigConfigState") == "failed", "MigConfigState %r" % m.prop("MigConfigState"))
+        finally:
+            m.close()
+
+        # The next start: the mig stage reports the halt, changes nothing, and an explicit apply clears it.
+        for sock in ("notify", "system_bus_socket"):
+            if os.path.exists(os.path.join(tmp, sock)):
+                os.unlink(os.path.join(tmp, sock))
+        calls_before = len(nv.trace_calls(os.path.join(tmp, "nvml.trace")))
+        m = Mig(tmp)
+        try:
+            state, message = m.d.stage("mig")
+            check(state == "failed" and "stopped because the rollback of GPU %s failed" % m.gpus[0]["pci"] in message,
+                  "mig stage after restart: %s %s" % (state, message))
+            check(m.writes(calls_before) == [], "NVML writes at the next start: %r" % m.writes(calls_before))
+            err, reply = m.call("ApplyMigConfig", "all-balanced", "", False)
+            check(err is None, "explicit apply after the halt: %s %s" % (err, reply))
+            check(not os.path.exists(os.path.join(m.node.state, "mig-journal")), "journal left after the apply")
+        finally:
+            m.close()
+
+
 TESTS = [
     test_apply_over_dbus_and_gpunodectl,
     test_reapply_is_idempotent,
@@ -426,6 +484,7 @@ TESTS = [
     test_busy_while_applying,
     test_reboot_required,
     test_usage_errors,
+    test_failed_rollback_stops_apply,
 ]
 
 

@@ -244,10 +244,10 @@ static void test_validator_bad(void **state) {
                 { "loader-rejects/mount-without-host-path.yaml", "containerEdits.mounts[0] has no hostPath" },
                 { "loader-rejects/no-devices.yaml", "the spec has no devices: a CDI spec needs at least one" },
                 { "loader-rejects/duplicate-key.yaml",
-                  ":3:1: duplicate key \"kind\" (the loader rejects the whole file)" },
+                  ":3:1: duplicate key 'kind' (already set on line 2); remove one of them" },
                 { "loader-rejects/major-quoted.yaml",
                   ":8:14: devices[0].containerEdits.deviceNodes[0].major must be an integer, not a quoted string" },
-                { "loader-rejects/not-yaml.yaml", "not valid YAML or JSON" },
+                { "loader-rejects/not-yaml.yaml", "invalid YAML: " },
         };
 
         for (size_t i = 0; i < ELEMENTSOF(bad); i++) {
@@ -730,9 +730,16 @@ static void test_no_churn_and_atomic(void **state) {
         back = read_text(n.spec);
         assert_string_equal(back, text);
 
-        /* The same bytes again: not touched, so runtimes' watches stay quiet. */
+        /* The same bytes again: not touched, so runtimes' watches stay quiet. A temp file a killed
+         * writer left beside the spec goes, even then. */
+        _cleanup_free_ char *stale = path_join(dir, ".nvidia.yaml.Qw3rT9");
+        FILE *w = fopen(stale, "w");
+        assert_non_null(w);
+        fclose(w);
+        assert_int_equal(count_entries(dir), 2);
         assert_int_equal(cdi_spec_write(n.spec, text, &changed, &error), 0);
         assert_false(changed);
+        assert_int_equal(count_entries(dir), 1);
         assert_int_equal(stat(n.spec, &b), 0);
         assert_true(a.st_ino == b.st_ino);
         assert_true(a.st_mtim.tv_sec == b.st_mtim.tv_sec && a.st_mtim.tv_nsec == b.st_mtim.tv_nsec);
@@ -825,6 +832,21 @@ static void test_stage(void **state) {
         assert_string_equal(msg, removed);
         assert_false(access(n.spec, F_OK) == 0);
         assert_null(m.cdi_spec_text);
+        msg = mfree(msg);
+
+        /* A symlink planted under our spec's name is not ours to delete (nor what it points to). */
+        _cleanup_free_ char *target = path_join(n.root, "elsewhere.yaml");
+        assert_int_equal(write_file_atomic(target, NULL, "x\n", 2, 0644), 0);
+        assert_int_equal(symlink(target, n.spec), 0);
+        assert_int_equal(stage_cdi_run(&m, &msg), -EEXIST);
+        _cleanup_free_ char *refused = strprintf("no GPU or MIG device to describe, but %s is a symbolic link, not "
+                                                 "the CDI spec gpu-node-agent writes; leaving it alone", n.spec);
+        assert_string_equal(msg, refused);
+        struct stat lst;
+        assert_int_equal(lstat(n.spec, &lst), 0);
+        assert_true(S_ISLNK(lst.st_mode));
+        assert_int_equal(access(target, F_OK), 0);
+        assert_int_equal(unlink(n.spec), 0);
         msg = mfree(msg);
         m.nvml_snapshot = &snap;
         assert_int_equal(stage_cdi_run(&m, &msg), STAGE_DONE);

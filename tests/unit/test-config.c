@@ -180,6 +180,43 @@ static void test_merge_order_and_masking(void **state) {
         config_free(c);
 }
 
+static void test_fifo_and_devices_are_not_config(void **state) {
+        /* A FIFO drop-in must not block the loader (it would hang --check-config and freeze Reload):
+         * it is refused at once with its path named. A link to a character device other than /dev/null
+         * does not mask the vendor file: it is refused the same way. */
+        const char *root = *state;
+        _cleanup_free_ char *fifo = at(root, ADMIN "/40-fifo.yaml"), *error = NULL, *want = NULL;
+        ConfigLoadOptions o = { .root = root };
+        Config *c = NULL;
+
+        free(put(root, MAIN, "labels:\n  file: main\n"));
+        free(put(root, ADMIN "/05-empty.yaml", ""));
+        assert_int_equal(mkfifo(fifo, 0644), 0);
+        assert_int_equal(config_load(&o, &c, &error), -EBADFD);
+        assert_null(c);
+        want = strprintf("%s: not a regular file (a FIFO, socket or device); only regular files are read as "
+                         "configuration", fifo);
+        assert_string_equal(error, want);
+        assert_int_equal(unlink(fifo), 0);
+
+        free(put(root, VENDOR "/30-zero.yaml", "labels:\n  file: vendor\n"));
+        _cleanup_free_ char *zero = at(root, ADMIN "/30-zero.yaml");
+        assert_int_equal(symlink("/dev/zero", zero), 0);
+        error = mfree(error);
+        want = mfree(want);
+        assert_int_equal(config_load(&o, &c, &error), -EBADFD);
+        want = strprintf("%s: not a regular file (a FIFO, socket or device); only regular files are read as "
+                         "configuration", zero);
+        assert_string_equal(error, want);
+
+        /* /dev/null itself masks. */
+        assert_int_equal(unlink(zero), 0);
+        assert_int_equal(symlink("/dev/null", zero), 0);
+        c = load_root(root);
+        assert_string_equal(c->labels.file, "main");
+        config_free(c);
+}
+
 static void test_mapping_merge_scalar_replace(void **state) {
         const char *root = *state;
         free(put(root, MAIN, "labels:\n  enabled: false\n  file: main\n  expiry: 30s\n"));
@@ -314,7 +351,7 @@ static void test_errors(void **state) {
         check_main_error(root, "log:\n  level: info\n---\nlog:\n  level: debug\n", -EINVAL,
                          "3:1: a second YAML document ('---') is not supported; use one document per file");
         check_main_error(root, "? [a, b]\n: c\n", -EINVAL,
-                         "1:3: a key must be a plain word such as 'labels'");
+                         "1:3: a key must be a plain word, not a list or a mapping");
 }
 
 static void test_error_in_dropin(void **state) {
@@ -568,6 +605,7 @@ int main(void) {
                 cmocka_unit_test_setup_teardown(test_defaults_under_root, setup_root, teardown_root),
                 cmocka_unit_test_setup_teardown(test_defaults_host_root, setup_root, teardown_root),
                 cmocka_unit_test_setup_teardown(test_merge_order_and_masking, setup_root, teardown_root),
+                cmocka_unit_test_setup_teardown(test_fifo_and_devices_are_not_config, setup_root, teardown_root),
                 cmocka_unit_test_setup_teardown(test_mapping_merge_scalar_replace, setup_root, teardown_root),
                 cmocka_unit_test_setup_teardown(test_empty_files, setup_root, teardown_root),
                 cmocka_unit_test_setup_teardown(test_errors, setup_root, teardown_root),

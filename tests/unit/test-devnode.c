@@ -461,7 +461,8 @@ static void test_apply_errors(void **state) {
         /* A dev "directory" that is a file: the error names the path and the errno. */
         assert_int_equal(write_file_atomic(file, NULL, "x", 1, 0644), 0);
         assert_int_equal(devnode_apply(p, file, &res, &err), -ENOTDIR);
-        assert_non_null(strstr(err, "not-a-dir/nvidia-caps"));
+        assert_non_null(strstr(err, "Cannot open the directory"));
+        assert_non_null(strstr(err, "not-a-dir"));
         assert_non_null(strstr(err, strerror(ENOTDIR)));
 
         /* Without CAP_MKNOD (dropped from the effective set only, so it can be raised again): EPERM,
@@ -484,6 +485,44 @@ static void test_apply_errors(void **state) {
         devnode_plan_free(p);
 }
 
+static void test_apply_symlinked_subdirs(void **state) {
+        /* /dev/char and /dev/nvidia-caps planted as symlinks to another directory: no node or link is
+         * created through them, the error names the path, and the other nodes are still made. */
+        Fixture *f = *state;
+        DevnodeResult res;
+        _cleanup_free_ char *err = NULL, *victim = path_join(f->root, "victim"), *ch = path_join(f->dev, "char"),
+                            *caps = path_join(f->dev, "nvidia-caps"), *ctl = path_join(f->dev, "nvidiactl");
+        struct stat st;
+
+        if (!can_mknod(f))
+                return skip();
+        DevnodePlan *p = plan_ok(f, NULL);
+        assert_int_equal(mkdir(victim, 0755), 0);
+        assert_int_equal(symlink(victim, ch), 0);
+        assert_int_equal(symlink(victim, caps), 0);
+
+        assert_int_equal(devnode_apply(p, f->dev, &res, &err), -ELOOP);
+        _cleanup_free_ char *want = strprintf("Refusing to use %s: it is a symbolic link, not a directory; no "
+                                              "device nodes or links are created through it.", caps);
+        assert_true(startswith(err, want));
+        assert_int_equal(count_dir(victim), 0);
+        assert_int_equal(lstat(ctl, &st), 0);
+        assert_true(S_ISCHR(st.st_mode));
+        assert_int_equal(res.links, 0);
+
+        /* With nvidia-caps fixed, /dev/char is still refused and stays a link. */
+        assert_int_equal(unlink(caps), 0);
+        err = mfree(err);
+        assert_int_equal(devnode_apply(p, f->dev, &res, &err), -ELOOP);
+        want = mfree(want);
+        want = strprintf("Refusing to use %s: it is a symbolic link", ch);
+        assert_true(startswith(err, want));
+        assert_int_equal(count_dir(victim), 0);
+        assert_int_equal(lstat(ch, &st), 0);
+        assert_true(S_ISLNK(st.st_mode));
+        devnode_plan_free(p);
+}
+
 static void test_kind_strings(void **state) {
         for (int k = 0; k < _DEVNODE_KIND_MAX; k++)
                 assert_int_equal(devnode_kind_from_string(devnode_kind_to_string((DevnodeKind) k)), k);
@@ -494,6 +533,7 @@ static void test_kind_strings(void **state) {
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_kind_strings),
+                cmocka_unit_test_setup_teardown(test_apply_symlinked_subdirs, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_plan_defaults, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_plan_modeset, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_plan_params, setup, teardown),

@@ -3,6 +3,7 @@
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <cmocka.h>
 
@@ -69,7 +70,7 @@ static void test_atomic_write_and_read(void **state) {
 static void test_atomic_write_tmp_dir(void **state) {
         _cleanup_free_ char *d = make_tmpdir(), *p = path_join(d, "target"), *t = path_join(d, ".hidden"), *c = NULL;
 
-        assert_int_equal(write_file_atomic(p, t, "x", 1, 0644), 0);
+        assert_int_equal(write_file_atomic(p, ".hidden", "x", 1, 0644), 0);
         assert_int_equal(read_full_file(p, 16, &c, NULL), 0);
         assert_string_equal(c, "x");
         /* The hidden temp directory exists and is empty afterwards. */
@@ -85,6 +86,67 @@ static void test_atomic_write_failure_keeps_target(void **state) {
         assert_int_equal(write_file_atomic(p, NULL, "x", 1, 0644), -EISDIR);
         assert_int_equal(count_entries(d), 1);
         assert_int_equal(read_full_file("/nonexistent/gna/file", 16, &c, NULL), -ENOENT);
+        rm_rf(d);
+}
+
+static void test_atomic_write_tmp_dir_symlink(void **state) {
+        /* The temp directory planted as a symlink to another directory: nothing is created there, the
+         * target is not written, and the link stays. */
+        _cleanup_free_ char *d = make_tmpdir(), *p = path_join(d, "target"), *t = path_join(d, ".hidden"),
+                            *victim = path_join(d, "victim");
+        struct stat st;
+
+        assert_int_equal(mkdir(victim, 0755), 0);
+        assert_int_equal(symlink(victim, t), 0);
+        assert_int_equal(write_file_atomic(p, ".hidden", "x", 1, 0644), -ELOOP);
+        assert_int_equal(count_entries(victim), 0);
+        assert_int_equal(access(p, F_OK), -1);
+        assert_int_equal(lstat(t, &st), 0);
+        assert_true(S_ISLNK(st.st_mode));
+
+        /* A world-writable one is not ours either. */
+        assert_int_equal(unlink(t), 0);
+        assert_int_equal(mkdir(t, 0777), 0);
+        assert_int_equal(chmod(t, 0777), 0);
+        assert_int_equal(write_file_atomic(p, ".hidden", "x", 1, 0644), -EPERM);
+        assert_int_equal(count_entries(t), 0);
+        assert_int_equal(write_file_atomic(p, "a/b", "x", 1, 0644), -EINVAL);
+        rm_rf(d);
+}
+
+static void test_read_only_regular_files(void **state) {
+        /* A FIFO is refused at once instead of blocking the reader, and so is a device; a symlink only
+         * when asked. */
+        _cleanup_free_ char *d = make_tmpdir(), *fifo = path_join(d, "fifo"), *link = path_join(d, "link"),
+                            *file = path_join(d, "file"), *c = NULL;
+
+        assert_int_equal(mkfifo(fifo, 0600), 0);
+        assert_int_equal(read_full_file(fifo, 16, &c, NULL), -EBADFD);
+        assert_int_equal(read_full_file("/dev/null", 16, &c, NULL), -EBADFD);
+        assert_int_equal(read_full_file(d, 16, &c, NULL), -EISDIR);
+        assert_int_equal(write_file_atomic(file, NULL, "x", 1, 0644), 0);
+        assert_int_equal(symlink(file, link), 0);
+        assert_int_equal(read_full_file_at(AT_FDCWD, link, READ_FILE_NOFOLLOW, 16, &c, NULL), -ELOOP);
+        assert_int_equal(read_full_file_at(AT_FDCWD, link, 0, 16, &c, NULL), 0);
+        assert_string_equal(c, "x");
+        rm_rf(d);
+}
+
+static void test_cleanup_temp_files(void **state) {
+        /* Only regular files named prefix + 6 mkstemp characters go. */
+        _cleanup_free_ char *d = make_tmpdir();
+        _cleanup_close_ int fd = open(d, O_RDONLY | O_DIRECTORY);
+        const char *keep[] = { "f.short", "f.toolong1", "g.AbC123", "f.Ab-123" };
+
+        assert_true(fd >= 0);
+        for (size_t i = 0; i < ELEMENTSOF(keep); i++)
+                close(openat(fd, keep[i], O_CREAT | O_WRONLY, 0600));
+        close(openat(fd, "f.AbC123", O_CREAT | O_WRONLY, 0600));
+        assert_int_equal(mkdirat(fd, "f.Dir123", 0755), 0);
+        assert_int_equal(symlinkat("/etc/passwd", fd, "f.Lnk123"), 0);
+        assert_int_equal(cleanup_temp_files_at(fd, "f."), 1);
+        assert_int_equal(count_entries(d), ELEMENTSOF(keep) + 2);
+        assert_int_equal(access("/etc/passwd", F_OK), 0);
         rm_rf(d);
 }
 
@@ -124,6 +186,9 @@ int main(void) {
                 cmocka_unit_test(test_atomic_write_and_read),
                 cmocka_unit_test(test_atomic_write_tmp_dir),
                 cmocka_unit_test(test_atomic_write_failure_keeps_target),
+                cmocka_unit_test(test_atomic_write_tmp_dir_symlink),
+                cmocka_unit_test(test_read_only_regular_files),
+                cmocka_unit_test(test_cleanup_temp_files),
                 cmocka_unit_test(test_mkdir_p),
                 cmocka_unit_test(test_strv),
         };

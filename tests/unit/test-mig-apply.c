@@ -582,6 +582,77 @@ static void test_creation_failure_rolled_back(void **state) {
         fix_teardown(f);
 }
 
+/* ---- a rollback that fails too: the apply stops there, no other GPU is touched ---- */
+
+static void test_failed_rollback_stops_apply(void **state) {
+        _cleanup_free_ char *desc = node_description("dgx-h100"), *error = NULL, *message = NULL, *journal = NULL;
+        MigGpuState *balanced = NULL, *g = NULL;
+        size_t n_balanced = 0, n = 0;
+        Done d = {};
+        Fix *f;
+
+        if (!available())
+                skip();
+        f = fix_setup(desc, NULL);
+        apply_ok(f, "all-balanced", &d);
+        read_states(f, &balanced, &n_balanced);
+
+        /* GI creates fail from the 3rd on: GPU 0 fails going to all-1g.10gb, and so does its rollback,
+         * which has to create its balanced GIs again. */
+        setenv("FAKE_NVML_FAIL", "nvmlDeviceCreateGpuInstanceWithPlacement:3+:23", 1);
+        f->m->nvml = gpu_nvml_close(f->m->nvml);
+        assert_int_equal(gpu_nvml_open(lib_path, &f->m->nvml, &error), 0);
+        (void) trace_writes(f);
+
+        assert_int_equal(apply(f, "all-1g.10gb", false, &d, &error), 0);
+        assert_string_equal(d.state, "failed");
+        assert_non_null(strstr(d.message, "the rollback to the previous layout failed too; GPU 0 (0000:1b:00.0) is left "
+                                          "with "));
+        assert_non_null(strstr(d.message, ": the apply stopped there and touched no other GPU"));
+        assert_non_null(strstr(d.message, "GPUs 1, 2, 3, 4, 5, 6, 7 not touched"));
+        /* The rollback's steps name no profile: no empty name in the sentence. */
+        assert_null(strstr(d.message, "instance  ("));
+        assert_non_null(strstr(d.message, "creating GPU instance (profile id "));
+        assert_string_equal(mig_manager_state(f->m->mig), "failed");
+
+        read_states(f, &g, &n);
+        assert_int_equal(n, 8);
+        assert_false(mig_state_layout_equal(&g[0], &balanced[0]));
+        for (size_t i = 1; i < n; i++)
+                assert_true(mig_state_layout_equal(&g[i], &balanced[i])); /* untouched */
+
+        /* The journal stays, with the halt; the next start reports it and changes nothing. */
+        assert_int_equal(read_full_file(f->journal, 1 << 20, &journal, NULL), 0);
+        assert_non_null(strstr(journal, "\nhalt pci=0000:1b:00.0 left="));
+        assert_null(strstr(journal, "\nend "));
+        unsetenv("FAKE_NVML_FAIL");
+        f->m->nvml = gpu_nvml_close(f->m->nvml);
+        assert_int_equal(gpu_nvml_open(lib_path, &f->m->nvml, &error), 0);
+        (void) trace_writes(f);
+        f->m->mig = mig_manager_free(f->m->mig);
+        assert_int_equal(mig_manager_new(f->m, &f->m->mig), 0);
+        done_clear(&d);
+        assert_int_equal(mig_manager_recover(f->m->mig, on_done, &d, &message), -ENOTRECOVERABLE);
+        assert_true(startswith(message, "A MIG apply of config all-1g.10gb stopped because the rollback of GPU "
+                                        "0000:1b:00.0 failed (left with "));
+        assert_non_null(strstr(message, "MIG is not changed until someone checks the GPUs"));
+        assert_false(d.called);
+        assert_int_equal(trace_writes(f), 0);
+        assert_string_equal(mig_manager_state(f->m->mig), "failed");
+        /* Every pass says so again, not once. */
+        message = mfree(message);
+        assert_int_equal(mig_manager_recover(f->m->mig, on_done, &d, &message), -ENOTRECOVERABLE);
+
+        /* An explicit apply is the decision that clears it. */
+        apply_ok(f, "all-balanced", &d);
+        assert_int_equal(access(f->journal, F_OK), -1);
+
+        mig_gpu_states_free(g, n);
+        mig_gpu_states_free(balanced, n_balanced);
+        done_clear(&d);
+        fix_teardown(f);
+}
+
 /* ---- mig.reset: never → rebooting; after the reset the apply finishes ---- */
 
 static void test_reset_never(void **state) {
@@ -839,6 +910,7 @@ int main(void) {
                 TEST(test_one_gpu_changed),
                 TEST(test_rejected),
                 TEST(test_creation_failure_rolled_back),
+                TEST(test_failed_rollback_stops_apply),
                 TEST(test_reset_never),
                 TEST(test_reset_fails),
                 TEST(test_reset_hangs),

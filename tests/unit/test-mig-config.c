@@ -297,8 +297,8 @@ static void test_anchors_aliases_merge(void **state) {
         assert_int_equal(c->entries[2].devices[0], 3);
         assert_int_equal(count_of(&c->entries[2], "2g.10gb"), 1);
 
-        expect_error("version: v1\nmig-configs:\n  c: *nowhere\n", -EBADMSG,
-                     "mig.yaml:3:6: invalid YAML: found undefined alias");
+        expect_error("version: v1\nmig-configs:\n  c: *nowhere\n", -EINVAL,
+                     "mig.yaml:3:6: alias *nowhere refers to no anchor (&nowhere) before it");
         expect_error("version: v1\nmig-configs:\n  c:\n    - <<: 5\n      devices: all\n", -EINVAL,
                      "mig.yaml:4:11: mig-configs.c[0]: a merge key ('<<') takes a mapping or a list of mappings, "
                      "not a plain value");
@@ -476,18 +476,17 @@ static void test_errors(void **state) {
                      "mig.yaml:5:23: mig-configs.c[0].device-filter[0]: must be a PCI id string such as "
                      "\"0x233010DE\" or a list of them, not a mapping of keys");
         expect_error(HEAD "    - devices: all\n      mig-enabled: false\n      devices: [0]\n", -EINVAL,
-                     "mig.yaml:6:7: mig-configs.c[0]: duplicate key 'devices' (first on line 4); remove one of them");
+                     "mig.yaml:6:7: duplicate key 'devices' (already set on line 4); remove one of them");
         expect_error(HEAD "    - devices: all\n      mig-enabled: false\n  c:\n    - devices: all\n"
                           "      mig-enabled: true\n      mig-devices: {}\n", -EINVAL,
-                     "mig.yaml:6:3: mig-configs: duplicate key 'c' (first on line 3); remove one of them");
+                     "mig.yaml:6:3: duplicate key 'c' (already set on line 3); remove one of them");
         expect_error(HEAD "    - devices: all\n\tmig-enabled: false\n", -EBADMSG,
                      "mig.yaml:5:1: invalid YAML: found a tab character that violates indentation (while scanning "
                      "a plain scalar); indent with spaces, YAML does not allow tabs");
         expect_error(HEAD "    - devices: all\n      mig-enabled: false\n---\nversion: v1\n", -EINVAL,
-                     "mig.yaml:7:1: a second YAML document ('---') is not supported; put every config under one "
-                     "'mig-configs:'");
+                     "mig.yaml:6:1: a second YAML document ('---') is not supported; use one document per file");
         expect_error("version: v1\nmig-configs:\n  ? [a]\n  : []\n", -EINVAL,
-                     "mig.yaml:3:5: mig-configs: keys must be plain names, not a list");
+                     "mig.yaml:3:5: a key must be a plain word, not a list or a mapping");
 #undef HEAD
 }
 

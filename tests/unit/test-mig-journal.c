@@ -128,11 +128,57 @@ static void test_torn_and_garbage(void **state) {
         rm_rf(dir);
 }
 
+static void test_empty_is_no_crash(void **state) {
+        /* A full disk leaves the journal empty, or with a torn begin record: nothing had been changed
+         * (the begin record is on disk before any step), so it is removed, not reported as a crash. */
+        _cleanup_free_ char *path = NULL, *error = NULL, *dir_state = NULL, *broken = NULL;
+        _cleanup_(mig_journal_contents_freep) MigJournalContents *c = NULL;
+        char *dir;
+
+        path = tmp_path(&dir);
+        dir_state = strprintf("%s/state", dir);
+        broken = strprintf("%s.broken", path);
+        assert_int_equal(mkdir_p(dir_state, 0755), 0);
+
+        assert_int_equal(write_text(path, ""), 0);
+        assert_int_equal(mig_journal_load(path, &c, &error), -ENOENT);
+        assert_null(error);
+        assert_int_equal(access(path, F_OK), -1);
+
+        assert_int_equal(write_text(path, "begin conf"), 0);
+        assert_int_equal(mig_journal_load(path, &c, &error), -ENOENT);
+        assert_null(error);
+        assert_int_equal(access(path, F_OK), -1);
+        assert_int_equal(access(broken, F_OK), -1);
+        rm_rf(dir);
+}
+
+static void test_halt_record(void **state) {
+        _cleanup_free_ char *path = NULL, *error = NULL;
+        _cleanup_(mig_journal_contents_freep) MigJournalContents *c = NULL;
+        _cleanup_(mig_journal_freep) MigJournal *j = NULL;
+        MigGpuState g = layout();
+        char *dir;
+
+        path = tmp_path(&dir);
+        assert_int_equal(mig_journal_begin(path, "all-1g", &g, 1, &j), 0);
+        assert_int_equal(mig_journal_halt(j, "0000:4e:00.0", "1g.10gb@0, 1g.10gb@1"), 0);
+        j = mig_journal_free(j);
+        assert_int_equal(mig_journal_load(path, &c, &error), 0);
+        assert_false(c->ended);
+        assert_int_equal(strv_length(c->halted), 1);
+        assert_string_equal(c->halted[0], "0000:4e:00.0");
+        assert_string_equal(c->halted_left, "1g.10gb@0, 1g.10gb@1");
+        rm_rf(dir);
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_roundtrip),
                 cmocka_unit_test(test_end_removes),
                 cmocka_unit_test(test_torn_and_garbage),
+                cmocka_unit_test(test_empty_is_no_crash),
+                cmocka_unit_test(test_halt_record),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }

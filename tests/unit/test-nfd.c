@@ -17,6 +17,7 @@
 
 #include "fileio.h"
 #include "nfd.h"
+#include "strv.h"
 
 #define HEADER "# Written by gpu-node-agent; do not edit (regenerated on change).\n"
 
@@ -363,7 +364,7 @@ static void test_remove(void **state) {
         bool changed;
 
         /* Nothing there, not even the directory: fine. */
-        assert_int_equal(nfd_remove(f->dir, "gpu-node-agent"), 0);
+        assert_int_equal(nfd_remove(f->dir, "gpu-node-agent", NULL), 0);
 
         assert_int_equal(nfd_write(f->dir, "gpu-node-agent", HEADER, &changed, NULL), 0);
         assert_int_equal(nfd_write(f->dir, "other-source", HEADER, &changed, NULL), 0);
@@ -373,15 +374,15 @@ static void test_remove(void **state) {
         assert_non_null(w);
         fclose(w);
 
-        assert_int_equal(nfd_remove(f->dir, "gpu-node-agent"), 0);
+        assert_int_equal(nfd_remove(f->dir, "gpu-node-agent", NULL), 0);
         names = list_dir(f->dir);
         assert_string_equal(names, ".other-source other-source"); /* other files untouched */
-        assert_int_equal(nfd_remove(f->dir, "gpu-node-agent"), 0);
+        assert_int_equal(nfd_remove(f->dir, "gpu-node-agent", NULL), 0);
 
         /* A directory in place of the file is not ours to delete. */
         _cleanup_free_ char *target = path_join(f->dir, "gpu-node-agent");
         assert_int_equal(mkdir(target, 0755), 0);
-        assert_true(nfd_remove(f->dir, "gpu-node-agent") < 0);
+        assert_true(nfd_remove(f->dir, "gpu-node-agent", NULL) < 0);
         assert_int_equal(access(target, F_OK), 0);
 }
 
@@ -398,6 +399,102 @@ static void test_too_big(void **state) {
         assert_non_null(strstr(error, "gpu-node-agent would be 65537 bytes, over the 65536 bytes NFD reads"));
 }
 
+/* A victim directory with one file; returns its path. The file must survive whatever we do. */
+static char *make_victim(const Fixture *f) {
+        char *v = path_join(f->root, "victim");
+        _cleanup_free_ char *file = path_join(v, "precious");
+        assert_int_equal(mkdir(v, 0755), 0);
+        FILE *w = fopen(file, "w");
+        assert_non_null(w);
+        fputs("keep me\n", w);
+        fclose(w);
+        return v;
+}
+
+static void test_hidden_dir_symlink_never_followed(void **state) {
+        /* features.d/.gpu-node-agent planted as a symlink to another directory: the write refuses
+         * with the path named, removal leaves the link and the directory behind it alone. */
+        Fixture *f = *state;
+        _cleanup_free_ char *victim = make_victim(f), *hidden = NULL, *error = NULL, *names = NULL,
+                            *target = NULL;
+        bool changed = true;
+
+        assert_int_equal(mkdir(f->dir, 0755), 0);
+        hidden = path_join(f->dir, ".gpu-node-agent");
+        assert_int_equal(symlink(victim, hidden), 0);
+
+        assert_int_equal(nfd_write(f->dir, "gpu-node-agent", HEADER "a=1\n", &changed, &error), -ELOOP);
+        assert_false(changed);
+        _cleanup_free_ char *want = strprintf("Refusing to use %s for the NFD feature file's temporary files: it "
+                                              "is a symbolic link, not a directory gpu-node-agent created", hidden);
+        assert_true(startswith(error, want));
+        names = list_dir(victim);
+        assert_string_equal(names, "precious");
+
+        error = mfree(error);
+        assert_int_equal(nfd_remove(f->dir, "gpu-node-agent", &error), -ELOOP);
+        want = mfree(want);
+        want = strprintf("%s/.gpu-node-agent is not a directory gpu-node-agent created (a symbolic link)", f->dir);
+        assert_true(startswith(error, want));
+        names = mfree(names);
+        names = list_dir(victim);
+        assert_string_equal(names, "precious");
+        struct stat st;
+        assert_int_equal(lstat(hidden, &st), 0);
+        assert_true(S_ISLNK(st.st_mode));
+
+        /* Our file name as a symlink is not ours to delete either. */
+        assert_int_equal(unlink(hidden), 0);
+        target = path_join(f->dir, "gpu-node-agent");
+        _cleanup_free_ char *vfile = path_join(victim, "precious");
+        assert_int_equal(symlink(vfile, target), 0);
+        error = mfree(error);
+        assert_int_equal(nfd_remove(f->dir, "gpu-node-agent", &error), -EEXIST);
+        assert_non_null(strstr(error, "is a symbolic link, not the feature file gpu-node-agent writes; leaving it alone."));
+        assert_int_equal(lstat(target, &st), 0);
+        names = mfree(names);
+        names = list_dir(victim);
+        assert_string_equal(names, "precious");
+}
+
+static void test_hidden_dir_not_ours(void **state) {
+        /* A world-writable hidden directory is someone else's playground: refused, left alone. */
+        Fixture *f = *state;
+        _cleanup_free_ char *hidden = NULL, *error = NULL;
+        bool changed;
+
+        assert_int_equal(mkdir(f->dir, 0755), 0);
+        hidden = path_join(f->dir, ".gpu-node-agent");
+        assert_int_equal(mkdir(hidden, 0777), 0);
+        assert_int_equal(chmod(hidden, 0777), 0);
+        assert_int_equal(nfd_write(f->dir, "gpu-node-agent", HEADER, &changed, &error), -EPERM);
+        assert_non_null(strstr(error, "it is a directory, not a directory gpu-node-agent created"));
+        assert_int_equal(access(hidden, F_OK), 0);
+}
+
+static void test_leftover_temp_cleaned_on_write(void **state) {
+        /* A writer killed between create and rename left a 0-byte temp file: the next write removes it,
+         * even when the labels did not change; names that are not our temp pattern stay. */
+        Fixture *f = *state;
+        _cleanup_free_ char *hidden = NULL, *stale = NULL, *other = NULL, *names = NULL;
+        bool changed;
+
+        assert_int_equal(nfd_write(f->dir, "gpu-node-agent", HEADER, &changed, NULL), 0);
+        hidden = path_join(f->dir, ".gpu-node-agent");
+        stale = path_join(hidden, "gpu-node-agent.Zz9xQ1");
+        other = path_join(hidden, "notes.txt");
+        FILE *w = fopen(stale, "w");
+        assert_non_null(w);
+        fclose(w);
+        w = fopen(other, "w");
+        assert_non_null(w);
+        fclose(w);
+        assert_int_equal(nfd_write(f->dir, "gpu-node-agent", HEADER, &changed, NULL), 0);
+        assert_false(changed);
+        names = list_dir(hidden);
+        assert_string_equal(names, "notes.txt");
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_format),
@@ -411,6 +508,9 @@ int main(void) {
                 cmocka_unit_test_setup_teardown(test_temp_dir_unusable, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_remove, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_too_big, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_hidden_dir_symlink_never_followed, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_hidden_dir_not_ours, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_leftover_temp_cleaned_on_write, setup, teardown),
                 /* Last: it may move this process into its own mount namespace. */
                 cmocka_unit_test_setup_teardown(test_read_only_dir, setup, teardown),
         };
