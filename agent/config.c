@@ -135,6 +135,12 @@ static const ConfigKey config_keys[] = {
         { "engine.retry-min", CONFIG_DURATION,  CONFIG_OFF(engine.retry_min_usec), "1s" },
         { "engine.retry-max", CONFIG_DURATION,  CONFIG_OFF(engine.retry_max_usec), "5min" },
         { "log.level",        CONFIG_ENUM,      CONFIG_OFF(log_level),      "info", .values = log_level_names },
+        { "config.remote.url", CONFIG_STRING,   CONFIG_OFF(remote.url),     "" },
+        { "config.remote.ca-file", CONFIG_STRING, CONFIG_OFF(remote.ca_file), "" },
+        { "config.remote.cert", CONFIG_STRING,  CONFIG_OFF(remote.cert),    "" },
+        { "config.remote.key", CONFIG_STRING,   CONFIG_OFF(remote.key),     "" },
+        { "config.remote.interval", CONFIG_DURATION, CONFIG_OFF(remote.interval_usec), "5min" },
+        { "config.remote.timeout", CONFIG_DURATION, CONFIG_OFF(remote.timeout_usec), "30s" },
 };
 
 static bool config_type_is_string(ConfigType t) {
@@ -486,10 +492,43 @@ static int dropin_names(char *const *dirs, char ***ret, char **error) {
         return 0;
 }
 
+/* Parses and checks one document (name is its file or URL) and merges it into *tree. A remote
+ * document may not set config.remote: where the configuration comes from is the node's own choice. */
+static int load_data(const char *path, const char *data, size_t size, bool remote, char ***files, Node **tree,
+                     char **error) {
+        Node *t = NULL;
+        int r;
+
+        r = strv_extend(files, path);
+        if (r < 0)
+                return r;
+        /* Nodes point at this copy, which lives as long as the Config (as an entry of its sources). */
+        const char *name = (*files)[strv_length(*files) - 1];
+
+        r = config_yaml_parse_file(name, data, size, error, &t);
+        if (r < 0)
+                return r;
+        if (!t)
+                return 0;
+        const Node *n = remote ? yaml_node_find(t, "config.remote") : NULL;
+        if (n) {
+                r = config_yaml_located_error(error, n->file, n->key_line, n->key_column,
+                                              "config.remote: cannot be set by the remote document itself; set "
+                                              "it in a local file such as /etc/gpu-node-agent/agent.yaml");
+                yaml_node_free(t);
+                return r;
+        }
+        r = tree_apply(t, NULL, NULL, error);
+        if (r < 0) {
+                yaml_node_free(t);
+                return r;
+        }
+        return yaml_node_merge(tree, t);
+}
+
 /* Reads, parses and checks one file and merges it into *tree. */
 static int load_file(const char *path, bool missing_ok, char ***files, Node **tree, char **error) {
         _cleanup_free_ char *data = NULL;
-        Node *t = NULL;
         size_t size;
         int r;
 
@@ -503,23 +542,7 @@ static int load_file(const char *path, bool missing_ok, char ***files, Node **tr
         if (r < 0)
                 return config_yaml_set_error(error, r, "%s: cannot read the file: %s", path, strerror(-r));
 
-        r = strv_extend(files, path);
-        if (r < 0)
-                return r;
-        /* Nodes point at this copy, which lives as long as the Config (as an entry of its sources). */
-        const char *name = (*files)[strv_length(*files) - 1];
-
-        r = config_yaml_parse_file(name, data, size, error, &t);
-        if (r < 0)
-                return r;
-        if (!t)
-                return 0;
-        r = tree_apply(t, NULL, NULL, error);
-        if (r < 0) {
-                yaml_node_free(t);
-                return r;
-        }
-        return yaml_node_merge(tree, t);
+        return load_data(path, data, size, false, files, tree, error);
 }
 
 /* Loads each drop-in whose winning copy lies in dirs[first..last]: the copy in the last directory
@@ -623,6 +646,34 @@ static int config_verify(const Config *c, const Node *tree, char **error) {
                                                  "sharing.replicas is %u but sharing.strategy is none: set "
                                                  "sharing.strategy to time-slicing or mps", c->sharing.replicas);
         }
+        n = yaml_node_find(tree, "config.remote.timeout");
+        if (c->remote.timeout_usec == 0) {
+                assert(n);
+                return config_yaml_located_error(error, n->file, n->line, n->column,
+                                                 "config.remote.timeout: must be greater than 0, or a server that "
+                                                 "never answers would hold the fetch forever");
+        }
+        n = yaml_node_find(tree, "config.remote.url");
+        if (!isempty(c->remote.url) && !startswith(c->remote.url, "https://"))
+                return config_yaml_located_error(error, n->file, n->line, n->column,
+                                                 "config.remote.url: '%s' is not an https:// URL; the configuration "
+                                                 "is only fetched over TLS", c->remote.url);
+        static const char *const remote_files[] = { "config.remote.ca-file", "config.remote.cert",
+                                                    "config.remote.key" };
+        for (size_t i = 0; i < ELEMENTSOF(remote_files); i++) {
+                n = yaml_node_find(tree, remote_files[i]);
+                if (n && !n->null && n->value && !isempty(n->value) && n->value[0] != '/')
+                        return config_yaml_located_error(error, n->file, n->line, n->column,
+                                                         "%s: '%s' is not an absolute path; write it starting "
+                                                         "with '/'", remote_files[i], n->value);
+        }
+        if (isempty(c->remote.cert) != isempty(c->remote.key)) {
+                n = yaml_node_find(tree, isempty(c->remote.cert) ? "config.remote.key" : "config.remote.cert");
+                assert(n);
+                return config_yaml_located_error(error, n->file, n->line, n->column,
+                                                 "config.remote.cert and config.remote.key go together: set "
+                                                 "both for mutual TLS, or neither");
+        }
         n = yaml_node_find(tree, "engine.retry-min");
         if (!n || n->null)
                 n = yaml_node_find(tree, "engine.retry-max");
@@ -681,6 +732,15 @@ static int config_load_internal(const ConfigLoadOptions *o, Config **ret, char *
         r = load_file(main_file, !o->main_file, &files, &tree, error);
         if (r < 0)
                 return r;
+        if (o->remote_data) {
+                if (o->remote_size > CONFIG_FILE_MAX)
+                        return config_yaml_set_error(error, -EFBIG,
+                                                     "%s: the document is larger than %u KiB; this is not a "
+                                                     "configuration file", o->remote_name, CONFIG_FILE_MAX / 1024);
+                r = load_data(o->remote_name, o->remote_data, o->remote_size, true, &files, &tree, error);
+                if (r < 0)
+                        return r;
+        }
         if (n_dirs > 0) {
                 r = dropins_load(dirs, names, n_dirs - 1, n_dirs - 1, &files, &tree, error);
                 if (r < 0)

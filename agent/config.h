@@ -73,6 +73,14 @@
  *     retry-max: 5min                              cap of that delay
  *   log:
  *     level: info                                  emerg..debug
+ *   config:
+ *     remote:                                      a drop-in fetched over HTTPS (config-remote.c)
+ *       url: ""                                    https://…, may use {hostname} {machine-id} {product}
+ *       ca-file: ""                                CA bundle that signs the server ("" = system CAs)
+ *       cert: ""                                   client certificate (PEM) for mutual TLS
+ *       key: ""                                    its private key (PEM); cert and key go together
+ *       interval: 5min                             how often the document is fetched again
+ *       timeout: 30s                               the longest one fetch may take
  * Durations: an integer (seconds) or a number with a unit: ms, s, min, h, d ("90s", "5min", "1h").
  * A --root on the command line overrides paths.root. Explicit paths must be absolute. */
 #pragma once
@@ -191,6 +199,15 @@ typedef struct ConfigEngine {
         uint64_t retry_max_usec;
 } ConfigEngine;
 
+typedef struct ConfigRemote {
+        char *url;                             /* template, "" = no remote configuration */
+        char *ca_file;
+        char *cert;
+        char *key;
+        uint64_t interval_usec;
+        uint64_t timeout_usec;
+} ConfigRemote;
+
 typedef struct Config {
         ConfigPaths paths;       /* all resolved to absolute paths */
         ConfigNvml nvml;
@@ -205,6 +222,7 @@ typedef struct Config {
         ConfigValidations validations;
         ConfigEngine engine;
         int log_level;           /* LOG_* from syslog.h */
+        ConfigRemote remote;
         char **sources;          /* files that were merged, in order (may be empty) */
 } Config;
 
@@ -214,6 +232,12 @@ typedef struct ConfigLoadOptions {
         char **dropin_dirs;      /* NULL: the two default conf.d directories; otherwise these, in order,
                                   * with the same masking rule (a later dir's file masks an earlier
                                   * one's of the same name) */
+        /* The remote document (config.remote), merged after agent.yaml and before the last drop-in
+         * directory (local /etc drop-ins win). remote_name (the URL) stands for the file in messages
+         * and in sources. NULL: none. */
+        const char *remote_name;
+        const char *remote_data;
+        size_t remote_size;
 } ConfigLoadOptions;
 
 /* Loads, merges and validates. On failure returns a negative errno (-EINVAL for invalid content,
