@@ -238,6 +238,9 @@ typedef struct ConfigLoadOptions {
         const char *remote_name;
         const char *remote_data;
         size_t remote_size;
+        /* Skip the checks across keys (config_verify): for a first look at the local files only, which
+         * the remote document may complete (sharing.replicas here, sharing.strategy there). */
+        bool partial;
 } ConfigLoadOptions;
 
 /* Loads, merges and validates. On failure returns a negative errno (-EINVAL for invalid content,

@@ -69,34 +69,31 @@ static int load_with(Manager *m, const char *url, const char *data, size_t size,
 
 int manager_config_load(Manager *m, Config **ret, char **ret_error) {
         _cleanup_free_ char *url = NULL, *error = NULL;
+        ConfigLoadOptions o = m->options.config;
         Config *local = NULL, *c = NULL;
         int r;
 
-        r = config_load(&m->options.config, &local, ret_error);
-        if (r < 0 || isempty(local->remote.url)) {
-                *ret = local;
+        /* A first look at the local files, for config.remote and the state directory; the checks
+         * across keys wait for the merged result. */
+        o.partial = true;
+        r = config_load(&o, &local, ret_error);
+        if (r < 0)
                 return r;
-        }
-        if (remote_expand_url(local, &url) < 0) {
-                *ret = local;
-                return 0;
-        }
-        const ConfigRemoteCache *cache = remote_cache(m, local, url);
-        if (!cache) {
-                *ret = local;
-                return 0;
-        }
-        r = load_with(m, url, cache->data, cache->size, &c, &error);
-        if (r < 0) {
+        const ConfigRemoteCache *cache = NULL;
+        if (!isempty(local->remote.url) && remote_expand_url(local, &url) >= 0)
+                cache = remote_cache(m, local, url);
+        config_free(local);
+        if (cache) {
+                r = load_with(m, url, cache->data, cache->size, &c, &error);
+                if (r >= 0) {
+                        *ret = c;
+                        return 0;
+                }
                 /* The local files changed under it, or this agent no longer takes a key it has. */
                 log_warning("The last known good remote configuration does not load with the local files, using "
                             "the local files alone: %s", error);
-                *ret = local;
-                return 0;
         }
-        config_free(local);
-        *ret = c;
-        return 0;
+        return config_load(&m->options.config, ret, ret_error);
 }
 
 static int on_remote_timer(sd_event_source *s, uint64_t usec, void *userdata);
