@@ -209,8 +209,9 @@ static void remote_fetch_now(Manager *m) {
         int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
         if (fd < 0 && errno == EAFNOSUPPORT) {
                 log_error("config.remote is set, but this process may not open IP sockets (the unit's "
-                          "RestrictAddressFamilies=); install the drop-in remote-config.conf from the "
-                          "documentation in /etc/systemd/system/gpu-node-agent.service.d/ and restart.");
+                          "RestrictAddressFamilies=); copy /usr/share/gpu-node-agent/remote-config.conf to "
+                          "/etc/systemd/system/gpu-node-agent.service.d/, set the server's address in its "
+                          "IPAddressAllow= and restart the service.");
                 remote_schedule(m, rc->interval_usec > 0 ? rc->interval_usec : 5 * 60 * USEC_PER_SEC);
                 return;
         }
