@@ -16,7 +16,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import Agent, Bus, Fail, Node, Notify, TempDir, check, get_property, tap_main  # noqa: E402
+from harness import AGENT, Agent, Bus, Fail, Node, Notify, TempDir, check, get_property, run, tap_main  # noqa: E402
 
 SCALE = float(os.environ.get("GNA_TIMEOUT_SCALE", "1"))
 
@@ -298,6 +298,10 @@ def test_server_down_at_boot_uses_last_known_good():
             d.close()
             srv.stop()
         os.remove(d.node.feature_file())
+        # --check-config shows what the daemon will use: the copy, named by its URL.
+        p = run([AGENT, "--check-config"] + d.node.args(), check_rc=0)
+        check("#   https://127.0.0.1:%d/nodes/%s.yaml\n" % (port, socket.gethostname()) in p.stdout and
+              "  replicas: 4\n" in p.stdout, "--check-config does not show the last-known-good copy:\n" + p.stdout)
         # Same node, server gone: the first pass already has the document's settings.
         d = Daemon(tmp, remote_yaml(port, pki, interval="1h"))
         try:
