@@ -118,6 +118,15 @@ static void remote_failed(Manager *m, const char *why) {
                     m->remote_cache ? "the last known good copy" : "the local configuration");
 }
 
+/* The server serves a good document again (the same as our copy, or 304): its old error is history. */
+static void remote_error_clear(Manager *m) {
+        if (!m->config_error || !m->config_error_remote)
+                return;
+        m->config_error = mfree(m->config_error);
+        m->config_error_remote = false;
+        manager_bus_mark_dirty(m, NULL, AGENT_MANAGER_INTERFACE, "ConfigError");
+}
+
 static void on_fetched(ConfigRemoteFetcher *f, const ConfigRemoteResult *res, void *userdata) {
         Manager *m = userdata;
         _cleanup_free_ char *error = NULL;
@@ -133,6 +142,7 @@ static void on_fetched(ConfigRemoteFetcher *f, const ConfigRemoteResult *res, vo
         }
         if (res->status == 304) {
                 log_debug("Remote configuration %s not modified.", m->remote_url);
+                remote_error_clear(m);
                 return;
         }
         if (res->status != 200) {
@@ -152,6 +162,7 @@ static void on_fetched(ConfigRemoteFetcher *f, const ConfigRemoteResult *res, vo
                                   old ? "the last known good copy" : "the local configuration", error);
                         free(m->config_error);
                         m->config_error = TAKE_PTR(error);
+                        m->config_error_remote = true;
                         manager_bus_mark_dirty(m, NULL, AGENT_MANAGER_INTERFACE, "ConfigError");
                         return;
                 }
@@ -179,8 +190,10 @@ static void on_fetched(ConfigRemoteFetcher *f, const ConfigRemoteResult *res, vo
                 config_remote_cache_done(old);
         free(old);
         m->remote_cache = n;
-        if (same)
+        if (same) {
+                remote_error_clear(m);
                 return;
+        }
 
         log_info("Remote configuration %s changed, reloading.", m->remote_url);
         m->remote_reloading = true;

@@ -275,6 +275,7 @@ int manager_reload(Manager *m, char **ret_error) {
                 log_error("Reload failed, keeping the previous configuration: %s", error);
                 free(m->config_error);
                 m->config_error = TAKE_PTR(error);
+                m->config_error_remote = false;
                 manager_bus_mark_dirty(m, NULL, AGENT_MANAGER_INTERFACE, "ConfigError");
                 (void) sd_notifyf(false, "READY=1\nSTATUS=Reload failed, previous configuration kept: %s",
                                   m->config_error);

@@ -79,6 +79,7 @@ typedef struct Manager {
         char *remote_url;                /* config.remote.url expanded, NULL when not configured */
         struct ConfigRemoteCache *remote_cache; /* the last good document, NULL none */
         bool remote_reloading;           /* the reload in progress was caused by a new document */
+        bool config_error_remote;        /* config_error is about the remote document */
 
         uint64_t labels_expiry_usec;     /* expiry written with them (CLOCK_REALTIME), 0 none */
         uint64_t labels_timestamp_sec;   /* gfd.timestamp: set at start-up and on each reload */

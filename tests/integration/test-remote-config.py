@@ -239,6 +239,12 @@ def test_500_and_invalid_keep_last_known_good():
             check(d.replicas(4), "an invalid document changed the configuration")
             with open(lkg_path(d)) as f:
                 check(f.read() == DOC4, "an invalid document replaced the last-known-good copy")
+
+            # The server is fixed (back to the copy we have: 304): the error is cleared.
+            srv.set(doc=DOC4, etag='"v1"')
+            wait_until("ConfigError cleared", lambda: get_property(d.bus, "ConfigError") == 's ""', 15,
+                       d.agent.output)
+            check(d.replicas(4), "labels changed when the server was fixed")
             d.stop()
         finally:
             d.close()
@@ -330,6 +336,13 @@ def test_mtls_required():
         d = Daemon(tmp, remote_yaml(srv.port, pki, client=True, interval="1h"))
         try:
             wait_until("replicas=4 with a client certificate", lambda: d.replicas(4), 15, d.agent.output)
+            # A reload fetches at once (interval is 1h), conditionally, and a 304 reloads nothing more.
+            n = srv.count()
+            d.agent.proc.send_signal(signal.SIGHUP)
+            wait_until("a fetch on SIGHUP", lambda: srv.count() == n + 1, 10)
+            check(srv.requests[-1][1].get("If-None-Match") == '"v1"', "the reload's fetch is not conditional")
+            time.sleep(0.5)
+            check(d.agent.output().count("changed, reloading") == 1, "a 304 reloaded:\n" + d.agent.output())
             d.stop()
         finally:
             d.close()
