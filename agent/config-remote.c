@@ -18,6 +18,11 @@ static const char *strempty(const char *s) {
         return s ?: "";
 }
 
+static char *strjoin2(const char *a, const char *b) {
+        char *s = NULL;
+        return asprintf(&s, "%s%s", a, b) < 0 ? NULL : s;
+}
+
 struct ConfigRemoteFetcher {
         sd_event *event;
         CURLM *multi;
@@ -32,7 +37,9 @@ struct ConfigRemoteFetcher {
         char *etag, *last_modified;
         char errbuf[CURL_ERROR_SIZE];
         ConfigRemoteDone done;
+        ConfigRemoteChunk on_chunk;
         void *userdata;
+        int chunk_error;             /* what on_chunk returned when it aborted */
 };
 
 static void fetcher_io_forget(ConfigRemoteFetcher *f, sd_event_source *s) {
@@ -56,6 +63,8 @@ static void fetcher_reset(ConfigRemoteFetcher *f) {
         f->body = mfree(f->body);
         f->size = 0;
         f->too_large = false;
+        f->chunk_error = 0;
+        f->on_chunk = NULL;
         f->etag = mfree(f->etag);
         f->last_modified = mfree(f->last_modified);
         f->errbuf[0] = 0;
@@ -95,7 +104,9 @@ static void fetcher_check_done(ConfigRemoteFetcher *f) {
 
                 (void) curl_easy_getinfo(f->easy, CURLINFO_RESPONSE_CODE, &status);
                 if (code != CURLE_OK) {
-                        res.error = f->too_large ? -EFBIG : errno_from_curl(code);
+                        res.error = f->chunk_error < 0 ? f->chunk_error
+                                    : f->too_large   ? -EFBIG
+                                                     : errno_from_curl(code);
                         snprintf(errbuf, sizeof(errbuf), "%s", f->too_large ? "the document is larger than 1 MiB"
                                                                : f->errbuf[0] ? f->errbuf
                                                                               : curl_easy_strerror(code));
@@ -185,6 +196,17 @@ static int on_curl_timer(CURLM *multi, long timeout_ms, void *userp) {
 static size_t on_body(char *p, size_t size, size_t n, void *userdata) {
         ConfigRemoteFetcher *f = userdata;
         size_t len = size * n;
+        long status = 0;
+
+        (void) curl_easy_getinfo(f->easy, CURLINFO_RESPONSE_CODE, &status);
+        if (f->on_chunk && status == 200) {
+                int r = f->on_chunk(p, len, f->userdata);
+                if (r < 0) {
+                        f->chunk_error = r;
+                        return 0;
+                }
+                return len;
+        }
 
         if (f->size + len > CONFIG_REMOTE_MAX) {
                 f->too_large = true;
@@ -313,17 +335,31 @@ int config_remote_fetch(ConfigRemoteFetcher *f, const ConfigRemoteRequest *req, 
         r = add_header(&f->headers, "If-None-Match", req->etag);
         if (r >= 0)
                 r = add_header(&f->headers, "If-Modified-Since", req->last_modified);
+        _cleanup_free_ char *bearer = NULL;
+        if (r >= 0 && req->bearer_token) {
+                bearer = strjoin2("Bearer ", req->bearer_token);
+                r = bearer ? add_header(&f->headers, "Authorization", bearer) : -ENOMEM;
+        }
         if (r < 0) {
                 fetcher_reset(f);
                 return r;
         }
-        long timeout_ms = req->timeout_usec / USEC_PER_MSEC > 0 ? (long) (req->timeout_usec / USEC_PER_MSEC) : 1;
+        long timeout_ms = req->timeout_usec == 0                       ? 0
+                          : req->timeout_usec / USEC_PER_MSEC > 0 ? (long) (req->timeout_usec / USEC_PER_MSEC)
+                                                                  : 1;
+        struct curl_blob ca = { (void *) req->ca_pem, req->ca_pem_size, CURL_BLOB_COPY },
+                         cert = { (void *) req->cert_pem, req->cert_pem_size, CURL_BLOB_COPY },
+                         key = { (void *) req->key_pem, req->key_pem_size, CURL_BLOB_COPY };
         bool ok = curl_easy_setopt(f->easy, CURLOPT_URL, req->url) == CURLE_OK &&
                   curl_easy_setopt(f->easy, CURLOPT_PROTOCOLS_STR, "https") == CURLE_OK &&
                   curl_easy_setopt(f->easy, CURLOPT_NOSIGNAL, 1L) == CURLE_OK &&
                   /* Connections are minutes apart: nothing to gain from keeping one open. */
                   curl_easy_setopt(f->easy, CURLOPT_FORBID_REUSE, 1L) == CURLE_OK &&
                   curl_easy_setopt(f->easy, CURLOPT_TIMEOUT_MS, timeout_ms) == CURLE_OK &&
+                  curl_easy_setopt(f->easy, CURLOPT_CONNECTTIMEOUT_MS, 30000L) == CURLE_OK &&
+                  (ca.len == 0 || curl_easy_setopt(f->easy, CURLOPT_CAINFO_BLOB, &ca) == CURLE_OK) &&
+                  (cert.len == 0 || curl_easy_setopt(f->easy, CURLOPT_SSLCERT_BLOB, &cert) == CURLE_OK) &&
+                  (key.len == 0 || curl_easy_setopt(f->easy, CURLOPT_SSLKEY_BLOB, &key) == CURLE_OK) &&
                   curl_easy_setopt(f->easy, CURLOPT_ERRORBUFFER, f->errbuf) == CURLE_OK &&
                   curl_easy_setopt(f->easy, CURLOPT_USERAGENT, "gpu-node-agent/" GPU_NODE_AGENT_VERSION) == CURLE_OK &&
                   curl_easy_setopt(f->easy, CURLOPT_WRITEFUNCTION, on_body) == CURLE_OK &&
@@ -339,6 +375,7 @@ int config_remote_fetch(ConfigRemoteFetcher *f, const ConfigRemoteRequest *req, 
                 return -EIO;
         }
         f->done = done;
+        f->on_chunk = req->on_chunk;
         f->userdata = userdata;
         return 0;
 }

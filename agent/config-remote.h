@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* Owns the remote configuration source's mechanics: expanding the URL template, one HTTPS fetch at a
- * time through libcurl's multi interface on sd-event sources (never blocking the loop), and the
- * last-known-good copy in the state directory. Returns errors, logs at most at debug; the Manager
+ * time through libcurl's multi interface on sd-event sources (never blocking the loop; also the
+ * transport of the Kubernetes node watch, kube-node.c), and the last-known-good copy in the state
+ * directory. Returns errors, logs at most at debug; the Manager
  * (manager-remote.c) decides what a result means for the node. */
 #pragma once
 
@@ -14,11 +15,19 @@
 /* Documents larger than this are refused, as local files are. */
 #define CONFIG_REMOTE_MAX (1024U * 1024U)
 
+/* A streaming request's body, chunk by chunk as it arrives; a negative return aborts the transfer. */
+typedef int (*ConfigRemoteChunk)(const char *data, size_t size, void *userdata);
+
 typedef struct ConfigRemoteRequest {
         const char *url;           /* expanded, https:// */
         const char *ca_file;       /* NULL or "": the system's CAs */
         const char *cert, *key;    /* NULL or "": no client certificate */
-        uint64_t timeout_usec;
+        /* PEM in memory instead of files (kubeconfig *-data); size 0 = not set. */
+        const char *ca_pem, *cert_pem, *key_pem;
+        size_t ca_pem_size, cert_pem_size, key_pem_size;
+        const char *bearer_token;  /* Authorization: Bearer, NULL none */
+        uint64_t timeout_usec;     /* 0: none (a watch), but connecting still times out */
+        ConfigRemoteChunk on_chunk;/* set: the body is streamed to it, not collected */
         const char *etag;          /* conditional request: If-None-Match, NULL none */
         const char *last_modified; /* If-Modified-Since, NULL none */
 } ConfigRemoteRequest;

@@ -62,6 +62,10 @@ static const char *const mig_strategy_names[_MIG_STRATEGY_MAX + 1] = {
 
 static const char *const auto_off_names[] = { "off", "auto", NULL };
 static const char *const mig_reset_names[] = { "never", "auto", NULL };
+static const char *const mig_selected_from_names[_MIG_SELECTED_FROM_MAX + 1] = {
+        [MIG_SELECTED_FROM_CONFIG] = "config",
+        [MIG_SELECTED_FROM_NODE_LABEL] = "node-label",
+};
 
 static const char *const sharing_strategy_names[_SHARING_STRATEGY_MAX + 1] = {
         [SHARING_NONE] = "none",
@@ -124,6 +128,7 @@ static const ConfigKey config_keys[] = {
         { "mig.selected",     CONFIG_STRING,    CONFIG_OFF(mig.selected),   "" },
         { "mig.reset",        CONFIG_ENUM,      CONFIG_OFF(mig.reset),      "auto", .values = mig_reset_names },
         { "mig.hooks.stop-units", CONFIG_UNITS, CONFIG_OFF(mig.stop_units), "" },
+        { "mig.selected-from", CONFIG_ENUM,     CONFIG_OFF(mig.selected_from), "config", .values = mig_selected_from_names },
         { "cdi.enabled",      CONFIG_BOOL,      CONFIG_OFF(cdi.enabled),    "true" },
         { "cdi.spec",         CONFIG_PATH,      CONFIG_OFF(cdi.spec),       "cdi/nvidia.yaml",  BASE_RUN },
         { "cdi.driver-root",  CONFIG_PATH,      CONFIG_OFF(cdi.driver_root), "",                BASE_ROOT },
@@ -135,6 +140,8 @@ static const ConfigKey config_keys[] = {
         { "engine.retry-min", CONFIG_DURATION,  CONFIG_OFF(engine.retry_min_usec), "1s" },
         { "engine.retry-max", CONFIG_DURATION,  CONFIG_OFF(engine.retry_max_usec), "5min" },
         { "log.level",        CONFIG_ENUM,      CONFIG_OFF(log_level),      "info", .values = log_level_names },
+        { "kubernetes.node-name", CONFIG_STRING, CONFIG_OFF(kubernetes.node_name), "" },
+        { "kubernetes.kubeconfig", CONFIG_PATH, CONFIG_OFF(kubernetes.kubeconfig), "kubernetes/kubelet.conf", BASE_ETC },
         { "config.remote.url", CONFIG_STRING,   CONFIG_OFF(remote.url),     "" },
         { "config.remote.ca-file", CONFIG_STRING, CONFIG_OFF(remote.ca_file), "" },
         { "config.remote.cert", CONFIG_STRING,  CONFIG_OFF(remote.cert),    "" },

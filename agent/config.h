@@ -53,6 +53,8 @@
  *   mig:
  *     config-file: <etc>/gpu-node-agent/mig-config.yaml   mig-parted v1 format
  *     selected: ""                                 the config to apply; "" = MIG not managed
+ *     selected-from: config                        config (mig.selected) | node-label (the Kubernetes
+ *                                                  node's nvidia.com/mig.config label, kube-node.c)
  *     reset: auto                                  auto | never (never: report "reboot required")
  *     hooks:
  *       stop-units: []                             units stopped around a change, started again after
@@ -73,6 +75,9 @@
  *     retry-max: 5min                              cap of that delay
  *   log:
  *     level: info                                  emerg..debug
+ *   kubernetes:                                    for mig.selected-from: node-label
+ *     node-name: ""                                this node's name, "" = the host name
+ *     kubeconfig: <etc>/kubernetes/kubelet.conf    credentials and API server (the kubelet's)
  *   config:
  *     remote:                                      a drop-in fetched over HTTPS (config-remote.c)
  *       url: ""                                    https://…, may use {hostname} {machine-id} {product}
@@ -175,7 +180,20 @@ typedef struct ConfigMig {
         char *selected;                        /* config name, "" = MIG not managed */
         int reset;                             /* 0 never, 1 auto */
         char **stop_units;                     /* units stopped around a change */
+        int selected_from;                     /* MigSelectedFrom */
 } ConfigMig;
+
+typedef enum MigSelectedFrom {
+        MIG_SELECTED_FROM_CONFIG,
+        MIG_SELECTED_FROM_NODE_LABEL,
+        _MIG_SELECTED_FROM_MAX,
+        _MIG_SELECTED_FROM_INVALID = -EINVAL,
+} MigSelectedFrom;
+
+typedef struct ConfigKubernetes {
+        char *node_name;                       /* "" = the host name */
+        char *kubeconfig;
+} ConfigKubernetes;
 
 typedef struct ConfigCdi {
         bool enabled;
@@ -223,6 +241,7 @@ typedef struct Config {
         ConfigEngine engine;
         int log_level;           /* LOG_* from syslog.h */
         ConfigRemote remote;
+        ConfigKubernetes kubernetes;
         char **sources;          /* files that were merged, in order (may be empty) */
 } Config;
 

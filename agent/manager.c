@@ -13,6 +13,7 @@
 #include "driver-unload.h"
 #include "driver.h"
 #include "fileio.h"
+#include "kube-node.h"
 #include "log.h"
 #include "manager.h"
 #include "mig-manager.h"
@@ -67,6 +68,8 @@ Manager *manager_free(Manager *m) {
         /* An apply in flight holds fabric ops, event sources, a reset child and the NVML handle. */
         mig_manager_free(m->mig);
         manager_remote_done(m);
+        kube_node_free(m->kube);
+        free(m->kube_mig_config);
         manager_driver_done(m);
         manager_consumers_done(m);
         manager_fabric_done(m);
@@ -248,6 +251,7 @@ int manager_startup(Manager *m) {
         log_info("gpu-node-agent " GPU_NODE_AGENT_VERSION " starting (root %s, kernel %s).",
                  m->config->paths.root, m->kernel_release);
         manager_remote_update(m);
+        manager_kube_update(m);
         manager_request_pass(m, "start-up");
         return 0;
 }
@@ -295,6 +299,7 @@ int manager_reload(Manager *m, char **ret_error) {
         manager_bus_mark_dirty(m, NULL, AGENT_MANAGER_INTERFACE, "ConfigSources");
         (void) manager_read_kernel_release(m);
         manager_remote_update(m);
+        manager_kube_update(m);
         log_info("Configuration reloaded (%zu file(s)).", strv_length(m->config->sources));
         (void) sd_notify(false, "READY=1");
         manager_request_pass(m, "reload");

@@ -81,6 +81,10 @@ typedef struct Manager {
         bool remote_reloading;           /* the reload in progress was caused by a new document */
         bool config_error_remote;        /* config_error is about the remote document */
 
+        /* mig.selected-from: node-label (manager-kube.c, kube-node.c). */
+        struct KubeNode *kube;
+        char *kube_mig_config;           /* the node's nvidia.com/mig.config, NULL unset or not yet read */
+
         uint64_t labels_expiry_usec;     /* expiry written with them (CLOCK_REALTIME), 0 none */
         uint64_t labels_timestamp_sec;   /* gfd.timestamp: set at start-up and on each reload */
         char *kernel_release;
@@ -120,6 +124,8 @@ int manager_config_load(Manager *m, Config **ret, char **ret_error);
 /* After the configuration was (re)loaded: starts, re-targets or stops fetching the remote document. */
 void manager_remote_update(Manager *m);
 void manager_remote_done(Manager *m);
+/* After the configuration was (re)loaded: starts or stops the Kubernetes node watch. */
+void manager_kube_update(Manager *m);
 
 /* The one stage transition function (STYLE.md rule 11). */
 void manager_set_stage(Manager *m, StageId id, StageState state, int error, const char *message);
