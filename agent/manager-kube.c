@@ -2,6 +2,8 @@
 /* Owns the Manager's side of mig.selected-from: node-label — the Kubernetes node watch (kube-node.c)
  * is started and stopped with the configuration, and a new nvidia.com/mig.config value requests a pass,
  * whose mig stage applies it through the MIG manager as mig.selected would be. */
+#include <sys/socket.h>
+
 #include "kube-node.h"
 #include "log.h"
 #include "manager.h"
@@ -42,6 +44,17 @@ void manager_kube_update(Manager *m) {
                 }
                 name = hostname;
         }
+        /* As for config.remote: a sandbox without IP sockets makes every request fail vaguely. */
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd < 0 && errno == EAFNOSUPPORT) {
+                log_error("mig.selected-from is node-label, but this process may not open IP sockets (the unit's "
+                          "RestrictAddressFamilies=); copy /usr/share/gpu-node-agent/remote-config.conf to "
+                          "/etc/systemd/system/gpu-node-agent.service.d/, set the API server's address in its "
+                          "IPAddressAllow= and restart the service.");
+                return;
+        }
+        if (fd >= 0)
+                close(fd);
         KubeNodeOptions o = {
                 .kubeconfig = m->config->kubernetes.kubeconfig,
                 .node_name = name,
