@@ -31,6 +31,7 @@ struct KubeNode {
         char *value;                      /* the label's value, NULL absent */
         bool have_value;
         bool watching;
+        uint64_t watch_started;           /* CLOCK_MONOTONIC */
         bool gone;                        /* the watch said 410: list again */
         char *line;                       /* a watch event not complete yet */
         size_t line_size;
@@ -292,7 +293,8 @@ static void on_done(ConfigRemoteFetcher *f, const ConfigRemoteResult *res, void 
                 schedule_retry(k);
                 return;
         }
-        k->retry_next = 0;
+        if (!was_watch)
+                k->retry_next = 0;
         if (!was_watch) {
                 _cleanup_(json_object_putp) json_object *node = json_tokener_parse(res->body);
                 if (!node) {
@@ -302,7 +304,14 @@ static void on_done(ConfigRemoteFetcher *f, const ConfigRemoteResult *res, void 
                 }
                 node_seen(k, node);
         }
-        /* The list, or a watch the server ended (timeoutSeconds): watch (again) from where we are. */
+        /* The list, or a watch the server ended (timeoutSeconds): watch (again) from where we are. A
+         * server that ends every watch at once would make that a busy loop: then back off. */
+        uint64_t now = 0;
+        (void) sd_event_now(k->event, CLOCK_MONOTONIC, &now);
+        if (was_watch && now - k->watch_started < USEC_PER_SEC) {
+                schedule_retry(k);
+                return;
+        }
         kube_start(k);
 }
 
@@ -332,6 +341,7 @@ static void kube_start(KubeNode *k) {
                 .on_chunk = k->resource_version ? on_chunk : NULL,
         };
         k->watching = k->resource_version;
+        (void) sd_event_now(k->event, CLOCK_MONOTONIC, &k->watch_started);
         r = config_remote_fetch(k->fetcher, &req, on_done, k);
         if (r < 0) {
                 k->watching = false;
