@@ -216,6 +216,9 @@ def test_get_then_watch_modified():
                                                           if r[1].get("watch")][-1:] == [["101"]], 10,
                               lambda: repr(api.paths()))
             check(sum(1 for p, _, _ in api.paths() if p.endswith("/" + NODE)) == n_get, "the resume listed again")
+            # A label naming a config the file does not have: reported as failed, GPUs left alone.
+            api.modified("no-such-config")
+            d.wait_labels("no-such-config", "failed")
             d.stop()
         finally:
             d.close()
