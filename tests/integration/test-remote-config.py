@@ -16,9 +16,11 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import AGENT, Agent, Bus, Fail, Node, Notify, TempDir, check, get_property, run, tap_main  # noqa: E402
+from harness import (AGENT, BUILD, Agent, Bus, Fail, Node, Notify, Skip, TempDir, check, get_property,  # noqa: E402
+                     run, tap_main)
 
 SCALE = float(os.environ.get("GNA_TIMEOUT_SCALE", "1"))
+NO_INET_TRAP = os.environ.get("GNA_NO_INET_TRAP", os.path.join(BUILD, "tests/fakes/no-inet-trap.so"))
 
 DOC4 = "sharing:\n  strategy: time-slicing\n  replicas: 4\n"
 DOC2 = "sharing:\n  strategy: time-slicing\n  replicas: 2\n"
@@ -133,7 +135,7 @@ def remote_yaml(port, pki, ca="ca.pem", client=False, interval="1s", timeout="10
 
 
 class Daemon:
-    def __init__(self, tmp, extra_yaml):
+    def __init__(self, tmp, extra_yaml, env=None):
         # A second daemon on the same node (state directory) reuses the directory's socket names.
         for stale in ("notify", "system_bus_socket"):
             if os.path.exists(os.path.join(tmp, stale)):
@@ -141,7 +143,7 @@ class Daemon:
         self.bus = Bus(tmp)
         self.notify = Notify(tmp)
         self.node = Node(tmp, "dgx-h100", extra_yaml)
-        self.agent = Agent(self.node, self.bus, self.notify)
+        self.agent = Agent(self.node, self.bus, self.notify, extra_env=env)
         try:
             self.notify.wait_for("READY=1", 60 * SCALE)
         except Fail:
@@ -349,6 +351,29 @@ def test_mtls_required():
             srv.stop()
 
 
+def test_sandbox_without_ip_sockets_names_the_dropin():
+    if os.environ.get("GNA_WRAPPER"):
+        raise Skip("an LD_PRELOAD library under a wrapper (valgrind) would load into the wrapper")
+    if not os.path.exists(NO_INET_TRAP):
+        raise Fail("%s is missing: build the tests first" % NO_INET_TRAP)
+    with TempDir() as tmp:
+        pki = make_certs(tmp)
+        srv = Server(pki)
+        env = {"LD_PRELOAD": NO_INET_TRAP,
+               "ASAN_OPTIONS": os.environ.get("ASAN_OPTIONS", "") + ":verify_asan_link_order=0"}
+        d = Daemon(tmp, remote_yaml(srv.port, pki, interval="1h"), env=env)
+        try:
+            d.wait_log("config.remote is set, but this process may not open IP sockets (the unit's "
+                       "RestrictAddressFamilies=); copy /usr/share/gpu-node-agent/remote-config.conf to "
+                       "/etc/systemd/system/gpu-node-agent.service.d/")
+            check(srv.count() == 0, "a request got through the trap")
+            check(get_property(d.bus, "Ready") == "b true", "not ready without the network")
+            d.stop()
+        finally:
+            d.close()
+            srv.stop()
+
+
 TESTS = [
     test_good_304_change_and_local_wins,
     test_500_and_invalid_keep_last_known_good,
@@ -356,6 +381,7 @@ TESTS = [
     test_bad_certificate,
     test_server_down_at_boot_uses_last_known_good,
     test_mtls_required,
+    test_sandbox_without_ip_sockets_names_the_dropin,
 ]
 
 if __name__ == "__main__":
