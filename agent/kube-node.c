@@ -140,10 +140,14 @@ static int kubeconfig_read(KubeNode *k, const char *path, char **error) {
         if (token && !(k->token = strdup(token)))
                 return -ENOMEM;
         if (!token && token_file) {
-                r = read_one_line_file(token_file, &k->token);
+                /* Relative names are relative to the kubeconfig's folder, as kubectl takes them. */
+                _cleanup_free_ char *tf = token_file[0] == '/' ? strdup(token_file) : path_join(dir, token_file);
+                if (!tf)
+                        return -ENOMEM;
+                r = read_one_line_file(tf, &k->token);
                 if (r < 0)
-                        return config_yaml_set_error(error, r, "%s: cannot read the tokenFile %s: %s", path,
-                                                     token_file, strerror(-r));
+                        return config_yaml_set_error(error, r, "%s: cannot read the tokenFile %s: %s", path, tf,
+                                                     strerror(-r));
         }
         return 0;
 }

@@ -132,7 +132,11 @@ def b64file(path):
 
 
 def write_kubeconfig(tmp, pki, port, token=None):
-    user = ("    token: %s\n" % token if token else
+    if token:
+        # A tokenFile named relative to the kubeconfig's folder, as the kubelet's service accounts do.
+        with open(os.path.join(tmp, "token"), "w") as f:
+            f.write(token + "\n")
+    user = ("    tokenFile: token\n" if token else
             "    client-certificate-data: %s\n    client-key-data: %s\n"
             % (b64file(os.path.join(pki, "client.pem")), b64file(os.path.join(pki, "client.key"))))
     path = os.path.join(tmp, "kubelet.conf")
