@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <syslog.h>
 
+#include "config-remote.h"
 #include "config-yaml.h"
 #include "config.h"
 #include "fileio.h"
@@ -665,6 +666,16 @@ static int config_verify(const Config *c, const Node *tree, char **error) {
                 return config_yaml_located_error(error, n->file, n->line, n->column,
                                                  "config.remote.url: '%s' is not an https:// URL; the configuration "
                                                  "is only fetched over TLS", c->remote.url);
+        if (!isempty(c->remote.url)) {
+                _cleanup_free_ char *url = NULL, *bad = NULL;
+                int r = config_remote_expand_url(c->remote.url, "h", "m", "p", &url, &bad);
+                if (r == -EINVAL)
+                        return config_yaml_located_error(error, n->file, n->line, n->column,
+                                                         "config.remote.url: unknown placeholder %s; the placeholders "
+                                                         "are {hostname}, {machine-id} and {product}", strna(bad));
+                if (r < 0)
+                        return r;
+        }
         static const char *const remote_files[] = { "config.remote.ca-file", "config.remote.cert",
                                                     "config.remote.key" };
         for (size_t i = 0; i < ELEMENTSOF(remote_files); i++) {

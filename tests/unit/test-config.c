@@ -587,6 +587,9 @@ static void test_remote_errors(void **state) {
                          "or neither");
         check_main_error(root, "config:\n  remote:\n    ca-file: ca.pem\n", -EINVAL,
                          "3:14: config.remote.ca-file: 'ca.pem' is not an absolute path; write it starting with '/'");
+        check_main_error(root, "config:\n  remote:\n    url: https://h/{host}.yaml\n", -EINVAL,
+                         "3:10: config.remote.url: unknown placeholder {host}; the placeholders are {hostname}, "
+                         "{machine-id} and {product}");
         check_main_error(root, "config:\n  remote:\n    timeout: 0\n", -EINVAL,
                          "3:14: config.remote.timeout: must be greater than 0, or a server that never answers would "
                          "hold the fetch forever");
