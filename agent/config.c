@@ -14,6 +14,7 @@
 #include <sys/sysmacros.h>
 #include <syslog.h>
 
+#include "config-remote.h"
 #include "config-yaml.h"
 #include "config.h"
 #include "fileio.h"
@@ -64,6 +65,10 @@ static const char *const mig_strategy_names[_MIG_STRATEGY_MAX + 1] = {
 
 static const char *const auto_off_names[] = { "off", "auto", NULL };
 static const char *const mig_reset_names[] = { "never", "auto", NULL };
+static const char *const mig_selected_from_names[_MIG_SELECTED_FROM_MAX + 1] = {
+        [MIG_SELECTED_FROM_CONFIG] = "config",
+        [MIG_SELECTED_FROM_NODE_LABEL] = "node-label",
+};
 
 static const char *const sharing_strategy_names[_SHARING_STRATEGY_MAX + 1] = {
         [SHARING_NONE] = "none",
@@ -127,6 +132,7 @@ static const ConfigKey config_keys[] = {
         { "mig.selected",     CONFIG_STRING,    CONFIG_OFF(mig.selected),   "" },
         { "mig.reset",        CONFIG_ENUM,      CONFIG_OFF(mig.reset),      "auto", .values = mig_reset_names },
         { "mig.hooks.stop-units", CONFIG_UNITS, CONFIG_OFF(mig.stop_units), "" },
+        { "mig.selected-from", CONFIG_ENUM,     CONFIG_OFF(mig.selected_from), "config", .values = mig_selected_from_names },
         { "cdi.enabled",      CONFIG_BOOL,      CONFIG_OFF(cdi.enabled),    "true" },
         { "cdi.spec",         CONFIG_PATH,      CONFIG_OFF(cdi.spec),       "cdi/nvidia.yaml",  BASE_RUN },
         { "cdi.driver-root",  CONFIG_PATH,      CONFIG_OFF(cdi.driver_root), "",                BASE_ROOT },
@@ -138,6 +144,14 @@ static const ConfigKey config_keys[] = {
         { "engine.retry-min", CONFIG_DURATION,  CONFIG_OFF(engine.retry_min_usec), "1s" },
         { "engine.retry-max", CONFIG_DURATION,  CONFIG_OFF(engine.retry_max_usec), "5min" },
         { "log.level",        CONFIG_ENUM,      CONFIG_OFF(log_level),      "info", .values = log_level_names },
+        { "kubernetes.node-name", CONFIG_STRING, CONFIG_OFF(kubernetes.node_name), "" },
+        { "kubernetes.kubeconfig", CONFIG_PATH, CONFIG_OFF(kubernetes.kubeconfig), "kubernetes/kubelet.conf", BASE_ETC },
+        { "config.remote.url", CONFIG_STRING,   CONFIG_OFF(remote.url),     "" },
+        { "config.remote.ca-file", CONFIG_STRING, CONFIG_OFF(remote.ca_file), "" },
+        { "config.remote.cert", CONFIG_STRING,  CONFIG_OFF(remote.cert),    "" },
+        { "config.remote.key", CONFIG_STRING,   CONFIG_OFF(remote.key),     "" },
+        { "config.remote.interval", CONFIG_DURATION, CONFIG_OFF(remote.interval_usec), "5min" },
+        { "config.remote.timeout", CONFIG_DURATION, CONFIG_OFF(remote.timeout_usec), "30s" },
 };
 
 static bool config_type_is_string(ConfigType t) {
@@ -489,10 +503,43 @@ static int dropin_names(char *const *dirs, char ***ret, char **error) {
         return 0;
 }
 
+/* Parses and checks one document (name is its file or URL) and merges it into *tree. A remote
+ * document may not set config.remote: where the configuration comes from is the node's own choice. */
+static int load_data(const char *path, const char *data, size_t size, bool remote, char ***files, Node **tree,
+                     char **error) {
+        Node *t = NULL;
+        int r;
+
+        r = strv_extend(files, path);
+        if (r < 0)
+                return r;
+        /* Nodes point at this copy, which lives as long as the Config (as an entry of its sources). */
+        const char *name = (*files)[strv_length(*files) - 1];
+
+        r = config_yaml_parse_file(name, data, size, error, &t);
+        if (r < 0)
+                return r;
+        if (!t)
+                return 0;
+        const Node *n = remote ? config_node_find(t, "config.remote") : NULL;
+        if (n) {
+                r = config_yaml_located_error(error, n->file, n->key_line, n->key_column,
+                                              "config.remote: cannot be set by the remote document itself; set "
+                                              "it in a local file such as /etc/gpu-node-agent/agent.yaml");
+                config_node_free(t);
+                return r;
+        }
+        r = tree_apply(t, NULL, NULL, error);
+        if (r < 0) {
+                config_node_free(t);
+                return r;
+        }
+        return config_node_merge(tree, t);
+}
+
 /* Reads, parses and checks one file and merges it into *tree. */
 static int load_file(const char *path, bool missing_ok, char ***files, Node **tree, char **error) {
         _cleanup_free_ char *data = NULL;
-        Node *t = NULL;
         size_t size;
         int r;
 
@@ -510,23 +557,7 @@ static int load_file(const char *path, bool missing_ok, char ***files, Node **tr
         if (r < 0)
                 return config_yaml_set_error(error, r, "%s: cannot read the file: %s", path, strerror(-r));
 
-        r = strv_extend(files, path);
-        if (r < 0)
-                return r;
-        /* Nodes point at this copy, which lives as long as the Config (as an entry of its sources). */
-        const char *name = (*files)[strv_length(*files) - 1];
-
-        r = config_yaml_parse_file(name, data, size, error, &t);
-        if (r < 0)
-                return r;
-        if (!t)
-                return 0;
-        r = tree_apply(t, NULL, NULL, error);
-        if (r < 0) {
-                config_node_free(t);
-                return r;
-        }
-        return config_node_merge(tree, t);
+        return load_data(path, data, size, false, files, tree, error);
 }
 
 /* /dev/null itself, whatever the name or link that leads to it, as systemd's null_or_empty(): any other
@@ -636,6 +667,44 @@ static int config_verify(const Config *c, const Node *tree, char **error) {
                                                  "sharing.replicas is %u but sharing.strategy is none: set "
                                                  "sharing.strategy to time-slicing or mps", c->sharing.replicas);
         }
+        n = config_node_find(tree, "config.remote.timeout");
+        if (c->remote.timeout_usec == 0) {
+                assert(n);
+                return config_yaml_located_error(error, n->file, n->line, n->column,
+                                                 "config.remote.timeout: must be greater than 0, or a server that "
+                                                 "never answers would hold the fetch forever");
+        }
+        n = config_node_find(tree, "config.remote.url");
+        if (!isempty(c->remote.url) && !startswith(c->remote.url, "https://"))
+                return config_yaml_located_error(error, n->file, n->line, n->column,
+                                                 "config.remote.url: '%s' is not an https:// URL; the configuration "
+                                                 "is only fetched over TLS", c->remote.url);
+        if (!isempty(c->remote.url)) {
+                _cleanup_free_ char *url = NULL, *bad = NULL;
+                int r = config_remote_expand_url(c->remote.url, "h", "m", "p", &url, &bad);
+                if (r == -EINVAL)
+                        return config_yaml_located_error(error, n->file, n->line, n->column,
+                                                         "config.remote.url: unknown placeholder %s; the placeholders "
+                                                         "are {hostname}, {machine-id} and {product}", strna(bad));
+                if (r < 0)
+                        return r;
+        }
+        static const char *const remote_files[] = { "config.remote.ca-file", "config.remote.cert",
+                                                    "config.remote.key" };
+        for (size_t i = 0; i < ELEMENTSOF(remote_files); i++) {
+                n = config_node_find(tree, remote_files[i]);
+                if (n && !n->null && n->value && !isempty(n->value) && n->value[0] != '/')
+                        return config_yaml_located_error(error, n->file, n->line, n->column,
+                                                         "%s: '%s' is not an absolute path; write it starting "
+                                                         "with '/'", remote_files[i], n->value);
+        }
+        if (isempty(c->remote.cert) != isempty(c->remote.key)) {
+                n = config_node_find(tree, isempty(c->remote.cert) ? "config.remote.key" : "config.remote.cert");
+                assert(n);
+                return config_yaml_located_error(error, n->file, n->line, n->column,
+                                                 "config.remote.cert and config.remote.key go together: set "
+                                                 "both for mutual TLS, or neither");
+        }
         n = config_node_find(tree, "engine.retry-min");
         if (!n || n->null)
                 n = config_node_find(tree, "engine.retry-max");
@@ -694,6 +763,15 @@ static int config_load_internal(const ConfigLoadOptions *o, Config **ret, char *
         r = load_file(main_file, !o->main_file, &files, &tree, error);
         if (r < 0)
                 return r;
+        if (o->remote_data) {
+                if (o->remote_size > CONFIG_FILE_MAX)
+                        return config_yaml_set_error(error, -EFBIG,
+                                                     "%s: the document is larger than %u KiB; this is not a "
+                                                     "configuration file", o->remote_name, CONFIG_FILE_MAX / 1024);
+                r = load_data(o->remote_name, o->remote_data, o->remote_size, true, &files, &tree, error);
+                if (r < 0)
+                        return r;
+        }
         if (n_dirs > 0) {
                 r = dropins_load(dirs, names, n_dirs - 1, n_dirs - 1, &files, &tree, error);
                 if (r < 0)
@@ -709,7 +787,7 @@ static int config_load_internal(const ConfigLoadOptions *o, Config **ret, char *
         r = config_resolve(c, o->root);
         if (r < 0)
                 return r;
-        r = config_verify(c, tree, error);
+        r = o->partial ? 0 : config_verify(c, tree, error);
         if (r < 0)
                 return r;
         if (!files && !(files = calloc(1, sizeof(char *))))

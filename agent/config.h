@@ -53,6 +53,8 @@
  *   mig:
  *     config-file: <etc>/gpu-node-agent/mig-config.yaml   mig-parted v1 format
  *     selected: ""                                 the config to apply; "" = MIG not managed
+ *     selected-from: config                        config (mig.selected) | node-label (the Kubernetes
+ *                                                  node's nvidia.com/mig.config label, kube-node.c)
  *     reset: auto                                  auto | never (never: report "reboot required")
  *     hooks:
  *       stop-units: []                             units stopped around a change, started again after
@@ -73,6 +75,17 @@
  *     retry-max: 5min                              cap of that delay
  *   log:
  *     level: info                                  emerg..debug
+ *   kubernetes:                                    for mig.selected-from: node-label
+ *     node-name: ""                                this node's name, "" = the host name
+ *     kubeconfig: <etc>/kubernetes/kubelet.conf    credentials and API server (the kubelet's)
+ *   config:
+ *     remote:                                      a drop-in fetched over HTTPS (config-remote.c)
+ *       url: ""                                    https://…, may use {hostname} {machine-id} {product}
+ *       ca-file: ""                                CA bundle that signs the server ("" = system CAs)
+ *       cert: ""                                   client certificate (PEM) for mutual TLS
+ *       key: ""                                    its private key (PEM); cert and key go together
+ *       interval: 5min                             how often the document is fetched again
+ *       timeout: 30s                               the longest one fetch may take
  * Durations: an integer (seconds) or a number with a unit: ms, s, min, h, d ("90s", "5min", "1h").
  * A --root on the command line overrides paths.root. Explicit paths must be absolute. */
 #pragma once
@@ -168,7 +181,20 @@ typedef struct ConfigMig {
         char *selected;                        /* config name, "" = MIG not managed */
         int reset;                             /* 0 never, 1 auto */
         char **stop_units;                     /* units stopped around a change */
+        int selected_from;                     /* MigSelectedFrom */
 } ConfigMig;
+
+typedef enum MigSelectedFrom {
+        MIG_SELECTED_FROM_CONFIG,
+        MIG_SELECTED_FROM_NODE_LABEL,
+        _MIG_SELECTED_FROM_MAX,
+        _MIG_SELECTED_FROM_INVALID = -EINVAL,
+} MigSelectedFrom;
+
+typedef struct ConfigKubernetes {
+        char *node_name;                       /* "" = the host name */
+        char *kubeconfig;
+} ConfigKubernetes;
 
 typedef struct ConfigCdi {
         bool enabled;
@@ -192,6 +218,15 @@ typedef struct ConfigEngine {
         uint64_t retry_max_usec;
 } ConfigEngine;
 
+typedef struct ConfigRemote {
+        char *url;                             /* template, "" = no remote configuration */
+        char *ca_file;
+        char *cert;
+        char *key;
+        uint64_t interval_usec;
+        uint64_t timeout_usec;
+} ConfigRemote;
+
 typedef struct Config {
         ConfigPaths paths;       /* all resolved to absolute paths */
         ConfigNvml nvml;
@@ -206,6 +241,8 @@ typedef struct Config {
         ConfigValidations validations;
         ConfigEngine engine;
         int log_level;           /* LOG_* from syslog.h */
+        ConfigRemote remote;
+        ConfigKubernetes kubernetes;
         char **sources;          /* files that were merged, in order (may be empty) */
 } Config;
 
@@ -215,6 +252,15 @@ typedef struct ConfigLoadOptions {
         char **dropin_dirs;      /* NULL: the two default conf.d directories; otherwise these, in order,
                                   * with the same masking rule (a later dir's file masks an earlier
                                   * one's of the same name) */
+        /* The remote document (config.remote), merged after agent.yaml and before the last drop-in
+         * directory (local /etc drop-ins win). remote_name (the URL) stands for the file in messages
+         * and in sources. NULL: none. */
+        const char *remote_name;
+        const char *remote_data;
+        size_t remote_size;
+        /* Skip the checks across keys (config_verify): for a first look at the local files only, which
+         * the remote document may complete (sharing.replicas here, sharing.strategy there). */
+        bool partial;
 } ConfigLoadOptions;
 
 /* Loads, merges and validates. On failure returns a negative errno (-EINVAL for invalid content,

@@ -119,12 +119,19 @@ static int parse_argv(int argc, char *argv[]) {
         return 1;
 }
 
-/* Loads the configuration for the one-shot modes; an error is logged at the given priority. */
+/* Loads the configuration for the one-shot modes, with the last-known-good remote document as the
+ * daemon would (labels.directory, driver.dkms may come from it); an error is logged at the given
+ * priority. */
 static int load_config(const ConfigLoadOptions *o, int priority, Config **ret) {
+        _cleanup_(manager_freep) Manager *m = NULL;
         _cleanup_free_ char *error = NULL;
+        ManagerOptions mo = { .config = *o, .oneshot = true, .log_level = -1 };
         int r;
 
-        r = config_load(o, ret, &error);
+        r = manager_new(&mo, &m);
+        if (r < 0)
+                return log_error_errno(r, "Failed to allocate the manager: %m");
+        r = manager_config_load(m, ret, &error);
         if (r < 0)
                 log_full(priority, "%s", error ?: strerror(-r));
         return r;

@@ -14,6 +14,7 @@
 #include "driver.h"
 #include "fileio.h"
 #include "gpu-nvml-worker.h"
+#include "kube-node.h"
 #include "log.h"
 #include "manager.h"
 #include "mig-manager.h"
@@ -67,6 +68,9 @@ Manager *manager_free(Manager *m) {
 
         /* An apply in flight holds fabric ops, event sources, a reset child and the NVML handle. */
         mig_manager_free(m->mig);
+        manager_remote_done(m);
+        kube_node_free(m->kube);
+        free(m->kube_mig_config);
         manager_driver_done(m);
         manager_consumers_done(m);
         manager_fabric_done(m);
@@ -209,7 +213,7 @@ int manager_startup(Manager *m) {
         sigset_t ss;
         int r;
 
-        r = config_load(&m->options.config, &m->config, &error);
+        r = manager_config_load(m, &m->config, &error);
         if (r < 0)
                 return log_error_errno(r, "Invalid configuration, not starting: %s", error);
         manager_apply_log_level(m);
@@ -249,6 +253,8 @@ int manager_startup(Manager *m) {
         m->labels_timestamp_sec = (uint64_t) time(NULL);
         log_info("gpu-node-agent " GPU_NODE_AGENT_VERSION " starting (root %s, kernel %s).",
                  m->config->paths.root, m->kernel_release);
+        manager_remote_update(m);
+        manager_kube_update(m);
         manager_request_pass(m, "start-up");
         return 0;
 }
@@ -271,11 +277,12 @@ int manager_reload(Manager *m, char **ret_error) {
         manager_driver_unload_release(m);
         log_info("Reloading configuration.");
 
-        r = config_load(&m->options.config, &c, &error);
+        r = manager_config_load(m, &c, &error);
         if (r < 0) {
                 log_error("Reload failed, keeping the previous configuration: %s", error);
                 free(m->config_error);
                 m->config_error = TAKE_PTR(error);
+                m->config_error_remote = false;
                 manager_bus_mark_dirty(m, NULL, AGENT_MANAGER_INTERFACE, "ConfigError");
                 (void) sd_notifyf(false, "READY=1\nSTATUS=Reload failed, previous configuration kept: %s",
                                   m->config_error);
@@ -294,6 +301,8 @@ int manager_reload(Manager *m, char **ret_error) {
         }
         manager_bus_mark_dirty(m, NULL, AGENT_MANAGER_INTERFACE, "ConfigSources");
         (void) manager_read_kernel_release(m);
+        manager_remote_update(m);
+        manager_kube_update(m);
         log_info("Configuration reloaded (%zu file(s)).", strv_length(m->config->sources));
         (void) sd_notify(false, "READY=1");
         manager_request_pass(m, "reload");

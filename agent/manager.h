@@ -81,6 +81,19 @@ typedef struct Manager {
         /* MIG management (agent/mig/, stage-mig.c). */
         struct MigManager *mig;          /* owned by agent/mig; NULL until the mig stage first runs */
         LabelSet *labels;                /* last written label set, NULL when none */
+
+        /* Remote configuration (manager-remote.c, config-remote.c). */
+        struct ConfigRemoteFetcher *remote_fetcher;
+        sd_event_source *remote_timer;   /* the next fetch */
+        char *remote_url;                /* config.remote.url expanded, NULL when not configured */
+        struct ConfigRemoteCache *remote_cache; /* the last good document, NULL none */
+        bool remote_reloading;           /* the reload in progress was caused by a new document */
+        bool config_error_remote;        /* config_error is about the remote document */
+
+        /* mig.selected-from: node-label (manager-kube.c, kube-node.c). */
+        struct KubeNode *kube;
+        char *kube_mig_config;           /* the node's nvidia.com/mig.config, NULL unset or not yet read */
+
         uint64_t labels_expiry_usec;     /* expiry written with them (CLOCK_REALTIME), 0 none */
         uint64_t labels_timestamp_sec;   /* gfd.timestamp: set at start-up and on each reload */
         char *kernel_release;
@@ -121,6 +134,15 @@ void manager_request_pass_coalesced(Manager *m, const char *reason);
 /* Reloads the configuration transactionally: on success swaps it in and requests a pass; on failure
  * keeps the old one, stores the error in config_error (visible on D-Bus) and returns it. */
 int manager_reload(Manager *m, char **ret_error);
+
+/* Loads the configuration as config_load() does, with the last good remote document (config.remote)
+ * merged in when there is one for the configured URL (manager-remote.c). */
+int manager_config_load(Manager *m, Config **ret, char **ret_error);
+/* After the configuration was (re)loaded: starts, re-targets or stops fetching the remote document. */
+void manager_remote_update(Manager *m);
+void manager_remote_done(Manager *m);
+/* After the configuration was (re)loaded: starts or stops the Kubernetes node watch. */
+void manager_kube_update(Manager *m);
 
 /* The one stage transition function (STYLE.md rule 11). */
 void manager_set_stage(Manager *m, StageId id, StageState state, int error, const char *message);

@@ -55,7 +55,16 @@ static int apply_selected(Manager *m, char **ret_message) {
         _cleanup_free_ char *error = NULL;
         int r;
 
-        r = mig_manager_apply_selected(m->mig, on_applied, m, &error);
+        if (m->config->mig.selected_from == MIG_SELECTED_FROM_NODE_LABEL) {
+                /* The node label selects, as the GPU Operator's MIG manager does; the same apply path. */
+                if (!m->kube_mig_config) {
+                        *ret_message = with_recovery(m, strdup("no MIG configuration selected: the node label "
+                                                               "nvidia.com/mig.config is not set (or not read yet)"));
+                        return STAGE_SKIPPED;
+                }
+                r = mig_manager_apply(m->mig, m->kube_mig_config, NULL, false, on_applied, m, &error);
+        } else
+                r = mig_manager_apply_selected(m->mig, on_applied, m, &error);
         if (r == -ENODATA) {
                 *ret_message = with_recovery(m, strdup("no MIG configuration selected (mig.selected)"));
                 return STAGE_SKIPPED;

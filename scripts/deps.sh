@@ -7,7 +7,7 @@
 # simulated node (./scripts/demo).
 GNA_BUILD_PACKAGES=(
         gcc libc6-dev meson ninja-build pkg-config kmod libcmocka-dev
-        libsystemd-dev libkmod-dev libpci-dev libyaml-dev libcurl4-openssl-dev
+        libsystemd-dev libkmod-dev libpci-dev libyaml-dev libcurl4-openssl-dev libjson-c-dev
         dbus python3 python3-yaml pciutils
 )
 
@@ -20,13 +20,15 @@ GNA_BUILD_PACKAGES=(
 #                     kernel's headers; its image is downloaded and unpacked, never installed)
 #   nvml-abi:         apt + dpkg-deb (Debian's nvml.h is downloaded through a private apt config)
 #   packaging:        rpm (rpmbuild for the RPM spec), fakeroot
+#   remote config:    openssl (certificates for the loopback TLS servers of the remote-config and
+#                     Kubernetes watch tests)
 #   consumers:        slurmd (the real slurmd parses the gres.conf we write: slurmd -G)
 #   docs:             man-db
 GNA_TEST_PACKAGES=(
         python3-dbus python3-jsonschema procps util-linux valgrind
         systemd systemd-container
         qemu-system-x86 busybox-static cpio file dkms linux-headers-amd64
-        rpm fakeroot man-db slurmd
+        rpm fakeroot man-db slurmd openssl
 )
 
 # gna_install_deps [build|test] [EXTRA...]: installs what is missing of that set (default: test,

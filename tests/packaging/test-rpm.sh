@@ -52,6 +52,8 @@ expected=(
         /usr/share/doc/gpu-node-agent/examples
         /usr/share/doc/gpu-node-agent/examples/agent.yaml
         /usr/share/doc/gpu-node-agent/mig.md
+        /usr/share/gpu-node-agent
+        /usr/share/gpu-node-agent/remote-config.conf
         /usr/share/man/man1/gpunodectl.1
         /usr/share/man/man5/gpu-node-agent.yaml.5
         /usr/share/man/man8/gpu-node-agent.8

@@ -290,7 +290,7 @@ static void test_errors(void **state) {
                          "2:3: unknown key 'labels.fo' (valid keys under 'labels': enabled, directory, file, "
                          "expiry, mig-strategy, timestamp)");
         check_main_error(root, "log:\n  level: info\nlabel:\n  file: x\n", -EINVAL,
-                         "3:1: unknown key 'label' (valid top-level keys: paths, nvml, labels, sharing, driver, devices, fabric, mig, cdi, gres, validations, engine, log)");
+                         "3:1: unknown key 'label' (valid top-level keys: paths, nvml, labels, sharing, driver, devices, fabric, mig, cdi, gres, validations, engine, log, kubernetes, config)");
         check_main_error(root, "labels:\n  enabled: maybe\n", -EINVAL,
                          "2:12: labels.enabled: expected a boolean (true/false), got 'maybe'");
         check_main_error(root, "labels:\n  enabled:\n    - true\n", -EINVAL,
@@ -563,6 +563,75 @@ static void test_dump_roundtrip(void **state) {
 /* The files the packages install must load; the vendor defaults file changes only labels.expiry (1h,
  * so that the labels of a node whose agent stopped for good expire), and the RPM's drop-in only
  * paths.pci-ids. */
+/* The remote document (config.remote) is merged after agent.yaml and before the administrator's
+ * conf.d, is named by its URL in errors and in sources, and may not point the node elsewhere. */
+static void test_remote_layer(void **state) {
+        const char *root = *state;
+        static const char url[] = "https://config.example/node.yaml";
+        _cleanup_free_ char *main_file = put(root, MAIN,
+                                             "labels:\n  file: from-main\n  expiry: 1h\nsharing:\n  replicas: 1\n"
+                                             "config:\n  remote:\n    url: https://config.example/{hostname}.yaml\n"),
+                            *admin = put(root, ADMIN "/50-local.yaml", "labels:\n  expiry: 2h\n"), *error = NULL;
+        const char *doc = "labels:\n  file: from-remote\n  expiry: 3h\nsharing:\n  strategy: mps\n  replicas: 4\n";
+        ConfigLoadOptions o = { .root = root, .remote_name = url, .remote_data = doc, .remote_size = strlen(doc) };
+        Config *c = NULL;
+
+        assert_int_equal(config_load(&o, &c, &error), 0);
+        assert_string_equal(c->labels.file, "from-remote");          /* remote beats agent.yaml */
+        assert_int_equal(c->labels.expiry_usec, 7200 * USEC_PER_SEC); /* the local drop-in beats remote */
+        assert_int_equal(c->sharing.replicas, 4);
+        assert_string_equal(c->remote.url, "https://config.example/{hostname}.yaml");
+        assert_int_equal(c->remote.interval_usec, 300 * USEC_PER_SEC);
+        assert_int_equal(c->remote.timeout_usec, 30 * USEC_PER_SEC);
+        assert_int_equal(strv_length(c->sources), 3);
+        assert_string_equal(c->sources[1], url);
+        c = config_free(c);
+
+        /* Same validation as a local file, with the URL where the file name would be. */
+        doc = "sharing:\n  replicas: lots\n";
+        o.remote_data = doc;
+        o.remote_size = strlen(doc);
+        assert_int_equal(config_load(&o, &c, &error), -EINVAL);
+        assert_null(c);
+        assert_string_equal(error, "https://config.example/node.yaml:2:13: sharing.replicas: expected a whole "
+                                   "number from 0 to 4294967295, got 'lots'");
+        error = mfree(error);
+
+        doc = "config:\n  remote:\n    url: https://evil.example/\n";
+        o.remote_data = doc;
+        o.remote_size = strlen(doc);
+        assert_int_equal(config_load(&o, &c, &error), -EINVAL);
+        assert_string_equal(error, "https://config.example/node.yaml:2:3: config.remote: cannot be set by the "
+                                   "remote document itself; set it in a local file such as "
+                                   "/etc/gpu-node-agent/agent.yaml");
+        error = mfree(error);
+
+        doc = "labels: [unclosed\n";
+        o.remote_data = doc;
+        o.remote_size = strlen(doc);
+        assert_int_equal(config_load(&o, &c, &error), -EBADMSG);
+        assert_true(startswith(error, "https://config.example/node.yaml:"));
+}
+
+static void test_remote_errors(void **state) {
+        const char *root = *state;
+
+        check_main_error(root, "config:\n  remote:\n    url: http://config.example/x.yaml\n", -EINVAL,
+                         "3:10: config.remote.url: 'http://config.example/x.yaml' is not an https:// URL; the "
+                         "configuration is only fetched over TLS");
+        check_main_error(root, "config:\n  remote:\n    url: https://h/x\n    cert: /etc/c.pem\n", -EINVAL,
+                         "4:11: config.remote.cert and config.remote.key go together: set both for mutual TLS, "
+                         "or neither");
+        check_main_error(root, "config:\n  remote:\n    ca-file: ca.pem\n", -EINVAL,
+                         "3:14: config.remote.ca-file: 'ca.pem' is not an absolute path; write it starting with '/'");
+        check_main_error(root, "config:\n  remote:\n    url: https://h/{host}.yaml\n", -EINVAL,
+                         "3:10: config.remote.url: unknown placeholder {host}; the placeholders are {hostname}, "
+                         "{machine-id} and {product}");
+        check_main_error(root, "config:\n  remote:\n    timeout: 0\n", -EINVAL,
+                         "3:14: config.remote.timeout: must be greater than 0, or a server that never answers would "
+                         "hold the fetch forever");
+}
+
 static void test_shipped_files(void **state) {
         const char *src = getenv("GNA_SOURCE_ROOT");
         if (!src)
@@ -615,6 +684,8 @@ int main(void) {
                 cmocka_unit_test_setup_teardown(test_durations, setup_root, teardown_root),
                 cmocka_unit_test_setup_teardown(test_root_override, setup_root, teardown_root),
                 cmocka_unit_test_setup_teardown(test_dump_roundtrip, setup_root, teardown_root),
+                cmocka_unit_test_setup_teardown(test_remote_layer, setup_root, teardown_root),
+                cmocka_unit_test_setup_teardown(test_remote_errors, setup_root, teardown_root),
                 cmocka_unit_test_setup_teardown(test_shipped_files, setup_root, teardown_root),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,0 +1,69 @@
+/* SPDX-License-Identifier: MIT */
+/* Owns the Manager's side of mig.selected-from: node-label — the Kubernetes node watch (kube-node.c)
+ * is started and stopped with the configuration, and a new nvidia.com/mig.config value requests a pass,
+ * whose mig stage applies it through the MIG manager as mig.selected would be. */
+#include <sys/socket.h>
+
+#include "kube-node.h"
+#include "log.h"
+#include "manager.h"
+
+#define MIG_CONFIG_LABEL "nvidia.com/mig.config"
+
+static void on_kube_event(KubeNode *k, const KubeNodeEvent *ev, void *userdata) {
+        Manager *m = userdata;
+
+        if (!ev->label) {
+                log_warning("Kubernetes node watch: %s; MIG stays at %s.", ev->message,
+                            m->kube_mig_config ? m->kube_mig_config : "its current layout");
+                return;
+        }
+        free(m->kube_mig_config);
+        m->kube_mig_config = ev->value ? strdup(ev->value) : NULL;
+        log_info("Node label " MIG_CONFIG_LABEL " is %s%s%s.", ev->value ? "'" : "", ev->value ?: "not set",
+                 ev->value ? "'" : "");
+        manager_request_pass(m, "node label " MIG_CONFIG_LABEL " changed");
+}
+
+void manager_kube_update(Manager *m) {
+        _cleanup_free_ char *error = NULL;
+        char hostname[256] = {};
+        int r;
+
+        m->kube = kube_node_free(m->kube);
+        if (m->options.oneshot || m->config->mig.selected_from != MIG_SELECTED_FROM_NODE_LABEL) {
+                m->kube_mig_config = mfree(m->kube_mig_config);
+                return;
+        }
+        const char *name = m->config->kubernetes.node_name;
+        if (isempty(name)) {
+                if (gethostname(hostname, sizeof(hostname) - 1) < 0) {
+                        log_error_errno(errno, "mig.selected-from is node-label but the host name is unknown (%m); "
+                                        "set kubernetes.node-name.");
+                        return;
+                }
+                name = hostname;
+        }
+        /* As for config.remote: a sandbox without IP sockets makes every request fail vaguely. */
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd < 0 && errno == EAFNOSUPPORT) {
+                log_error("mig.selected-from is node-label, but this process may not open IP sockets (the unit's "
+                          "RestrictAddressFamilies=); copy /usr/share/gpu-node-agent/remote-config.conf to "
+                          "/etc/systemd/system/gpu-node-agent.service.d/, set the API server's address in its "
+                          "IPAddressAllow= and restart the service.");
+                return;
+        }
+        if (fd >= 0)
+                close(fd);
+        KubeNodeOptions o = {
+                .kubeconfig = m->config->kubernetes.kubeconfig,
+                .node_name = name,
+                .label = MIG_CONFIG_LABEL,
+                .retry_min_usec = m->config->engine.retry_min_usec,
+                .retry_max_usec = m->config->engine.retry_max_usec,
+        };
+        r = kube_node_new(m->event, &o, on_kube_event, m, &m->kube, &error);
+        if (r < 0)
+                log_error("mig.selected-from is node-label, but the node cannot be watched: %s",
+                          error ?: strerror(-r));
+}
