@@ -4,9 +4,11 @@
  * more, and container runtimes must not keep injecting devices from a spec nobody refreshes. Only files
  * the agent itself writes are removed; another producer's CDI spec of the same name is left alone. */
 #include <errno.h>
+#include <fcntl.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "cdi.h"
 #include "cleanup.h"
 #include "fileio.h"
 #include "log.h"
@@ -30,19 +32,30 @@ static int remove_file(const char *path, const char *what) {
 }
 
 static int cleanup_cdi_spec(const char *spec) {
-        _cleanup_free_ char *first = NULL;
+        _cleanup_free_ char *data = NULL, *error = NULL;
         int r;
 
-        r = read_one_line_file(spec, &first);
+        /* Not through a symlink, and only a regular file: what is at our name otherwise is not ours. */
+        r = read_full_file_at(AT_FDCWD, spec, READ_FILE_NOFOLLOW, 64 * 1024 * 1024, &data, NULL);
         if (r == -ENOENT)
                 return 0;
+        if (r == -ELOOP || r == -EBADFD || r == -EISDIR) {
+                log_notice("Leaving %s: it is not a regular file, so gpu-node-agent did not write it.", spec);
+                return 0;
+        }
         if (r < 0)
                 return log_error_errno(r, "Failed to read the CDI spec %s: %m", spec);
-        if (!startswith(first, CDI_SPEC_SIGNATURE)) {
+        if (!startswith(data, CDI_SPEC_SIGNATURE)) {
                 log_notice("Leaving the CDI spec %s: it was not written by gpu-node-agent.", spec);
                 return 0;
         }
-        return remove_file(spec, "the CDI spec");
+        r = cdi_spec_remove(spec, &error);
+        if (r == -ENOENT)
+                return 0;
+        if (r < 0)
+                return log_error_errno(r, "Failed to remove the CDI spec %s: %s", spec, error ?: strerror(-r));
+        log_info("Removed the CDI spec %s.", spec);
+        return 0;
 }
 
 static int cleanup_runtime_file(const char *dir, const char *name) {

@@ -273,6 +273,15 @@ def test_cleanup_removes_outputs():
         p = run(WRAP + [AGENT, "--cleanup"] + node.args(), check_rc=0, node=node)
         check(os.path.exists(node.cdi_spec) and "not written by gpu-node-agent" in p.stderr,
               "--cleanup removed a foreign CDI spec or did not say why it kept it:\n" + p.stderr)
+        # A symlink planted at the spec's name is not followed, even to a file that looks like ours.
+        os.unlink(node.cdi_spec)
+        target = os.path.join(tmp, "looks-like-ours.yaml")
+        with open(target, "w") as f:
+            f.write("# Written by gpu-node-agent: planted\n")
+        os.symlink(target, node.cdi_spec)
+        p = run(WRAP + [AGENT, "--cleanup"] + node.args(), check_rc=0, node=node)
+        check(os.path.islink(node.cdi_spec) and os.path.exists(target) and "not a regular file" in p.stderr,
+              "--cleanup followed or removed a symlink at the CDI spec's name:\n" + p.stderr)
         # A broken configuration does not keep stale labels: the defaults are used, the error said.
         with open(os.path.join(node.confd, "10-bad.yaml"), "w") as f:
             f.write("labels: [\n")
