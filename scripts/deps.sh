@@ -22,6 +22,8 @@ GNA_BUILD_PACKAGES=(
 #   packaging:        rpm (rpmbuild for the RPM spec), fakeroot
 #   remote config:    openssl (certificates for the loopback TLS servers of the remote-config and
 #                     Kubernetes watch tests)
+#   fuzz:             clang-14, libclang-rt-14-dev (libFuzzer and the sanitizer runtimes; clang-14
+#                     only recommends the latter)
 #   consumers:        slurmd (the real slurmd parses the gres.conf we write: slurmd -G)
 #   docs:             man-db
 GNA_TEST_PACKAGES=(
@@ -29,6 +31,7 @@ GNA_TEST_PACKAGES=(
         systemd systemd-container
         qemu-system-x86 busybox-static cpio file dkms linux-headers-amd64
         rpm fakeroot man-db slurmd openssl
+        clang-14 libclang-rt-14-dev
 )
 
 # gna_install_deps [build|test] [EXTRA...]: installs what is missing of that set (default: test,
