@@ -45,6 +45,7 @@ expected=(
         /usr/sbin/gpu-node-agent
         /usr/share/dbus-1/system.d/org.gpunodeagent.Agent1.conf
         /usr/share/doc/gpu-node-agent
+        /usr/share/doc/gpu-node-agent/HACKING.md
         /usr/share/doc/gpu-node-agent/configuration.md
         /usr/share/doc/gpu-node-agent/dbus
         /usr/share/doc/gpu-node-agent/dbus/org.gpunodeagent.Agent1.Gpu.md
