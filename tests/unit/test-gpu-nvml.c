@@ -268,6 +268,13 @@ static void test_snapshot_equal_find(void **state) {
         b->gpus[0].mig_pending = GPU_MIG_ENABLED;
         b->gpus[1].clique = strdup("x.1");
         assert_false(nvml_snapshot_equal(a, b));
+        free(b->gpus[1].clique);
+        b->gpus[1].clique = NULL;
+        b->gpus[1].nvlink_known = !a->gpus[1].nvlink_known; /* NVLink topology is compared */
+        assert_false(nvml_snapshot_equal(a, b));
+        b->gpus[1].nvlink_known = a->gpus[1].nvlink_known;
+        assert_int_equal(strv_extend(&b->gpus[1].nvlink_remotes, "0000:05:00.0"), 0);
+        assert_false(nvml_snapshot_equal(a, b));
 
         assert_ptr_equal(nvml_snapshot_find(a, "0000:5e:00.0"), &a->gpus[1]);
         assert_ptr_equal(nvml_snapshot_find(a, "0000:5E:00.0"), &a->gpus[1]);
