@@ -13,7 +13,12 @@
  *  - Cores= are Slurm core indexes: the first thread of each core among the GPU's local CPUs (the
  *    kernel's local_cpulist of the PCI device), which on Linux's usual enumeration (first threads
  *    0..cores-1, their siblings after) are the core indexes Slurm counts.
- * Links= (NVLink topology) is not written: the NVML snapshot does not carry the NVLink topology. */
+ *  - Links= on a full GPU whose NVLink state NVML reports, as Slurm's gpu/nvml plugin builds it
+ *    (_nvml_get_nvlink_info): one entry per GPU of the snapshot in NVML's (PCI) order, -1 for the GPU
+ *    itself, else how many of its active NVLinks end at that GPU; a link that ends at an NVSwitch (or at
+ *    anything not a GPU of the node) counts for no GPU, so a DGX's GPUs read -1,0,0,…. Without NVLink
+ *    state (PCIe GPU, older driver) there is no Links=, which Slurm reads as "no links" too. MIG device
+ *    lines carry none: MIG devices have no NVLink (Slurm gives them placeholder links, for sorting only). */
 #include <ctype.h>
 #include <limits.h>
 #include <errno.h>
@@ -189,6 +194,31 @@ static char *gpu_cores(const GresInput *in, const GpuInfo *g, char ***warnings) 
         return strprintf(" Cores=%s", cores);
 }
 
+/* " Links=-1,0,12…" for snapshot GPU i, or "" when NVML did not report its NVLink state. */
+static char *gpu_links(const NvmlSnapshot *s, size_t i) {
+        const GpuInfo *g = &s->gpus[i];
+        _cleanup_strv_free_ char **counts = NULL;
+
+        if (!g->nvlink_known)
+                return strdup("");
+        for (size_t j = 0; j < s->n_gpus; j++) {
+                unsigned n = 0;
+
+                if (j == i) {
+                        if (strv_extend(&counts, "-1") < 0)
+                                return NULL;
+                        continue;
+                }
+                STRV_FOREACH(remote, g->nvlink_remotes)
+                        if (streq(*remote, s->gpus[j].pci_address))
+                                n++;
+                if (strv_extendf(&counts, "%u", n) < 0)
+                        return NULL;
+        }
+        _cleanup_free_ char *list = strv_join(counts, ",");
+        return list ? strprintf(" Links=%s", list) : NULL;
+}
+
 int gres_format(const GresInput *in, char **ret_text, char ***ret_warnings) {
         _cleanup_strv_free_ char **lines = NULL, **warnings = NULL;
         _cleanup_free_ CapMinor *minors = NULL;
@@ -218,7 +248,11 @@ int gres_format(const GresInput *in, char **ret_text, char ***ret_warnings) {
                 if (!cores)
                         return -ENOMEM;
                 if (g->mig_current != GPU_MIG_ENABLED) {
-                        if (strv_extendf(&lines, "Name=gpu Type=%s File=%s/nvidia%d%s", type, in->dev, g->minor, cores) < 0)
+                        _cleanup_free_ char *links = gpu_links(in->snapshot, i);
+                        if (!links)
+                                return -ENOMEM;
+                        if (strv_extendf(&lines, "Name=gpu Type=%s File=%s/nvidia%d%s%s", type, in->dev, g->minor,
+                                         cores, links) < 0)
                                 return -ENOMEM;
                         n_devices++;
                         continue;

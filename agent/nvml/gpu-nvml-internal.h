@@ -31,6 +31,8 @@ typedef struct GpuNvmlFunctions {
         gna_nvmlDeviceGetCudaComputeCapability_fn nvmlDeviceGetCudaComputeCapability;
         gna_nvmlDeviceGetMinorNumber_fn nvmlDeviceGetMinorNumber;
         gna_nvmlDeviceGetGpuFabricInfo_fn nvmlDeviceGetGpuFabricInfo;
+        gna_nvmlDeviceGetNvLinkState_fn nvmlDeviceGetNvLinkState;
+        gna_nvmlDeviceGetNvLinkRemotePciInfo_v2_fn nvmlDeviceGetNvLinkRemotePciInfo_v2;
         gna_nvmlDeviceGetComputeRunningProcesses_v3_fn nvmlDeviceGetComputeRunningProcesses_v3;
 
         gna_nvmlDeviceGetMigMode_fn nvmlDeviceGetMigMode;
@@ -69,6 +71,7 @@ typedef enum GpuNvmlFact {
         GPU_FACT_NO_MIG = 1u << 6,     /* GetMigMode said NOT_SUPPORTED: never MIG-capable */
         GPU_FACT_MAX_MIG = 1u << 7,
         GPU_FACT_NO_FABRIC = 1u << 8,  /* GetGpuFabricInfo said NOT_SUPPORTED: never fabric-attached */
+        GPU_FACT_NVLINK = 1u << 9,     /* NVLink topology read (nvlink_known / nvlink_remotes) */
 } GpuNvmlFact;
 
 enum {
@@ -89,6 +92,8 @@ typedef struct GpuNvmlCached {
         int cc_major, cc_minor;
         int minor;
         unsigned max_mig_devices;
+        bool nvlink_known;             /* NVML answered NvLinkState (not NOT_SUPPORTED) */
+        char **nvlink_remotes;         /* one per active link: the far end's PCI address, ours spelled */
         /* The MIG devices the last read found and read without a warning, by UUID: a MIG device's facts
          * (attributes, GI/CI ids, profiles, placement, profile name) cannot change while it exists, and
          * re-creating it gives it a new UUID. Emptied when the GPU leaves MIG mode. */
@@ -191,6 +196,8 @@ int gpu_nvml_device_get_memory_info(GpuNvml *n, nvmlDevice_t d, nvmlMemory_t *re
 int gpu_nvml_device_get_cuda_compute_capability(GpuNvml *n, nvmlDevice_t d, int *major, int *minor);
 int gpu_nvml_device_get_minor_number(GpuNvml *n, nvmlDevice_t d, unsigned *ret);
 int gpu_nvml_device_get_gpu_fabric_info(GpuNvml *n, nvmlDevice_t d, nvmlGpuFabricInfo_t *ret);
+int gpu_nvml_device_get_nvlink_state(GpuNvml *n, nvmlDevice_t d, unsigned link, nvmlEnableState_t *ret);
+int gpu_nvml_device_get_nvlink_remote_pci_info(GpuNvml *n, nvmlDevice_t d, unsigned link, nvmlPciInfo_t *ret);
 /* *count in: capacity of infos; out: number of processes (INSUFFICIENT_SIZE → -ENOBUFS with the need). */
 int gpu_nvml_device_get_compute_running_processes(GpuNvml *n, nvmlDevice_t d, unsigned *count,
                                                   nvmlProcessInfo_t *infos);
@@ -238,6 +245,10 @@ int gpu_nvml_enumerate(GpuNvml *n, char ***ret, char **ret_error);
 /* The attribute suffix of a GPU instance profile index: "" "+me" "+me.all" "+gfx" "-me"; NULL for an
  * index newer than this code knows. */
 const char *gpu_nvml_profile_index_suffix(unsigned index);
+
+/* The NVLink topology of c's GPU into g (gpu-nvml-nvlink.c): read once, cached in c. A missing entry point
+ * or NOT_SUPPORTED leaves g->nvlink_known false; a failing link is a warning. */
+int gpu_nvml_read_nvlinks(GpuNvml *n, NvmlSnapshot *s, GpuNvmlCached *c, GpuInfo *g);
 
 /* Frees what a MigDeviceInfo owns. */
 void gpu_nvml_mig_device_done(MigDeviceInfo *m);

@@ -6,7 +6,8 @@
  * NVML calls per read, for G GPUs NVML knows (the benchmarks and tests count them):
  *   first read:   3 system versions + per GPU 8 (handle by bus id, index (when exported), name, UUID,
  *                 memory, compute capability, minor, MIG mode) + 1 fabric (when exported); a GPU NVML
- *                 does not know costs its handle lookup once
+ *                 does not know costs its handle lookup once; + NVLink (gpu-nvml-nvlink.c): 1 state
+ *                 call when not supported, else per link 1 state + 1 remote PCI info when active
  *   every read:   per GPU 1 MIG mode (0 once NOT_SUPPORTED) + 1 fabric (0 once NOT_SUPPORTED)
  *   MIG enabled:  + 1 max MIG device count (first time), + per GPU model once: one profile info call per
  *                 profile index until INVALID_ARGUMENT, + per slot 1 handle (NOT_FOUND = empty), + per MIG
@@ -733,6 +734,9 @@ static int read_gpu(GpuNvml *n, NvmlSnapshot *s, const char *address, unsigned p
                         return r;
         } else
                 gpu_nvml_mig_known_clear(c);
+        r = gpu_nvml_read_nvlinks(n, s, c, g);
+        if (r < 0)
+                return r;
         return read_fabric(n, s, c, g);
 }
 

@@ -18,6 +18,7 @@ void gpu_info_done(GpuInfo *g) {
         free(g->name);
         free(g->uuid);
         free(g->clique);
+        g->nvlink_remotes = strv_free(g->nvlink_remotes);
         for (size_t i = 0; i < g->n_mig_devices; i++)
                 gpu_nvml_mig_device_done(&g->mig_devices[i]);
         free(g->mig_devices);
@@ -65,6 +66,7 @@ static bool gpu_info_equal(const GpuInfo *a, const GpuInfo *b) {
             a->memory_total_bytes != b->memory_total_bytes || a->cc_major != b->cc_major ||
             a->cc_minor != b->cc_minor || a->minor != b->minor || a->mig_current != b->mig_current ||
             a->mig_pending != b->mig_pending || !streq_ptr(a->clique, b->clique) ||
+            a->nvlink_known != b->nvlink_known || !strv_equal(a->nvlink_remotes, b->nvlink_remotes) ||
             a->n_mig_devices != b->n_mig_devices)
                 return false;
         for (size_t i = 0; i < a->n_mig_devices; i++)

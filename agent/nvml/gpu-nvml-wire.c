@@ -176,6 +176,10 @@ void wire_put_snapshot(WireBuf *b, const NvmlSnapshot *s) {
                 wire_put_i32(b, g->mig_current);
                 wire_put_i32(b, g->mig_pending);
                 wire_put_str(b, g->clique);
+                wire_put_u32(b, g->nvlink_known);
+                wire_put_u32(b, (uint32_t) strv_length(g->nvlink_remotes));
+                STRV_FOREACH(a, g->nvlink_remotes)
+                        wire_put_str(b, *a);
                 wire_put_u32(b, (uint32_t) g->n_mig_devices);
                 for (size_t k = 0; k < g->n_mig_devices; k++)
                         put_mig_device(b, &g->mig_devices[k]);
@@ -225,6 +229,19 @@ int wire_get_snapshot(WireReader *r, NvmlSnapshot **ret) {
                 g->mig_current = wire_get_i32(r);
                 g->mig_pending = wire_get_i32(r);
                 g->clique = wire_get_str(r);
+                g->nvlink_known = wire_get_u32(r) != 0;
+                m = wire_get_u32(r);
+                if (m > r->left / 4)
+                        return -EBADMSG;
+                for (uint32_t k = 0; k < m; k++) {
+                        char *a = wire_get_str(r);
+                        if (!a || strlen(a) >= sizeof g->pci_address) {
+                                free(a);
+                                return -EBADMSG;
+                        }
+                        if (strv_consume(&g->nvlink_remotes, a) < 0)
+                                return -ENOMEM;
+                }
                 if (!mig_mode_ok(g->mig_current) || !mig_mode_ok(g->mig_pending))
                         return -EBADMSG;
                 m = wire_get_u32(r);

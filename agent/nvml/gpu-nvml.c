@@ -137,6 +137,8 @@ static const struct {
         SYM(nvmlDeviceGetCudaComputeCapability,   NULL,                                   false),
         SYM(nvmlDeviceGetMinorNumber,             NULL,                                   false),
         SYM(nvmlDeviceGetGpuFabricInfo,           NULL,                                   false),
+        SYM(nvmlDeviceGetNvLinkState,             NULL,                                   false),
+        SYM(nvmlDeviceGetNvLinkRemotePciInfo_v2,  "nvmlDeviceGetNvLinkRemotePciInfo",     false),
         SYM(nvmlDeviceGetComputeRunningProcesses_v3, "nvmlDeviceGetComputeRunningProcesses_v2", false),
         SYM(nvmlDeviceGetMigMode,                 NULL,                                   false),
         SYM(nvmlDeviceSetMigMode,                 NULL,                                   false),
@@ -330,6 +332,7 @@ void gpu_nvml_cache_clear(GpuNvml *n) {
         for (size_t i = 0; i < n->n_cached; i++) {
                 free(n->cached[i].name);
                 free(n->cached[i].uuid);
+                strv_free(n->cached[i].nvlink_remotes);
                 gpu_nvml_mig_known_clear(&n->cached[i]);
         }
         n->cached = mfree(n->cached);
@@ -467,6 +470,14 @@ int gpu_nvml_device_get_minor_number(GpuNvml *n, nvmlDevice_t d, unsigned *ret) 
 
 int gpu_nvml_device_get_gpu_fabric_info(GpuNvml *n, nvmlDevice_t d, nvmlGpuFabricInfo_t *ret) {
         return GPU_NVML_CALL(n, nvmlDeviceGetGpuFabricInfo, d, ret);
+}
+
+int gpu_nvml_device_get_nvlink_state(GpuNvml *n, nvmlDevice_t d, unsigned link, nvmlEnableState_t *ret) {
+        return GPU_NVML_CALL(n, nvmlDeviceGetNvLinkState, d, link, ret);
+}
+
+int gpu_nvml_device_get_nvlink_remote_pci_info(GpuNvml *n, nvmlDevice_t d, unsigned link, nvmlPciInfo_t *ret) {
+        return GPU_NVML_CALL(n, nvmlDeviceGetNvLinkRemotePciInfo_v2, d, link, ret);
 }
 
 int gpu_nvml_device_get_compute_running_processes(GpuNvml *n, nvmlDevice_t d, unsigned *count,

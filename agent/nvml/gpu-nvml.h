@@ -53,6 +53,9 @@ typedef struct GpuInfo {
         MigDeviceInfo *mig_devices;  /* MIG devices, ordered by (gi_id, ci_id) */
         size_t n_mig_devices;
         char *clique;                /* "<clusterUUID>.<cliqueId>" when fabric-attached and completed, else NULL */
+        bool nvlink_known;           /* NVML reports NVLink state for this GPU (false: no NVLink, or not said) */
+        char **nvlink_remotes;       /* per active NVLink, the far end's PCI address ("0000:1b:00.0"): a peer
+                                      * GPU or an NVSwitch; NULL when none is active */
 } GpuInfo;
 
 /* What NVML said about the node in one read. GPUs are in PCI address order (our index), one entry per

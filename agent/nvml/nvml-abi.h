@@ -146,6 +146,15 @@ enum {
 };
 typedef unsigned char GNA_NVML(nvmlGpuFabricState_t);
 
+/* NVLink: links per GPU (18 in the 11.8 header: Hopper's count) and nvmlDeviceGetNvLinkState's answer. */
+enum {
+        GNA_NVML(NVML_NVLINK_MAX_LINKS) = 18,
+};
+typedef enum GNA_NVML(nvmlEnableState_enum) {
+        GNA_NVML(NVML_FEATURE_DISABLED) = 0,
+        GNA_NVML(NVML_FEATURE_ENABLED) = 1,
+} GNA_NVML(nvmlEnableState_t);
+
 /* ---- Structs ------------------------------------------------------------------------------------------ */
 
 /* The layout nvmlDeviceGetPciInfo_v3 (and _v2) fill in. busId is "00000000:1B:00.0": 8 hex digits of
@@ -333,6 +342,12 @@ typedef GNA_NVML(nvmlReturn_t) (*gna_nvmlDeviceGetMinorNumber_fn)(GNA_NVML(nvmlD
 typedef GNA_NVML(nvmlReturn_t) (*gna_nvmlDeviceGetGpuFabricInfo_fn)(GNA_NVML(nvmlDevice_t) device,
                                                                    GNA_NVML(nvmlGpuFabricInfo_t) *gpuFabricInfo);
 #endif
+/* NVLink topology (Slurm's Links=): a link's state, and the PCI address of what is at its far end. */
+typedef GNA_NVML(nvmlReturn_t) (*gna_nvmlDeviceGetNvLinkState_fn)(GNA_NVML(nvmlDevice_t) device, unsigned int link,
+                                                                 GNA_NVML(nvmlEnableState_t) *isActive);
+typedef GNA_NVML(nvmlReturn_t) (*gna_nvmlDeviceGetNvLinkRemotePciInfo_v2_fn)(GNA_NVML(nvmlDevice_t) device,
+                                                                            unsigned int link,
+                                                                            GNA_NVML(nvmlPciInfo_t) *pci);
 typedef GNA_NVML(nvmlReturn_t) (*gna_nvmlDeviceGetComputeRunningProcesses_v3_fn)(
         GNA_NVML(nvmlDevice_t) device, unsigned int *infoCount, GNA_NVML(nvmlProcessInfo_t) *infos);
 

@@ -42,6 +42,8 @@ CHECK_FN(gna_nvmlDeviceGetMinorNumber_fn, nvmlDeviceGetMinorNumber);
 #ifdef NVML_GPU_FABRIC_UUID_LEN
 CHECK_FN(gna_nvmlDeviceGetGpuFabricInfo_fn, nvmlDeviceGetGpuFabricInfo);
 #endif
+CHECK_FN(gna_nvmlDeviceGetNvLinkState_fn, nvmlDeviceGetNvLinkState);
+CHECK_FN(gna_nvmlDeviceGetNvLinkRemotePciInfo_v2_fn, nvmlDeviceGetNvLinkRemotePciInfo_v2);
 CHECK_FN(gna_nvmlDeviceGetComputeRunningProcesses_v3_fn, nvmlDeviceGetComputeRunningProcesses_v3);
 /* The _v2 fallback takes nvmlProcessInfo_v2_t*, a distinct type of the same layout (nvml-abi-types.c). */
 

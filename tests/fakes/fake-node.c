@@ -131,7 +131,7 @@ static int parse_instance(FakeYaml *y, yaml_node_t *n, FakeGpu *g, FakeInitGi *r
 
 static int parse_gpu(FakeYaml *y, yaml_node_t *n, FakeNode *node, FakeGpu *g, FakeError *e) {
         static const char *const keys[] = { "pci", "model", "uuid", "minor", "subsystem", "mig", "mig_pending",
-                                            "instances", "fabric", "processes", NULL };
+                                            "instances", "fabric", "nvlink", "processes", NULL };
         const char *s;
         uint64_t v;
         int r;
@@ -265,6 +265,30 @@ static int parse_gpu(FakeYaml *y, yaml_node_t *n, FakeNode *node, FakeGpu *g, Fa
                                                   "completed, not '%s'", y->path, fake_yaml_line(st), s);
                 }
                 g->has_fabric = true;
+        }
+
+        yaml_node_t *nvlink = fake_yaml_get(y, n, "nvlink");
+        if (nvlink) {
+                r = fake_yaml_expect(y, nvlink, YAML_SEQUENCE_NODE, "'nvlink' of a GPU", e);
+                if (r < 0)
+                        return r;
+                if (fake_yaml_len(nvlink) > FAKE_MAX_NVLINK)
+                        return fake_error(e, "%s:%u: GPU %s has %zu NVLinks; NVML has at most %d per GPU",
+                                          y->path, fake_yaml_line(nvlink), g->pci, fake_yaml_len(nvlink),
+                                          FAKE_MAX_NVLINK);
+                for (size_t i = 0; i < fake_yaml_len(nvlink); i++) {
+                        FakeNvLink *l = &g->nvlink[g->n_nvlink++];
+                        int end = -1;
+                        r = fake_yaml_str(y, fake_yaml_item(y, nvlink, i), "an 'nvlink' entry", &s, e);
+                        if (r < 0)
+                                return r;
+                        if (sscanf(s, "%x:%x:%x.%x%n", &l->domain, &l->bus, &l->device, &l->function, &end) != 4 ||
+                            end != (int) strlen(s) || l->bus > 0xff || l->device > 0x1f || l->function > 7)
+                                return fake_error(e, "%s:%u: GPU %s: NVLink %zu ends at '%s', which is not a PCI "
+                                                  "address (the peer GPU's or NVSwitch's, e.g. 0000:05:00.0)",
+                                                  y->path, fake_yaml_line(nvlink), g->pci, i, s);
+                }
+                g->has_nvlink = true;
         }
 
         yaml_node_t *procs = fake_yaml_get(y, n, "processes");

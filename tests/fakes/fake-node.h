@@ -58,6 +58,13 @@ typedef struct FakeInitGi {
         size_t n_ci;           /* 0: one CI over the whole GI */
 } FakeInitGi;
 
+#define FAKE_MAX_NVLINK 18  /* NVML_NVLINK_MAX_LINKS */
+
+/* The far end of one active NVLink: a GPU or an NVSwitch, by PCI address. */
+typedef struct FakeNvLink {
+        unsigned domain, bus, device, function;
+} FakeNvLink;
+
 typedef struct FakeGpu {
         /* from the description */
         char pci[16];          /* "0000:1b:00.0" */
@@ -70,6 +77,9 @@ typedef struct FakeGpu {
         uint8_t cluster_uuid[16];
         unsigned clique;
         unsigned fabric_state; /* NVML_GPU_FABRIC_STATE_* value */
+        bool has_nvlink;       /* "nvlink:" given: links 0..n_nvlink-1 active, the rest inactive */
+        FakeNvLink nvlink[FAKE_MAX_NVLINK];
+        size_t n_nvlink;
         FakeProcess *procs;
         size_t n_procs;
         bool init_mig, init_pending;

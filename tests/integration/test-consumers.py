@@ -75,6 +75,14 @@ def local_cpus(node, pci):
     return read(os.path.join(node.node, "sys/bus/pci/devices", pci, "local_cpulist")).strip()
 
 
+def links(gpus, i):
+    """Slurm's Links= of GPU i from the description's NVLink ends: -1 itself, else its links to each GPU
+    (links to NVSwitches count for none); "" when the GPU has no NVLink (no \"nvlink\" key)."""
+    if "nvlink" not in gpus[i]:
+        return ""
+    return " Links=" + ",".join("-1" if j == i else str(gpus[i]["nvlink"].count(g["pci"])) for j, g in enumerate(gpus))
+
+
 def mig_minor(node, name):
     for line in read(os.path.join(node.node, "proc/driver/nvidia-caps/mig-minors")).splitlines():
         k, v = line.split()
@@ -137,6 +145,11 @@ def slurmd_gres(tmp, gres_file, types):
     return got, out
 
 
+def slurmd_links(out):
+    """The Links= slurmd -G reports per GPU, in its order."""
+    return re.findall(r"Gres Name=gpu .*? Links=(\S+)", out)
+
+
 def test_slurm_full_gpus():
     with TempDir() as tmp:
         node, gres_file = gres_node(tmp, "dgx-h100")
@@ -144,11 +157,15 @@ def test_slurm_full_gpus():
         check("Slurm: wrote 8 GRES lines to %s." % gres_file in out, "no word of the gres file:\n" + out)
         text = read(gres_file)
         gpus = nvml_gpus(node)
-        want = ["Name=gpu Type=%s File=%s/nvidia%d Cores=%s" % (slurm_type(g["model"]), node.dev, g["minor"],
-                                                               local_cpus(node, g["pci"])) for g in gpus]
+        want = ["Name=gpu Type=%s File=%s/nvidia%d Cores=%s%s" % (slurm_type(g["model"]), node.dev, g["minor"],
+                                                                 local_cpus(node, g["pci"]), links(gpus, i))
+                for i, g in enumerate(gpus)]
         lines = [l for l in text.splitlines() if not l.startswith("#")]
         check(lines == want, "gres lines:\n%s\nwanted:\n%s" % ("\n".join(lines), "\n".join(want)))
         check(len(lines) == 8, "not 8 GPUs")
+        # Every GPU's 18 links end at an NVSwitch: known topology, no direct peer (as Slurm writes it).
+        check(all(l.endswith(" Links=" + ",".join("-1" if j == i else "0" for j in range(8)))
+                  for i, l in enumerate(lines)), "DGX H100 Links=:\n" + "\n".join(lines))
         mtime = os.stat(gres_file).st_mtime_ns
         out = oneshot(node)
         check("Slurm: 8 GRES lines unchanged in %s" % gres_file in out, "second pass:\n" + out)
@@ -165,6 +182,26 @@ def test_slurm_full_gpus():
         check(got == [(slurm_type(g["model"]), "%s/nvidia%d" % (node.dev, g["minor"])) for g in gpus],
               "slurmd -G reported %r:\n%s" % (got, out))
         check("not a valid character or block device" not in out, "device nodes missing for slurmd:\n" + out)
+        check(slurmd_links(out) == [l.split(" Links=")[1] for l in lines], "slurmd -G Links:\n" + out)
+
+
+def test_slurm_links():
+    """Links= follows what NVML says: the A100 PCIe pair reports NVLinks, none up (-1,0 / 0,-1); the
+    T4 node's GPUs have no NVLink at all (no Links=)."""
+    with TempDir() as tmp:
+        node, gres_file = gres_node(tmp, "a100-pcie")
+        oneshot(node)
+        gpus = nvml_gpus(node)
+        lines = [l for l in read(gres_file).splitlines() if not l.startswith("#")]
+        check([l.rsplit(" ", 1)[1] for l in lines] == ["Links=-1,0", "Links=0,-1"],
+              "A100 PCIe gres lines:\n" + "\n".join(lines))
+        got, out = slurmd_gres(tmp, gres_file, [slurm_type(g["model"]) for g in gpus])
+        check(len(got) == 2 and slurmd_links(out) == ["-1,0", "0,-1"], "slurmd -G on the A100 PCIe pair:\n" + out)
+    with TempDir() as tmp:
+        node, gres_file = gres_node(tmp, "t4")
+        oneshot(node)
+        lines = [l for l in read(gres_file).splitlines() if not l.startswith("#")]
+        check(lines and not any("Links=" in l for l in lines), "T4 gres lines:\n" + "\n".join(lines))
 
 
 def test_slurm_no_gpu():
@@ -358,6 +395,6 @@ def test_config_keys():
 
 
 if __name__ == "__main__":
-    sys.exit(tap_main([test_slurm_full_gpus, test_slurm_no_gpu, test_slurm_mig, test_operator_driver_ready, test_imex_clique,
+    sys.exit(tap_main([test_slurm_full_gpus, test_slurm_links, test_slurm_no_gpu, test_slurm_mig, test_operator_driver_ready, test_imex_clique,
                        test_imex_no_clique, test_imex_service_started_in_a_clique,
                        test_imex_service_missing_failing_or_off, test_config_keys], sys.argv[1:]))

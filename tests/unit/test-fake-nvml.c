@@ -44,6 +44,8 @@ typedef nvmlReturn_t (*create_gi_fn)(nvmlDevice_t device, unsigned int profileId
         X(gna_nvmlDeviceGetCudaComputeCapability_fn, nvmlDeviceGetCudaComputeCapability)                   \
         X(gna_nvmlDeviceGetMinorNumber_fn, nvmlDeviceGetMinorNumber)                                       \
         X(gna_nvmlDeviceGetGpuFabricInfo_fn, nvmlDeviceGetGpuFabricInfo)                                   \
+        X(gna_nvmlDeviceGetNvLinkState_fn, nvmlDeviceGetNvLinkState)                                       \
+        X(gna_nvmlDeviceGetNvLinkRemotePciInfo_v2_fn, nvmlDeviceGetNvLinkRemotePciInfo_v2)                 \
         X(gna_nvmlDeviceGetComputeRunningProcesses_v3_fn, nvmlDeviceGetComputeRunningProcesses_v3)         \
         X(gna_nvmlDeviceGetMigMode_fn, nvmlDeviceGetMigMode)                                               \
         X(gna_nvmlDeviceSetMigMode_fn, nvmlDeviceSetMigMode)                                               \
@@ -193,8 +195,9 @@ static int ctl(const char *args, char **ret_output) {
         "gpus:\n"                                                                                          \
         "  - {pci: \"0000:ca:00.0\", model: NVIDIA L40S}\n"                                               \
         "  - {pci: \"0000:1b:00.0\", model: NVIDIA H100 80GB HBM3, uuid: GPU-11111111-2222-3333-4444-555555555555,\n" \
-        "     fabric: {cluster_uuid: 00112233-4455-6677-8899-aabbccddeeff, clique: 7}}\n"                  \
-        "  - {pci: \"0000:17:00.0\", model: NVIDIA A100-PCIE-40GB, subsystem: 0x145f10de}\n"               \
+        "     fabric: {cluster_uuid: 00112233-4455-6677-8899-aabbccddeeff, clique: 7},\n"                  \
+        "     nvlink: [\"0000:05:00.0\", \"0000:17:00.0\"]}\n"                                              \
+        "  - {pci: \"0000:17:00.0\", model: NVIDIA A100-PCIE-40GB, subsystem: 0x145f10de, nvlink: []}\n"   \
         "  - {pci: \"0000:3b:00.0\", model: NVIDIA A30, mig: enabled}\n"
 
 static void test_init_and_errors(void **st) {
@@ -329,6 +332,25 @@ static void test_devices(void **st) {
         assert_int_equal(fab.clusterUuid[0], 0x00);
         assert_int_equal(fab.clusterUuid[15], 0xff);
         assert_int_equal(nvmlDeviceGetGpuFabricInfo(dev(0), &fab), NVML_ERROR_NOT_SUPPORTED);
+
+        /* NVLink: the H100's two listed links are up, to an NVSwitch and to the A100; the rest are down up
+         * to NVML_NVLINK_MAX_LINKS; "nvlink: []" is NVLink hardware with nothing up; the L40S has none. */
+        nvmlEnableState_t on;
+        assert_int_equal(nvmlDeviceGetNvLinkState(dev(1), 0, &on), NVML_SUCCESS);
+        assert_int_equal(on, NVML_FEATURE_ENABLED);
+        assert_int_equal(nvmlDeviceGetNvLinkState(dev(1), 2, &on), NVML_SUCCESS);
+        assert_int_equal(on, NVML_FEATURE_DISABLED);
+        assert_int_equal(nvmlDeviceGetNvLinkState(dev(1), NVML_NVLINK_MAX_LINKS, &on), NVML_ERROR_INVALID_ARGUMENT);
+        assert_int_equal(nvmlDeviceGetNvLinkRemotePciInfo_v2(dev(1), 1, &pci), NVML_SUCCESS);
+        assert_string_equal(pci.busId, "00000000:17:00.0");
+        assert_int_equal(pci.bus, 0x17);
+        assert_int_equal(nvmlDeviceGetNvLinkRemotePciInfo_v2(dev(1), 0, &pci), NVML_SUCCESS);
+        assert_string_equal(pci.busId, "00000000:05:00.0");
+        assert_int_equal(nvmlDeviceGetNvLinkRemotePciInfo_v2(dev(1), 2, &pci), NVML_ERROR_NOT_FOUND);
+        assert_int_equal(nvmlDeviceGetNvLinkState(dev(0), 0, &on), NVML_SUCCESS);
+        assert_int_equal(on, NVML_FEATURE_DISABLED);
+        assert_int_equal(nvmlDeviceGetNvLinkState(dev(3), 0, &on), NVML_ERROR_NOT_SUPPORTED);
+        assert_int_equal(nvmlDeviceGetNvLinkRemotePciInfo_v2(dev(3), 0, &pci), NVML_ERROR_NOT_SUPPORTED);
 
         /* Non-MIG models answer NOT_SUPPORTED to everything MIG. */
         unsigned cur, pend;

@@ -150,6 +150,7 @@ static void ask(sd_event *e, GpuNvmlWorker *w, const char *lib, uint64_t timeout
 }
 
 static void test_wire_round_trip(void **state) {
+        char *nvlinks[] = { (char *) "0000:5e:00.0", (char *) "0000:05:00.0", NULL };
         MigDeviceInfo mig[] = { { .index = 0, .gi_id = 1, .ci_id = 0, .gi_profile_id = 9, .placement_start = 4,
                                   .placement_size = 4, .uuid = (char *) "MIG-aaaa", .profile = (char *) "3g.20gb",
                                   .memory_mib = 19968, .multiprocessors = 42, .gi_slices = 3, .ci_slices = 3,
@@ -158,7 +159,7 @@ static void test_wire_round_trip(void **state) {
                 { .pci_address = "0000:3b:00.0", .nvml_index = 0, .name = (char *) "NVIDIA A100-SXM4-40GB",
                   .uuid = (char *) "GPU-1", .memory_total_bytes = 42949672960ull, .cc_major = 8, .cc_minor = 0,
                   .minor = 0, .mig_current = GPU_MIG_ENABLED, .mig_pending = GPU_MIG_ENABLED, .mig_devices = mig,
-                  .n_mig_devices = 1, .clique = (char *) "a1b2.7" },
+                  .n_mig_devices = 1, .clique = (char *) "a1b2.7", .nvlink_known = true, .nvlink_remotes = nvlinks },
                 { .pci_address = "0000:5e:00.0", .nvml_index = 1, .name = NULL, .uuid = (char *) "", .cc_major = -1,
                   .cc_minor = -1, .minor = -1, .mig_current = GPU_MIG_UNSUPPORTED, .mig_pending = GPU_MIG_UNSUPPORTED },
         };
@@ -180,6 +181,11 @@ static void test_wire_round_trip(void **state) {
         assert_string_equal(back->gpus[1].uuid, "");
         assert_string_equal(back->gpus[0].mig_devices[0].profile, "3g.20gb");
         assert_string_equal(back->warnings[0], warnings[0]);
+        assert_true(back->gpus[0].nvlink_known);
+        assert_int_equal(strv_length(back->gpus[0].nvlink_remotes), 2);
+        assert_string_equal(back->gpus[0].nvlink_remotes[1], "0000:05:00.0");
+        assert_false(back->gpus[1].nvlink_known);
+        assert_null(back->gpus[1].nvlink_remotes);
         nvml_snapshot_free(back);
 
         /* Every truncation is refused, and nothing is read past the end (ASan watches). */

@@ -268,6 +268,13 @@ static void test_snapshot_equal_find(void **state) {
         b->gpus[0].mig_pending = GPU_MIG_ENABLED;
         b->gpus[1].clique = strdup("x.1");
         assert_false(nvml_snapshot_equal(a, b));
+        free(b->gpus[1].clique);
+        b->gpus[1].clique = NULL;
+        b->gpus[1].nvlink_known = !a->gpus[1].nvlink_known; /* NVLink topology is compared */
+        assert_false(nvml_snapshot_equal(a, b));
+        b->gpus[1].nvlink_known = a->gpus[1].nvlink_known;
+        assert_int_equal(strv_extend(&b->gpus[1].nvlink_remotes, "0000:05:00.0"), 0);
+        assert_false(nvml_snapshot_equal(a, b));
 
         assert_ptr_equal(nvml_snapshot_find(a, "0000:5e:00.0"), &a->gpus[1]);
         assert_ptr_equal(nvml_snapshot_find(a, "0000:5E:00.0"), &a->gpus[1]);
@@ -308,6 +315,7 @@ static const char fake_node[] =
         "    uuid: \"GPU-86000000-0000-0000-0000-000000000003\"\n"
         "    minor: 2\n"
         "    fabric: {cluster_uuid: \"a1b2c3d4-e5f6-0718-293a-4b5c6d7e8f90\", clique: 7}\n"
+        "    nvlink: [\"0000:87:00.0\", \"0000:05:00.0\", \"0000:87:00.0\"]\n"
         "  - pci: \"0000:87:00.0\"\n"
         "    model: \"NVIDIA H100 80GB HBM3\"\n"
         "    uuid: \"GPU-87000000-0000-0000-0000-000000000004\"\n"
@@ -509,9 +517,18 @@ static void test_fake_read(void **state) {
         assert_int_equal(g->mig_pending, GPU_MIG_UNSUPPORTED);
         assert_int_equal(g->n_mig_devices, 0);
 
+        assert_false(g->nvlink_known); /* the L40S: NVLink NOT_SUPPORTED */
+        assert_null(g->nvlink_remotes);
+
         g = &s->gpus[2];
         assert_int_equal(g->mig_current, GPU_MIG_DISABLED);
         assert_string_equal(g->clique, "a1b2c3d4-e5f6-0718-293a-4b5c6d7e8f90.7");
+        /* Its 3 active links in link order, NVML's upper-case bus ids in our spelling; the rest inactive. */
+        assert_true(g->nvlink_known);
+        assert_int_equal(strv_length(g->nvlink_remotes), 3);
+        assert_string_equal(g->nvlink_remotes[0], "0000:87:00.0");
+        assert_string_equal(g->nvlink_remotes[1], "0000:05:00.0");
+        assert_string_equal(g->nvlink_remotes[2], "0000:87:00.0");
         g = &s->gpus[3];
         assert_null(g->clique); /* fabric registration still in progress */
 }
@@ -707,6 +724,29 @@ static void test_fake_single_call_fails(void **state) {
         unsetenv("FAKE_NVML_FAIL");
 }
 
+static void test_fake_nvlink_call_fails(void **state) {
+        Fake *f = fake_or_skip(state);
+        GpuNvml *n = NULL;
+        _cleanup_(nvml_snapshot_freep) NvmlSnapshot *a = NULL, *b = NULL;
+
+        /* A failing remote look-up (not NOT_SUPPORTED) leaves that GPU's topology unknown, with a warning,
+         * never the read failed; the next read asks again and gets it. */
+        setenv("FAKE_NVML_FAIL", "nvmlDeviceGetNvLinkRemotePciInfo_v2:2:UNKNOWN", 1);
+        n = fake_open(f);
+        a = fake_read(n, fake_addresses);
+        assert_int_equal(a->n_gpus, 4);
+        assert_false(a->gpus[2].nvlink_known);
+        assert_null(a->gpus[2].nvlink_remotes);
+        assert_int_equal(strv_length(a->warnings), 1);
+        assert_string_equal(a->warnings[0], "GPU 0000:86:00.0: nvmlDeviceGetNvLinkRemotePciInfo_v2: Unknown Error "
+                                            "(NVML_ERROR_UNKNOWN); its NVLink topology is left unknown.");
+        b = fake_read(n, fake_addresses);
+        assert_no_warnings(b);
+        assert_true(b->gpus[2].nvlink_known);
+        assert_int_equal(strv_length(b->gpus[2].nvlink_remotes), 3);
+        unsetenv("FAKE_NVML_FAIL");
+}
+
 static void test_fake_mig_call_fails(void **state) {
         Fake *f = fake_or_skip(state);
         GpuNvml *n = NULL;
@@ -786,6 +826,7 @@ int main(void) {
                 cmocka_unit_test_setup_teardown(test_fake_mig_recreated, fake_setup, fake_teardown),
                 cmocka_unit_test_setup_teardown(test_fake_enumerate, fake_setup, fake_teardown),
                 cmocka_unit_test_setup_teardown(test_fake_init_failure, fake_setup, fake_teardown),
+                cmocka_unit_test_setup_teardown(test_fake_nvlink_call_fails, fake_setup, fake_teardown),
                 cmocka_unit_test_setup_teardown(test_fake_single_call_fails, fake_setup, fake_teardown),
                 cmocka_unit_test_setup_teardown(test_fake_mig_call_fails, fake_setup, fake_teardown),
                 cmocka_unit_test_setup_teardown(test_fake_driver_gone, fake_setup, fake_teardown),

@@ -100,6 +100,51 @@ static void test_full_and_mig(void **state) {
                 "Name=gpu Type=nvidia_h100_80gb_hbm3_1c.2g.20gb MultipleFiles=/dev/nvidia1,/dev/nvidia-caps/nvidia-cap147,/dev/nvidia-caps/nvidia-cap149 Cores=4-7\n");
 }
 
+static void test_links(void **state) {
+        /* 1b and 9d joined by a bridge: 4 links each way; 9d also has 2 links to an NVSwitch (05:00.0),
+         * which count for no GPU. aa is MIG-enabled: its MIG lines have no Links= even with NVLink state
+         * known; bb says nothing about NVLink (PCIe, or an older driver): no Links= either. */
+        char *bridge_9d[] = { "0000:9d:00.0", "0000:9d:00.0", "0000:9d:00.0", "0000:9d:00.0", NULL };
+        char *bridge_1b[] = { "0000:05:00.0", "0000:1b:00.0", "0000:1b:00.0", "0000:05:00.0", "0000:1b:00.0",
+                              "0000:1b:00.0", NULL };
+        MigDeviceInfo mig[] = { { .gi_id = 1, .ci_id = 0, .profile = (char *) "3g.40gb", .uuid = (char *) "MIG-a" } };
+        GpuInfo gpus[] = {
+                { .pci_address = "0000:1b:00.0", .name = (char *) "NVIDIA A100-PCIE-40GB", .minor = 0,
+                  .nvlink_known = true, .nvlink_remotes = bridge_9d },
+                { .pci_address = "0000:9d:00.0", .name = (char *) "NVIDIA A100-PCIE-40GB", .minor = 1,
+                  .nvlink_known = true, .nvlink_remotes = bridge_1b },
+                { .pci_address = "0000:aa:00.0", .name = (char *) "NVIDIA A100-PCIE-40GB", .minor = 1,
+                  .mig_current = GPU_MIG_ENABLED, .mig_devices = mig, .n_mig_devices = 1, .nvlink_known = true },
+                { .pci_address = "0000:bb:00.0", .name = (char *) "NVIDIA L40S", .minor = 3 },
+        };
+        NvmlSnapshot s = { .gpus = gpus, .n_gpus = 4 };
+        _cleanup_free_ char *sys = NULL, *proc = NULL, *text = NULL;
+        _cleanup_strv_free_ char **warnings = NULL;
+        GresInput in = input(&s, &sys, &proc);
+
+        assert_int_equal(gres_format(&in, &text, &warnings), 4);
+        assert_non_null(strstr(text, "\nName=gpu Type=nvidia_a100-pcie-40gb File=/dev/nvidia0 Cores=0-3 Links=-1,4,0,0\n"));
+        assert_non_null(strstr(text, "\nName=gpu Type=nvidia_a100-pcie-40gb File=/dev/nvidia1 Cores=4-7 Links=4,-1,0,0\n"));
+        assert_non_null(strstr(text, "\nName=gpu Type=nvidia_a100-pcie-40gb_3g.40gb MultipleFiles=/dev/nvidia1,"
+                                     "/dev/nvidia-caps/nvidia-cap138,/dev/nvidia-caps/nvidia-cap139\n"));
+        assert_non_null(strstr(text, "\nName=gpu Type=nvidia_l40s File=/dev/nvidia3\n"));
+
+        /* All links to NVSwitches (a DGX): known, but no GPU is a direct peer. */
+        char *switches[] = { "0000:05:00.0", "0000:06:00.0", NULL };
+        GpuInfo dgx[] = {
+                { .pci_address = "0000:1b:00.0", .name = (char *) "NVIDIA H100 80GB HBM3", .minor = 0,
+                  .nvlink_known = true, .nvlink_remotes = switches },
+                { .pci_address = "0000:9d:00.0", .name = (char *) "NVIDIA H100 80GB HBM3", .minor = 1,
+                  .nvlink_known = true, .nvlink_remotes = switches },
+        };
+        NvmlSnapshot d = { .gpus = dgx, .n_gpus = 2 };
+        _cleanup_free_ char *dtext = NULL;
+        in.snapshot = &d;
+        assert_int_equal(gres_format(&in, &dtext, NULL), 2);
+        assert_non_null(strstr(dtext, " File=/dev/nvidia0 Cores=0-3 Links=-1,0\n"));
+        assert_non_null(strstr(dtext, " File=/dev/nvidia1 Cores=4-7 Links=0,-1\n"));
+}
+
 static void test_left_out(void **state) {
         MigDeviceInfo mig[] = {
                 { .gi_id = 9, .ci_id = 0, .profile = (char *) "1g.10gb", .uuid = (char *) "MIG-x" },
@@ -158,6 +203,7 @@ int main(void) {
                 cmocka_unit_test(test_type_name),
                 cmocka_unit_test(test_cores),
                 cmocka_unit_test(test_full_and_mig),
+                cmocka_unit_test(test_links),
                 cmocka_unit_test(test_left_out),
                 cmocka_unit_test(test_no_gpu_header_only),
                 cmocka_unit_test(test_write_only_on_change),
