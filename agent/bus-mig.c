@@ -53,7 +53,7 @@ int bus_mig_property_get_config_state(sd_bus *bus, const char *path, const char 
 static void follow_up(Manager *m, bool changed, const char *reason) {
         _cleanup_free_ char *error = NULL;
 
-        if (changed && m->nvml && manager_nvml_refresh(m, &error) < 0)
+        if (changed && manager_nvml_refresh(m, &error) < 0)
                 log_warning("Re-reading NVML after the MIG change failed: %s", strna(error));
         if (changed || !m->labels ||
             !streq_ptr(label_set_get(m->labels, "nvidia.com/mig.config"), mig_manager_config(m->mig)) ||

@@ -28,7 +28,7 @@ static char *refresh_after_change(Manager *m) {
         _cleanup_strv_free_ char **problems = NULL;
         int r;
 
-        r = m->nvml ? manager_nvml_refresh(m, &error) : -ENODEV;
+        r = manager_nvml_refresh(m, &error);
         if (r < 0)
                 (void) strv_extendf(&problems, "re-reading NVML failed: %s", strna(error));
         r = manager_devices_refresh(m, &devices);

@@ -144,14 +144,18 @@ int stage_nvml_run(Manager *m, char **ret_message) {
         return STAGE_RUNNING;
 }
 
-/* After a MIG change, in this process (the MIG writes happen here): the new layout for cdi and labels. */
+/* After a MIG change, in this process (the writes ran in an NVML worker): the new layout for cdi and
+ * labels. Still a synchronous read on the loop, see docs/HACKING.md. */
 int manager_nvml_refresh(Manager *m, char **ret_error) {
         _cleanup_(nvml_snapshot_freep) NvmlSnapshot *snap = NULL;
         _cleanup_strv_free_ char **addresses = NULL;
         int r;
 
-        assert(m->nvml);
         *ret_error = NULL;
+        /* An apply released the handle for its NVML worker (a fork must not inherit it initialised). */
+        r = manager_nvml_open_local(m, ret_error);
+        if (r < 0)
+                return r;
 
         for (size_t i = 0; m->inventory && i < m->inventory->n_gpus; i++)
                 if (strv_extend(&addresses, m->inventory->gpus[i].address) < 0)

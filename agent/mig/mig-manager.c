@@ -229,6 +229,13 @@ static void on_apply_finished(MigApply *a, const MigApplyResult *res, void *user
                 cb(mm, &o, ud);
 }
 
+static void release_nvml(void *userdata) {
+        MigManager *mm = userdata;
+
+        /* Not manager_nvml_close(), which keeps the handle while an apply runs: this apply does not use it. */
+        mm->manager->nvml = gpu_nvml_close(mm->manager->nvml);
+}
+
 static MigApplyOptions apply_options(MigManager *mm, const char *journal, bool force) {
         const Config *c = mm->manager->config;
 
@@ -236,6 +243,10 @@ static MigApplyOptions apply_options(MigManager *mm, const char *journal, bool f
                 .event = mm->manager->event,
                 .bus = mm->manager->bus,
                 .nvml = mm->manager->nvml,
+                .library = c->nvml.library,
+                .call_timeout_usec = c->nvml.timeout_usec,
+                .release_nvml = release_nvml,
+                .release_userdata = mm,
                 .stop_units = c->mig.stop_units,
                 .reset_auto = c->mig.reset != 0,
                 .reset_program = mm->reset_program,
@@ -306,7 +317,10 @@ static int apply_internal(MigManager *mm, const char *name, const char *file, bo
         mm->applying = strdup(name);
         if (n_gpus > 0) {
                 log_info("Applying MIG config %s to %zu GPU%s.", name, n_gpus, n_gpus == 1 ? "" : "s");
-                set_result(mm, name, MIG_CONFIG_PENDING, NULL);
+                /* A pass re-checking a config that waits for a reboot keeps saying so: the re-check takes
+                 * a worker's start per GPU, and mig.config.state must not flap to pending on every pass. */
+                if (!(streq_ptr(mm->config_name, name) && mm->state == MIG_CONFIG_REBOOTING))
+                        set_result(mm, name, MIG_CONFIG_PENDING, NULL);
         }
         return 0;
 }
