@@ -194,9 +194,13 @@ static void on_steps_done(GpuNvmlWorker *w, int r, const uint8_t *data, size_t l
 
         a->job_error = mfree(a->job_error);
         mig_gpu_steps_answer_done(&a->answer);
-        if (r < 0)
-                /* A hang or a crash: the worker names the call; what it wrote before is in the journal. */
-                a->job_error = strprintf("GPU %u (%s): %s", p->gpu, p->pci_address, strna(error));
+        if (r < 0) {
+                /* A hang or a crash: the worker names the call; what it wrote before is in the journal.
+                 * Its sentence becomes one clause of the result line: no full stop. */
+                size_t n = error ? strlen(error) : 0;
+                a->job_error = strprintf("GPU %u (%s): %.*s", p->gpu, p->pci_address,
+                                         (int) (n > 0 && error[n - 1] == '.' ? n - 1 : n), strna(error));
+        }
         else
                 r = mig_gpu_steps_job_result(run, data, len, &a->answer, &a->job_error);
         a->job_r = r;
