@@ -94,8 +94,9 @@ int stage_mig_run(Manager *m, char **ret_message) {
                         return r;
         }
         if (!m->nvml) {
-                /* MIG writes run in this process. Open NVML here only when there is MIG work: a selected
-                 * config, or a journal to recover (recover says -ENODEV without a handle). */
+                /* MIG reads before planning run in this process (the writes in NVML workers). Open NVML
+                 * here only when there is MIG work: a selected config, or a journal to recover (recover
+                 * says -ENODEV without a handle). */
                 const char *name = NULL, *file = NULL;
 
                 mig_manager_selected(m->mig, &name, &file);

@@ -69,7 +69,8 @@ int manager_nvml_open_local(Manager *m, char **ret_error) {
                 return -ENODEV;
         }
         /* The worker has just found the library answering; nvmlInit in this process is then as quick as
-         * the driver allows (MIG writes happen here, see docs/HACKING.md). */
+         * the driver allows. Only MIG reads use it (the writes run in NVML workers, which shut it down
+         * before each fork; see docs/HACKING.md). */
         r = gpu_nvml_open(m->config->nvml.library, &m->nvml, ret_error);
         if (r < 0)
                 return r;

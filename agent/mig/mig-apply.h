@@ -3,15 +3,15 @@
  * NVML steps of one GPU and the plan back to a recorded layout):
  *
  *   journal begin → stop the hook units (over sd-bus, one after the other, only those active) → refuse if a
- *   GPU of the plan has compute processes (unless forced) → per GPU, one GPU per event-loop iteration:
+ *   GPU of the plan has compute processes (unless forced) → per GPU, in an NVML worker (o.library):
  *   destroy CIs, destroy GIs, set the MIG mode, reset the GPU when the mode is pending (a child process,
  *   mig.reset auto) or stop there with "reboot required" (never), create GIs with their placement, create
  *   CIs → start the stopped units again (always, in reverse order) → journal end.
  *
  * A step that fails rolls that GPU back to the layout it had before (destroy what was created, re-create
  * what was destroyed, the MIG mode back) and the apply goes on with the other GPUs; the result reports
- * the failure and the rollback's outcome. Library code: results are a negative errno plus sentences; the
- * caller logs. */
+ * the failure and the rollback's outcome; a call that hangs past the deadline or crashes the worker is
+ * such a failure. Library code: results are a negative errno plus sentences; the caller logs. */
 #pragma once
 
 #include <stdbool.h>
