@@ -373,9 +373,49 @@ def test_hang_and_crash_in_mig_create_over_dbus():
             d.close()
 
 
+def _busctl_async(d, *args):
+    return subprocess.Popen(["busctl", "--address=" + d.bus.address, "--timeout=120", "call", AGENT_NAME,
+                             AGENT_PATH, MANAGER] + list(args),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_hang_in_mig_read_assert_export():
+    """AssertMigConfig and ExportMigConfig while an NVML read of the MIG state hangs: they read in an NVML
+    worker and answer asynchronously, with the call and GPU named, after nvml.timeout; D-Bus reads go on
+    meanwhile; once the library answers again both work."""
+    with TempDir() as tmp:
+        hang = os.path.join(tmp, "hang")
+        call_name = "nvmlDeviceGetComputeRunningProcesses_v3"
+        d = Daemon(tmp, "h200", dropin=mig_dropin(selected=False),
+                   env=fault_env(tmp, FAKE_NVML_HANG=call_name + ":1", FAKE_NVML_HANG_FILE=hang))
+        try:
+            touch(hang)
+            t0 = time.monotonic()
+            calls = [_busctl_async(d, "AssertMigConfig", "ss", "all-balanced", ""),
+                     _busctl_async(d, "ExportMigConfig")]
+            wait_until("the MIG read to hang", lambda: call_name + " hangs" in d.agent.output(), 20)
+            times = probe_reads(d, 1.0 * SCALE, lambda: any(c.poll() is None for c in calls))
+            check_reads(times, "a MIG read hanging (AssertMigConfig, ExportMigConfig)")
+            for c, what in zip(calls, ("AssertMigConfig", "ExportMigConfig")):
+                out, err = c.communicate(timeout=60 * SCALE)
+                check(c.returncode != 0 and call_name + " on GPU 0 has not returned for 2 s" in err,
+                      "%s while a MIG read hangs: rc %d %s %s" % (what, c.returncode, out, err))
+                note("%s answered after %.1f s: %s", what, time.monotonic() - t0, err.strip()[:120])
+            check_watchdog(d, t0, time.monotonic(), "a MIG read hanging (AssertMigConfig, ExportMigConfig)")
+
+            os.unlink(hang)
+            p = busctl(d.bus, "call", AGENT_NAME, AGENT_PATH, MANAGER, "AssertMigConfig", "ss", "all-balanced", "")
+            check(p.stdout.startswith("bs false"), "AssertMigConfig once the read returns: %s" % p.stdout)
+            p = busctl(d.bus, "call", AGENT_NAME, AGENT_PATH, MANAGER, "ExportMigConfig")
+            check("mig-configs" in p.stdout, "ExportMigConfig once the read returns: %s" % p.stdout)
+            d.stop_clean()
+        finally:
+            d.close()
+
+
 TESTS = [test_hang_in_init, test_hang_in_gpu_read, test_crash_in_library, test_sigterm_during_hung_call,
          test_reconcile_coalesced, test_unprivileged_mig_reads_rate_limited, test_hang_in_mig_create_at_start,
-         test_hang_and_crash_in_mig_create_over_dbus]
+         test_hang_and_crash_in_mig_create_over_dbus, test_hang_in_mig_read_assert_export]
 
 if __name__ == "__main__":
     sys.exit(tap_main(TESTS, sys.argv[1:]))
