@@ -136,6 +136,10 @@ int stage_nvml_run(Manager *m, char **ret_message) {
         }
         /* A request still in flight belongs to an earlier pass: its answer would be as old as it. */
         gpu_nvml_worker_cancel(m->nvml_worker);
+        /* A new worker is a fork: it must not inherit our own MIG handle initialised (its descriptors are
+         * closed there). No apply uses that handle (theirs run in workers of their own). */
+        if (gpu_nvml_worker_pid(m->nvml_worker) == 0)
+                m->nvml = gpu_nvml_close(m->nvml);
         r = gpu_nvml_worker_snapshot(m->nvml_worker, m->config->nvml.library, addresses, m->config->nvml.timeout_usec,
                                      (unsigned) m->inventory->n_gpus, on_snapshot, m);
         if (r < 0) {

@@ -585,6 +585,7 @@ struct MigRead {
         GpuNvmlWorker *worker;
         sd_event_source *defer;       /* frees us after the answer (not from inside the worker's callback) */
         char **addresses;             /* the job's input, in the worker's memory at the fork */
+        bool answered;                /* cb was called; freed from the next iteration (defer) */
         MigConfigFile *cf;            /* assert: the loaded file and config; NULL: export */
         const MigConfig *config;
         char *name;
@@ -613,7 +614,10 @@ static void mig_read_unlink(MigRead *rd) {
 }
 
 static int on_read_free(sd_event_source *s, void *userdata) {
-        mig_read_free(userdata);
+        MigRead *rd = userdata;
+
+        mig_read_unlink(rd);
+        mig_read_free(rd);
         return 0;
 }
 
@@ -624,7 +628,7 @@ static void on_read_done(GpuNvmlWorker *w, int r, const uint8_t *data, size_t le
         MigGpuState *states = NULL;
         size_t n = 0;
 
-        mig_read_unlink(rd);
+        rd->answered = true;
         if (r >= 0) {
                 r = mig_states_job_result(data, len, &states, &n);
                 if (r < 0)
@@ -642,7 +646,7 @@ static void on_read_done(GpuNvmlWorker *w, int r, const uint8_t *data, size_t le
         rd->cb(rd->mm, r, report, rd->userdata);
         /* The worker is still in its callback: free from the next iteration. */
         if (sd_event_add_defer(rd->mm->manager->event, &rd->defer, on_read_free, rd) < 0)
-                return; /* out of memory: leak it rather than free the worker under itself */
+                return; /* out of memory: it stays listed, and goes with the MigManager */
 }
 
 static void mig_reads_cancel(MigManager *mm) {
@@ -650,7 +654,8 @@ static void mig_reads_cancel(MigManager *mm) {
                 MigRead *rd = mm->reads;
 
                 mm->reads = rd->next;
-                rd->cb(mm, -ECANCELED, "The agent is shutting down.", rd->userdata);
+                if (!rd->answered)
+                        rd->cb(mm, -ECANCELED, "The agent is shutting down.", rd->userdata);
                 mig_read_free(rd);
         }
 }
