@@ -53,7 +53,7 @@ int bus_mig_property_get_config_state(sd_bus *bus, const char *path, const char 
 static void follow_up(Manager *m, bool changed, const char *reason) {
         _cleanup_free_ char *error = NULL;
 
-        if (changed && m->nvml && manager_nvml_refresh(m, &error) < 0)
+        if (changed && manager_nvml_refresh(m, &error) < 0)
                 log_warning("Re-reading NVML after the MIG change failed: %s", strna(error));
         if (changed || !m->labels ||
             !streq_ptr(label_set_get(m->labels, "nvidia.com/mig.config"), mig_manager_config(m->mig)) ||
@@ -199,6 +199,35 @@ static int check_read_rate(Manager *m, sd_bus_message *msg, const char *method, 
                                  (m->mig_read_window_usec + BUS_MIG_UNPRIVILEGED_WINDOW_USEC - now) / USEC_PER_MSEC);
 }
 
+/* An asynchronous reply to msg (a reference we hold): the error as mig_error() words it. */
+static void reply_error(sd_bus_message *msg, int r, const char *report, const char *what) {
+        _cleanup_(sd_bus_error_free) sd_bus_error e = SD_BUS_ERROR_NULL;
+
+        r = mig_error(&e, r, report, what);
+        if (sd_bus_error_is_set(&e))
+                (void) sd_bus_reply_method_error(msg, &e);
+        else
+                (void) sd_bus_reply_method_errno(msg, r, NULL);
+}
+
+static void on_assert_done(MigManager *mm, int r, const char *report, void *userdata) {
+        _cleanup_(sd_bus_message_unrefp) sd_bus_message *msg = userdata;
+
+        if (r < 0)
+                reply_error(msg, r, report, "Cannot check the MIG config");
+        else
+                (void) sd_bus_reply_method_return(msg, "bs", r > 0, strna(report));
+}
+
+static void on_export_done(MigManager *mm, int r, const char *yaml, void *userdata) {
+        _cleanup_(sd_bus_message_unrefp) sd_bus_message *msg = userdata;
+
+        if (r < 0)
+                reply_error(msg, r == -EINVAL ? -EIO : r, yaml, "Reading the MIG layout through NVML failed");
+        else
+                (void) sd_bus_reply_method_return(msg, "s", yaml);
+}
+
 int bus_mig_method_assert(sd_bus_message *msg, void *userdata, sd_bus_error *error) {
         _cleanup_free_ char *report = NULL;
         Manager *m = userdata;
@@ -234,10 +263,14 @@ int bus_mig_method_assert(sd_bus_message *msg, void *userdata, sd_bus_error *err
                         file = selected_file;
         }
 
-        r = mig_manager_assert(m->mig, name, isempty(file) ? NULL : file, &report);
-        if (r < 0)
+        /* The reply comes when the NVML worker has read the GPUs: nothing waits for NVML here. */
+        r = mig_manager_assert_async(m->mig, name, isempty(file) ? NULL : file, on_assert_done,
+                                     sd_bus_message_ref(msg), &report);
+        if (r < 0) {
+                sd_bus_message_unref(msg);
                 return mig_error(error, r, report, "Cannot check the MIG config");
-        return sd_bus_reply_method_return(msg, "bs", r > 0, strna(report));
+        }
+        return 1;
 }
 
 int bus_mig_method_export(sd_bus_message *msg, void *userdata, sd_bus_error *error) {
@@ -251,11 +284,12 @@ int bus_mig_method_export(sd_bus_message *msg, void *userdata, sd_bus_error *err
         r = bus_mig_attach(m);
         if (r < 0)
                 return r;
-        r = mig_manager_export(m->mig, &yaml);
-        if (r == -ENODEV)
-                return sd_bus_error_set(error, AGENT_ERROR_FAILED,
-                                        "NVML is not available (see the nvml stage); the MIG layout cannot be read.");
-        if (r < 0)
-                return mig_error(error, r == -EINVAL ? -EIO : r, NULL, "Reading the MIG layout through NVML failed");
-        return sd_bus_reply_method_return(msg, "s", yaml);
+        r = mig_manager_export_async(m->mig, on_export_done, sd_bus_message_ref(msg), &yaml);
+        if (r < 0) {
+                sd_bus_message_unref(msg);
+                if (r == -ENODEV)
+                        return sd_bus_error_set(error, AGENT_ERROR_FAILED, yaml);
+                return mig_error(error, r == -EINVAL ? -EIO : r, yaml, "Reading the MIG layout through NVML failed");
+        }
+        return 1;
 }

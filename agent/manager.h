@@ -155,7 +155,7 @@ void manager_stage_complete(Manager *m, StageId id, int r, const char *message);
  * Stages property, no state change. */
 void manager_stage_progress(Manager *m, StageId id, const char *text);
 
-/* Re-reads NVML (m->nvml must be open) into m->nvml_snapshot and publishes a change on D-Bus; the nvml
+/* Re-reads NVML (opening m->nvml again when an apply released it) into m->nvml_snapshot and publishes a change on D-Bus; the nvml
  * stage's work, also called by the mig stage after a MIG change. On failure NVML is closed (reopened by
  * the next nvml stage) and *ret_error says why. */
 void manager_nvml_close(Manager *m);

@@ -28,7 +28,7 @@ static char *refresh_after_change(Manager *m) {
         _cleanup_strv_free_ char **problems = NULL;
         int r;
 
-        r = m->nvml ? manager_nvml_refresh(m, &error) : -ENODEV;
+        r = manager_nvml_refresh(m, &error);
         if (r < 0)
                 (void) strv_extendf(&problems, "re-reading NVML failed: %s", strna(error));
         r = manager_devices_refresh(m, &devices);
@@ -103,8 +103,9 @@ int stage_mig_run(Manager *m, char **ret_message) {
                         return r;
         }
         if (!m->nvml) {
-                /* MIG writes run in this process. Open NVML here only when there is MIG work: a selected
-                 * config, or a journal to recover (recover says -ENODEV without a handle). */
+                /* MIG reads before planning run in this process (the writes in NVML workers). Open NVML
+                 * here only when there is MIG work: a selected config, or a journal to recover (recover
+                 * says -ENODEV without a handle). */
                 const char *name = NULL, *file = NULL;
 
                 mig_manager_selected(m->mig, &name, &file);

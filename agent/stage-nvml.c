@@ -69,7 +69,8 @@ int manager_nvml_open_local(Manager *m, char **ret_error) {
                 return -ENODEV;
         }
         /* The worker has just found the library answering; nvmlInit in this process is then as quick as
-         * the driver allows (MIG writes happen here, see docs/HACKING.md). */
+         * the driver allows. Only MIG reads use it (the writes run in NVML workers, which shut it down
+         * before each fork; see docs/HACKING.md). */
         r = gpu_nvml_open(m->config->nvml.library, &m->nvml, ret_error);
         if (r < 0)
                 return r;
@@ -135,6 +136,10 @@ int stage_nvml_run(Manager *m, char **ret_message) {
         }
         /* A request still in flight belongs to an earlier pass: its answer would be as old as it. */
         gpu_nvml_worker_cancel(m->nvml_worker);
+        /* A new worker is a fork: it must not inherit our own MIG handle initialised (its descriptors are
+         * closed there). No apply uses that handle (theirs run in workers of their own). */
+        if (gpu_nvml_worker_pid(m->nvml_worker) == 0)
+                m->nvml = gpu_nvml_close(m->nvml);
         r = gpu_nvml_worker_snapshot(m->nvml_worker, m->config->nvml.library, addresses, m->config->nvml.timeout_usec,
                                      (unsigned) m->inventory->n_gpus, on_snapshot, m);
         if (r < 0) {
@@ -144,14 +149,18 @@ int stage_nvml_run(Manager *m, char **ret_message) {
         return STAGE_RUNNING;
 }
 
-/* After a MIG change, in this process (the MIG writes happen here): the new layout for cdi and labels. */
+/* After a MIG change, in this process (the writes ran in an NVML worker): the new layout for cdi and
+ * labels. Still a synchronous read on the loop, see docs/HACKING.md. */
 int manager_nvml_refresh(Manager *m, char **ret_error) {
         _cleanup_(nvml_snapshot_freep) NvmlSnapshot *snap = NULL;
         _cleanup_strv_free_ char **addresses = NULL;
         int r;
 
-        assert(m->nvml);
         *ret_error = NULL;
+        /* An apply released the handle for its NVML worker (a fork must not inherit it initialised). */
+        r = manager_nvml_open_local(m, ret_error);
+        if (r < 0)
+                return r;
 
         for (size_t i = 0; m->inventory && i < m->inventory->n_gpus; i++)
                 if (strv_extend(&addresses, m->inventory->gpus[i].address) < 0)

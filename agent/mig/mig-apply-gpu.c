@@ -1,11 +1,14 @@
 /* SPDX-License-Identifier: MIT */
 /* Owns the NVML side of applying a plan to one GPU: each step as NVML calls (GPU and compute instances
  * looked up by id, GPU instances created at the planned placement), the journal record of every write,
- * and the plan back to a recorded layout that rollback and journal recovery run. Synchronous: NVML
- * answers these in milliseconds; the slow part, a GPU reset, is the caller's (a child process). */
+ * the plan back to a recorded layout that rollback and journal recovery run, and the same steps as a job
+ * of an NVML worker process (mig_gpu_steps_job()). Synchronous: the caller decides where it runs (the
+ * daemon runs it in the worker: a MIG call can take hundreds of ms, or hang); the slow part, a GPU reset,
+ * is the caller's (a child process). */
 #include <stdlib.h>
 #include <string.h>
 
+#include "gpu-nvml-worker.h"
 #include "mig-apply.h"
 #include "mig-state.h"
 #include "strv.h"
@@ -24,16 +27,16 @@ int mig_gpu_mode_is(GpuNvml *n, nvmlDevice_t d, bool want, bool *ret) {
 }
 
 int mig_gpu_run_init(GpuNvml *n, const MigGpuPlan *plan, MigGpuRun *ret) {
-        MigGpuRun run = { .plan = plan };
+        nvmlDevice_t device;
         int r;
 
-        r = mig_state_device(n, plan->pci_address, &run.device);
+        r = mig_state_device(n, plan->pci_address, &device);
         if (r < 0)
                 return r;
-        run.created = calloc(plan->n_steps ?: 1, sizeof *run.created);
-        if (!run.created)
-                return -ENOMEM;
-        *ret = run;
+        r = mig_gpu_run_prepare(plan, ret);
+        if (r < 0)
+                return r;
+        ret->device = device;
         return 0;
 }
 
@@ -246,6 +249,177 @@ int mig_gpu_run_steps(GpuNvml *n, MigGpuRun *run, MigJournal *j, char **ret_erro
                 if (r != 0)
                         return r;
         }
+        return 0;
+}
+
+/* ---- the steps in an NVML worker ---- */
+
+static void put_plan(struct WireBuf *out, const MigGpuPlan *p) {
+        wire_put_u32(out, p->gpu);
+        wire_put_str(out, p->pci_address);
+        wire_put_u32(out, p->needs_reset);
+        wire_put_u64(out, p->n_steps);
+        for (size_t i = 0; i < p->n_steps; i++) {
+                const MigStep *st = &p->steps[i];
+                wire_put_i32(out, st->kind);
+                wire_put_u32(out, st->enable);
+                wire_put_u32(out, st->gi_id);
+                wire_put_u32(out, st->ci_id);
+                wire_put_u32(out, st->profile_id);
+                wire_put_u32(out, st->start);
+                wire_put_u32(out, st->size);
+                wire_put_i32(out, st->gi_step);
+                wire_put_str(out, st->profile);
+        }
+}
+
+static int get_plan(WireReader *rd, MigGpuPlan *ret) {
+        _cleanup_(mig_gpu_plan_done) MigGpuPlan p = {};
+        _cleanup_free_ char *pci = NULL;
+        uint64_t n;
+
+        p.gpu = wire_get_u32(rd);
+        pci = wire_get_str(rd);
+        p.needs_reset = wire_get_u32(rd) != 0;
+        n = wire_get_u64(rd);
+        if (rd->bad || !pci || strlen(pci) >= sizeof p.pci_address || n > 4096)
+                return -EBADMSG;
+        strcpy(p.pci_address, pci);
+        p.steps = calloc(n ?: 1, sizeof *p.steps);
+        if (!p.steps)
+                return -ENOMEM;
+        for (; p.n_steps < n; p.n_steps++) {
+                MigStep *st = &p.steps[p.n_steps];
+                st->kind = (MigStepKind) wire_get_i32(rd);
+                st->enable = wire_get_u32(rd);
+                st->gi_id = wire_get_u32(rd);
+                st->ci_id = wire_get_u32(rd);
+                st->profile_id = wire_get_u32(rd);
+                st->start = wire_get_u32(rd);
+                st->size = wire_get_u32(rd);
+                st->gi_step = wire_get_i32(rd);
+                st->profile = wire_get_str(rd);
+                if (rd->bad || st->kind < 0 || st->kind >= _MIG_STEP_KIND_MAX ||
+                    st->gi_step < -1 || st->gi_step >= (int) n)
+                        return -EBADMSG;
+        }
+        *ret = p;
+        p = (MigGpuPlan) {};
+        return 0;
+}
+
+int mig_gpu_steps_job(GpuNvml *n, void *userdata, struct WireBuf *out, char **ret_error) {
+        const MigGpuStepsJob *job = userdata;
+        MigGpuRun run = *job->run; /* our copy of the daemon's run, at the fork */
+        _cleanup_(mig_gpu_state_done) MigGpuState now = {};
+        _cleanup_(mig_gpu_plan_done) MigGpuPlan rollback = {};
+        _cleanup_free_ char *err = NULL, *summary = NULL, *rollback_error = NULL;
+        int r = 0, rr;
+
+        if (job->journal && !job->read_only) {
+                r = mig_journal_reopen(job->journal);
+                if (r < 0) {
+                        *ret_error = strprintf("GPU %u (%s): cannot open the MIG journal to record the change: %s",
+                                               run.plan->gpu, run.plan->pci_address, strerror(-r));
+                        return r;
+                }
+        }
+        if (!job->read_only) {
+                r = mig_state_device(n, run.plan->pci_address, &run.device);
+                if (r < 0)
+                        err = strprintf("GPU %u (%s): NVML does not answer for it: %s", run.plan->gpu,
+                                        run.plan->pci_address, strerror(-r));
+                else
+                        r = mig_gpu_run_steps(n, &run, job->journal, &err);
+        }
+
+        /* What the GPU has now: for the result line, a halt record, and the plan back to the layout
+         * before when the daemon asked for one (a failure it will roll back). */
+        rr = mig_state_read_gpu(n, run.plan->pci_address, run.plan->gpu, &now, &rollback_error);
+        if (rr >= 0) {
+                summary = mig_state_layout_summary(&now);
+                if (job->restore_to && (r < 0 || job->read_only)) {
+                        rr = mig_restore_plan(&now, job->restore_to, &rollback);
+                        if (rr >= 0)
+                                rr = 1;
+                }
+        } else if (!rollback_error)
+                rollback_error = strdup(strerror(-rr));
+
+        wire_put_i32(out, r);
+        wire_put_str(out, err);
+        wire_put_u64(out, run.next);
+        wire_put_u32(out, run.wrote);
+        wire_put_u32(out, run.mode_changed);
+        wire_put_u64(out, run.plan->n_steps);
+        for (size_t i = 0; i < run.plan->n_steps; i++)
+                wire_put_u32(out, run.created[i]);
+        wire_put_str(out, summary);
+        wire_put_i32(out, rr);
+        if (rr == 1)
+                put_plan(out, &rollback);
+        else
+                wire_put_str(out, rr < 0 ? rollback_error : NULL);
+        return 0;
+}
+
+int mig_gpu_steps_job_result(MigGpuRun *run, const uint8_t *data, size_t len, MigGpuStepsAnswer *ret,
+                             char **ret_error) {
+        WireReader rd = { .p = data, .left = len };
+        _cleanup_free_ char *err = NULL;
+        uint64_t next, n_steps;
+        bool wrote, mode_changed;
+        int32_t r;
+
+        *ret = (MigGpuStepsAnswer) {};
+        r = wire_get_i32(&rd);
+        err = wire_get_str(&rd);
+        next = wire_get_u64(&rd);
+        wrote = wire_get_u32(&rd) != 0;
+        mode_changed = wire_get_u32(&rd) != 0;
+        n_steps = wire_get_u64(&rd);
+        if (rd.bad || n_steps != run->plan->n_steps || next > n_steps || next < run->next)
+                goto bad;
+        for (size_t i = 0; i < n_steps; i++)
+                run->created[i] = wire_get_u32(&rd);
+        ret->summary = wire_get_str(&rd);
+        ret->rollback_r = wire_get_i32(&rd);
+        if (ret->rollback_r == 1) {
+                if (get_plan(&rd, &ret->rollback) < 0)
+                        goto bad;
+        } else
+                ret->rollback_error = wire_get_str(&rd);
+        if (rd.bad)
+                goto bad;
+        run->next = (size_t) next;
+        run->wrote = run->wrote || wrote;
+        run->mode_changed = run->mode_changed || mode_changed;
+        if (r < 0)
+                *ret_error = TAKE_PTR(err);
+        return r;
+bad:
+        mig_gpu_steps_answer_done(ret);
+        *ret_error = strprintf("GPU %u (%s): the NVML worker sent a malformed answer", run->plan->gpu,
+                               run->plan->pci_address);
+        return -EBADMSG;
+}
+
+void mig_gpu_steps_answer_done(MigGpuStepsAnswer *a) {
+        if (!a)
+                return;
+        free(a->summary);
+        free(a->rollback_error);
+        mig_gpu_plan_done(&a->rollback);
+        *a = (MigGpuStepsAnswer) {};
+}
+
+int mig_gpu_run_prepare(const MigGpuPlan *plan, MigGpuRun *ret) {
+        MigGpuRun run = { .plan = plan };
+
+        run.created = calloc(plan->n_steps ?: 1, sizeof *run.created);
+        if (!run.created)
+                return -ENOMEM;
+        *ret = run;
         return 0;
 }
 

@@ -1,7 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /* Owns the asynchronous MIG apply (see mig-apply.h): the phases (hook units down, busy check, one GPU per
- * event-loop iteration, hook units up), the GPU reset child process, rollback of a failing GPU, the
- * journal's begin/end, and the result. Nothing here blocks the loop for longer than one GPU's NVML calls. */
+ * event-loop iteration, hook units up), the GPU reset child process, the NVML writes in a worker process
+ * (o.library: a forked worker per run of steps, with per-call deadlines; a hang or crash there fails the
+ * GPU in words naming the call and is rolled back like any failed step), rollback of a failing GPU, the
+ * journal's begin/end, and the result. With o.library every NVML call of the apply runs in such a worker
+ * (the steps, the reads after them that the result line and a rollback need, the busy check); without
+ * it (tests of the in-process path only) on o.nvml. */
 #include <fcntl.h>
 #include <inttypes.h>
 #include <signal.h>
@@ -12,6 +16,7 @@
 
 #include "fabric.h"
 #include "fileio.h"
+#include "gpu-nvml-worker.h"
 #include "mig-apply.h"
 #include "mig-state.h"
 #include "spawn-child.h"
@@ -55,6 +60,7 @@ struct MigApply {
         char **stop_units;
         char *reset_program;
         char *journal_path;
+        char *library;
 
         MigPlan *plan;
         MigGpuState *before;
@@ -75,6 +81,15 @@ struct MigApply {
         bool run_active, rolling_back;
         bool reset_done;              /* the current run had its reset: still pending now is a failure */
         char *gpu_error;
+
+        GpuNvmlWorker *worker;        /* runs the NVML writes (o.library set), NULL: in-process */
+        MigGpuStepsJob job;           /* the worker's input, read by it at the fork */
+        bool job_answered;            /* the worker answered: job_r/job_error wait for gpu_step() */
+        int job_r;
+        char *job_error;
+        MigGpuStepsAnswer answer;     /* what the last steps job read after its steps */
+        bool rollback_read;           /* a read-only job reads the GPU to plan its rollback */
+        unsigned *procs;              /* the busy job's answer, per plan GPU */
 
         Spawn *reset;                 /* the GPU reset child, NULL when none runs */
         char *reset_output;           /* the last non-empty line it printed */
@@ -169,6 +184,110 @@ static int spawn_reset(MigApply *a, const char *pci_address, char **ret_error) {
         return r;
 }
 
+/* ---- the NVML writes in a worker ---- */
+
+static void on_steps_done(GpuNvmlWorker *w, int r, const uint8_t *data, size_t len, const char *error,
+                          void *userdata) {
+        MigApply *a = userdata;
+        const MigGpuPlan *p = &a->plan->gpus[a->gpu];
+        MigGpuRun *run = a->rolling_back ? &a->rollback_run : &a->run;
+
+        a->job_error = mfree(a->job_error);
+        mig_gpu_steps_answer_done(&a->answer);
+        if (r < 0) {
+                /* A hang or a crash: the worker names the call; what it wrote before is in the journal.
+                 * Its sentence becomes one clause of the result line: no full stop. */
+                size_t n = error ? strlen(error) : 0;
+                a->job_error = strprintf("GPU %u (%s): %.*s", p->gpu, p->pci_address,
+                                         (int) (n > 0 && error[n - 1] == '.' ? n - 1 : n), strna(error));
+        }
+        else
+                r = mig_gpu_steps_job_result(run, data, len, &a->answer, &a->job_error);
+        a->job_r = r;
+        a->job_answered = true;
+        schedule(a);
+}
+
+static int start_job(MigApply *a, GpuNvmlJobFunc fn, void *input, GpuNvmlJobDone done, int gpu) {
+        /* The worker is a fork: it must not inherit a library this process has initialised (its state
+         * would point at descriptors the fork closes). The owner releases its own handle here. */
+        if (a->o.release_nvml)
+                a->o.release_nvml(a->o.release_userdata);
+        return gpu_nvml_worker_job(a->worker, a->o.library, gpu, a->o.call_timeout_usec, fn, input, done, a);
+}
+
+/* The steps of run from run->next (none when read_only): like mig_gpu_run_steps(), or 2 when a worker
+ * runs them (on_steps_done() schedules us again; a->answer then holds what it read after them). */
+static int run_steps(MigApply *a, MigGpuRun *run, bool read_only, char **ret_error) {
+        const MigGpuPlan *p = &a->plan->gpus[a->gpu];
+        int r;
+
+        if (a->job_answered) {
+                a->job_answered = false;
+                *ret_error = TAKE_PTR(a->job_error);
+                return a->job_r;
+        }
+        if (!a->worker)
+                return mig_gpu_run_steps(a->o.nvml, run, a->journal, ret_error);
+
+        mig_gpu_steps_answer_done(&a->answer);
+        a->job = (MigGpuStepsJob) {
+                .run = run,
+                .journal = a->journal,
+                .restore_to = !a->rolling_back && !a->o.restore ? before_of(a, p) : NULL,
+                .read_only = read_only,
+        };
+        r = start_job(a, mig_gpu_steps_job, &a->job, on_steps_done, (int) p->gpu);
+        if (r < 0) {
+                *ret_error = strprintf("GPU %u (%s): cannot start the NVML worker for the MIG change: %s", p->gpu,
+                                       p->pci_address, strerror(-r));
+                return r;
+        }
+        return 2;
+}
+
+/* ---- the busy check in a worker: compute processes per GPU of the plan ---- */
+
+static int busy_job(GpuNvml *n, void *userdata, struct WireBuf *out, char **ret_error) {
+        const MigPlan *plan = userdata;
+
+        wire_put_u64(out, plan->n_gpus);
+        for (size_t i = 0; i < plan->n_gpus; i++) {
+                nvmlDevice_t d;
+                unsigned procs = 0;
+
+                if (mig_state_device(n, plan->gpus[i].pci_address, &d) < 0 || mig_state_processes(n, d, &procs) < 0)
+                        procs = 0;
+                wire_put_u32(out, procs);
+        }
+        return 0;
+}
+
+static void on_busy_done(GpuNvmlWorker *w, int r, const uint8_t *data, size_t len, const char *error,
+                         void *userdata) {
+        MigApply *a = userdata;
+        WireReader rd = { .p = data, .left = len };
+
+        free(a->procs);
+        a->procs = NULL;
+        a->job_error = mfree(a->job_error);
+        if (r >= 0) {
+                uint64_t n = wire_get_u64(&rd);
+                if (rd.bad || n != a->plan->n_gpus || !(a->procs = calloc(n ?: 1, sizeof *a->procs)))
+                        r = -EBADMSG;
+                for (size_t i = 0; r >= 0 && i < n; i++)
+                        a->procs[i] = wire_get_u32(&rd);
+                if (rd.bad)
+                        r = -EBADMSG;
+        }
+        if (r < 0)
+                a->job_error = strprintf("Checking the GPUs for compute processes before the MIG change failed: %s; "
+                                         "nothing was changed", error ?: strerror(-r));
+        a->job_r = r;
+        a->job_answered = true;
+        schedule(a);
+}
+
 /* ---- one GPU ---- */
 
 static void gpu_finish(MigApply *a, const char *result) {
@@ -193,6 +312,25 @@ static int start_rollback(MigApply *a, char **ret_error) {
 
         if (!prev)
                 return -ENOENT;
+        if (a->worker) {
+                /* The plan back comes from the worker, which read the GPU after the failure. */
+                if (a->answer.rollback_r == 0)
+                        return 2; /* it could not say (a hang or crash): a read-only job asks again */
+                if (a->answer.rollback_r < 0) {
+                        *ret_error = strprintf("GPU %u (%s): cannot read it: %s", p->gpu, p->pci_address,
+                                               strna(a->answer.rollback_error));
+                        return -EIO;
+                }
+                a->rollback = a->answer.rollback;
+                a->answer.rollback = (MigGpuPlan) {};
+                a->answer.rollback_r = 0;
+                r = mig_gpu_run_prepare(&a->rollback, &a->rollback_run);
+                if (r < 0)
+                        return r;
+                a->rolling_back = true;
+                a->reset_done = false;
+                return 0;
+        }
         r = mig_state_read_gpu(a->o.nvml, p->pci_address, p->gpu, &now, ret_error);
         if (r < 0)
                 return r;
@@ -215,7 +353,9 @@ static void halt(MigApply *a, int r, const char *why) {
         _cleanup_(mig_gpu_state_done) MigGpuState now = {};
         _cleanup_free_ char *left = NULL;
 
-        if (mig_state_read_gpu(a->o.nvml, p->pci_address, p->gpu, &now, NULL) >= 0)
+        if (a->worker)
+                left = a->answer.summary ? strdup(a->answer.summary) : NULL;
+        else if (mig_state_read_gpu(a->o.nvml, p->pci_address, p->gpu, &now, NULL) >= 0)
                 left = mig_state_layout_summary(&now);
         if (a->journal)
                 (void) mig_journal_halt(a->journal, p->pci_address, left ?: "unknown (NVML cannot read it)");
@@ -232,7 +372,7 @@ static bool gpu_step(MigApply *a) {
         int r;
 
         if (!a->run_active) {
-                r = mig_gpu_run_init(a->o.nvml, p, &a->run);
+                r = a->worker ? mig_gpu_run_prepare(p, &a->run) : mig_gpu_run_init(a->o.nvml, p, &a->run);
                 if (r < 0) {
                         fail(a, r, strprintf("GPU %u (%s): NVML does not answer for it: %s", p->gpu, p->pci_address,
                                              strerror(-r)));
@@ -245,10 +385,34 @@ static bool gpu_step(MigApply *a) {
         for (;;) {
                 MigGpuRun *run = a->rolling_back ? &a->rollback_run : &a->run;
 
+                if (a->rollback_read) {
+                        /* The steps failed in a way that left no reading of the GPU (a hang, a crash):
+                         * read it now, in a fresh worker, to plan the rollback. */
+                        r = run_steps(a, &a->run, true, &err);
+                        if (r == 2)
+                                return false;
+                        a->rollback_read = false;
+                        if (r >= 0)
+                                r = start_rollback(a, &err);
+                        if (r == 2)
+                                r = -EIO;
+                        if (r < 0) {
+                                _cleanup_free_ char *why = strprintf("GPU %u (%s): cannot roll back to the previous "
+                                                                     "layout: %s", p->gpu, p->pci_address,
+                                                                     err ? err : strerror(-r));
+                                halt(a, r, strna(why));
+                                return true;
+                        }
+                        continue;
+                }
+
                 if (a->gpu_error)
                         r = -EIO; /* the reset failed */
-                else
-                        r = mig_gpu_run_steps(a->o.nvml, run, a->journal, &err);
+                else {
+                        r = run_steps(a, run, false, &err);
+                        if (r == 2)
+                                return false; /* on_steps_done() schedules us again */
+                }
 
                 if (r == MIG_GPU_RUN_NEEDS_RESET) {
                         if (!a->o.reset_auto) {
@@ -287,6 +451,10 @@ static bool gpu_step(MigApply *a) {
                 }
                 fail(a, r, TAKE_PTR(err));
                 r = start_rollback(a, &err);
+                if (r == 2) {
+                        a->rollback_read = true;
+                        continue;
+                }
                 if (r < 0) {
                         _cleanup_free_ char *why = strprintf("GPU %u (%s): cannot roll back to the previous layout: %s",
                                                              p->gpu, p->pci_address, err ? err : strerror(-r));
@@ -304,7 +472,9 @@ static bool gpu_step(MigApply *a) {
 
         _cleanup_(mig_gpu_state_done) MigGpuState now = {};
         _cleanup_free_ char *summary = NULL;
-        if (mig_state_read_gpu(a->o.nvml, p->pci_address, p->gpu, &now, NULL) >= 0)
+        if (a->worker)
+                summary = a->answer.summary ? strdup(a->answer.summary) : NULL;
+        else if (mig_state_read_gpu(a->o.nvml, p->pci_address, p->gpu, &now, NULL) >= 0)
                 summary = mig_state_layout_summary(&now);
         (void) strv_consume(&a->lines, strprintf("GPU %u (%s): %s", p->gpu, p->pci_address, strna(summary)));
         gpu_finish(a, "done");
@@ -416,14 +586,35 @@ static void advance(MigApply *a) {
                 break;
 
         case PHASE_BUSY:
+                if (!a->o.force && a->worker && a->plan->n_gpus > 0) {
+                        if (!a->job_answered) {
+                                int r = start_job(a, busy_job, a->plan, on_busy_done, -1);
+                                if (r >= 0)
+                                        return; /* on_busy_done() schedules us again */
+                                a->job_r = r;
+                                a->job_error = strprintf("Cannot start the NVML worker to check the GPUs for compute "
+                                                         "processes: %s; nothing was changed", strerror(-r));
+                        }
+                        a->job_answered = false;
+                        if (a->job_r < 0) {
+                                fail(a, a->job_r, TAKE_PTR(a->job_error));
+                                a->phase = PHASE_START_UNITS;
+                                a->unit_index = strv_length(a->stopped);
+                                break;
+                        }
+                }
                 a->phase = PHASE_GPUS;
                 for (size_t i = 0; !a->o.force && i < a->plan->n_gpus; i++) {
                         const MigGpuPlan *p = &a->plan->gpus[i];
                         nvmlDevice_t d;
                         unsigned procs = 0;
 
-                        if (mig_state_device(a->o.nvml, p->pci_address, &d) < 0 ||
-                            mig_state_processes(a->o.nvml, d, &procs) < 0 || procs == 0)
+                        if (a->worker)
+                                procs = a->procs ? a->procs[i] : 0;
+                        else if (mig_state_device(a->o.nvml, p->pci_address, &d) < 0 ||
+                                 mig_state_processes(a->o.nvml, d, &procs) < 0)
+                                procs = 0;
+                        if (procs == 0)
                                 continue;
                         fail(a, -EBUSY, strprintf("GPU %u (%s) still has %u compute process%s after the hook units "
                                                   "stopped; nothing was changed (stop the workloads, or apply with "
@@ -445,7 +636,7 @@ static void advance(MigApply *a) {
                 }
                 if (a->gpu < a->plan->n_gpus) {
                         if (!gpu_step(a))
-                                return; /* a reset child runs */
+                                return; /* a reset child or the NVML worker runs */
                         if (a->gpu < a->plan->n_gpus)
                                 break;  /* the next GPU from the next iteration: D-Bus gets its turn */
                 }
@@ -491,7 +682,7 @@ int mig_apply_start(const MigApplyOptions *o, MigPlan *plan, MigGpuState *before
         size_t n_journaled = 0;
         int r;
 
-        assert(o && o->event && o->nvml && plan && cb && ret && ret_error);
+        assert(o && o->event && (o->nvml || o->library) && plan && cb && ret && ret_error);
 
         a = calloc(1, sizeof *a);
         if (!a) {
@@ -527,6 +718,14 @@ int mig_apply_start(const MigApplyOptions *o, MigPlan *plan, MigGpuState *before
         r = sd_event_add_defer(o->event, &a->defer, on_defer, a);
         if (r < 0)
                 return r;
+        if (o->library) {
+                if (!(a->library = strdup(o->library)))
+                        return -ENOMEM;
+                a->o.library = a->library;
+                r = gpu_nvml_worker_new(o->event, &a->worker);
+                if (r < 0)
+                        return r;
+        }
         (void) sd_event_source_set_description(a->defer, "mig-apply");
 
         if (plan->n_gpus == 0) {
@@ -573,6 +772,11 @@ MigApply *mig_apply_free(MigApply *a) {
         if (!a)
                 return NULL;
         spawn_free(a->reset);
+        gpu_nvml_worker_free(a->worker); /* kills a worker in a call: the journal stays for the next start */
+        free(a->job_error);
+        mig_gpu_steps_answer_done(&a->answer);
+        free(a->procs);
+        free(a->library);
         free(a->reset_output);
         fabric_op_free(a->op);
         sd_event_source_disable_unref(a->defer);

@@ -3,15 +3,15 @@
  * NVML steps of one GPU and the plan back to a recorded layout):
  *
  *   journal begin → stop the hook units (over sd-bus, one after the other, only those active) → refuse if a
- *   GPU of the plan has compute processes (unless forced) → per GPU, one GPU per event-loop iteration:
+ *   GPU of the plan has compute processes (unless forced) → per GPU, in an NVML worker (o.library):
  *   destroy CIs, destroy GIs, set the MIG mode, reset the GPU when the mode is pending (a child process,
  *   mig.reset auto) or stop there with "reboot required" (never), create GIs with their placement, create
  *   CIs → start the stopped units again (always, in reverse order) → journal end.
  *
  * A step that fails rolls that GPU back to the layout it had before (destroy what was created, re-create
  * what was destroyed, the MIG mode back) and the apply goes on with the other GPUs; the result reports
- * the failure and the rollback's outcome. Library code: results are a negative errno plus sentences; the
- * caller logs. */
+ * the failure and the rollback's outcome; a call that hangs past the deadline or crashes the worker is
+ * such a failure. Library code: results are a negative errno plus sentences; the caller logs. */
 #pragma once
 
 #include <stdbool.h>
@@ -40,11 +40,19 @@ const char *mig_config_state_to_string(MigConfigState s);
 MigConfigState mig_config_state_from_string(const char *s);
 
 typedef struct MigApply MigApply;
+struct WireBuf;
 
 typedef struct MigApplyOptions {
         sd_event *event;
         sd_bus *bus;                /* NULL (--oneshot): hook units are not stopped, which is logged */
-        GpuNvml *nvml;              /* must stay open until the apply finished or was freed */
+        GpuNvml *nvml;              /* without library: must stay open until the apply finished or was freed */
+        const char *library;        /* set: every NVML call runs in an NVML worker process that opens this
+                                     * library (nvml unused); NULL: on nvml, in this process */
+        uint64_t call_timeout_usec; /* the worker's per-call deadline (nvml.timeout); 0 = its default */
+        /* Called before each worker is forked (with library): the owner shuts down and unloads any NVML
+         * handle of its own, which a fork must not inherit initialised. */
+        void (*release_nvml)(void *userdata);
+        void *release_userdata;
         char **stop_units;          /* mig.hooks.stop-units */
         char **stopped_units;       /* already stopped by an earlier, interrupted apply: started at the end */
         bool reset_auto;            /* mig.reset */
@@ -98,6 +106,35 @@ void mig_gpu_run_done(MigGpuRun *run);
  * GPU reset (run->next is the step after it), or a negative errno with a sentence naming the GPU, step and
  * NVML's error. Every write is journaled when j is given. */
 int mig_gpu_run_steps(GpuNvml *n, MigGpuRun *run, MigJournal *j, char **ret_error);
+
+/* The run without an NVML handle (the device is looked up where the steps run). */
+int mig_gpu_run_prepare(const MigGpuPlan *plan, MigGpuRun *ret);
+
+/* The same steps in an NVML worker (gpu_nvml_worker_job()): the job's input is a MigGpuStepsJob in the
+ * daemon's memory at the fork; the worker looks the device up on its own handle, reopens the journal (so
+ * that every write is still recorded as it happens), runs the steps (none when read_only), reads the GPU
+ * again, and answers with the steps' result, the run's progress (next step, created ids), the layout
+ * summary and — when restore_to is given and the steps failed (or read_only) — the plan back to
+ * restore_to. mig_gpu_steps_job_result() applies that to the daemon's run and returns what
+ * mig_gpu_run_steps() would. */
+typedef struct MigGpuStepsJob {
+        const MigGpuRun *run;
+        MigJournal *journal;        /* NULL: none */
+        const MigGpuState *restore_to;
+        bool read_only;
+} MigGpuStepsJob;
+
+typedef struct MigGpuStepsAnswer {
+        char *summary;              /* the GPU's layout after the steps; NULL when it could not be read */
+        int rollback_r;             /* 1: rollback is the plan back to restore_to; 0: none asked; < 0 failed */
+        MigGpuPlan rollback;
+        char *rollback_error;       /* why not (rollback_r < 0) */
+} MigGpuStepsAnswer;
+
+int mig_gpu_steps_job(GpuNvml *n, void *userdata, struct WireBuf *out, char **ret_error);
+int mig_gpu_steps_job_result(MigGpuRun *run, const uint8_t *data, size_t len, MigGpuStepsAnswer *ret,
+                             char **ret_error);
+void mig_gpu_steps_answer_done(MigGpuStepsAnswer *a);
 
 /* The plan that turns now into the layout of target (both of the same GPU): destroy the CIs and GIs target
  * lacks, the MIG mode, re-create target's GIs at their placements and their CIs. Empty when equal. */

@@ -192,6 +192,18 @@ int mig_journal_end(MigJournal *j, const char *state) {
         return mig_journal_remove(j->path);
 }
 
+int mig_journal_reopen(MigJournal *j) {
+        int fd;
+
+        fd = open(j->path, O_WRONLY | O_APPEND | O_CLOEXEC | O_NOFOLLOW);
+        if (fd < 0)
+                return negative_errno();
+        /* Only in a forked worker: the old number was closed there (closefrom) and may name another file
+         * by now (the socket, the driver's), so it is forgotten, not closed. */
+        j->fd = fd;
+        return 0;
+}
+
 MigJournal *mig_journal_free(MigJournal *j) {
         if (!j)
                 return NULL;

@@ -42,6 +42,11 @@ int mig_journal_halt(MigJournal *j, const char *pci_address, const char *left);
 /* Writes end, fsyncs, and removes the file: nothing is left to recover. */
 int mig_journal_end(MigJournal *j, const char *state);
 
+/* Opens the journal's file again for appending, replacing the descriptor: for a forked NVML worker,
+ * whose inherited descriptors are closed, that writes the step records of the MIG calls it makes. The
+ * old descriptor is forgotten, not closed: call it only in such a worker. */
+int mig_journal_reopen(MigJournal *j);
+
 /* Closes without finishing (the file stays for the next start). NULL-safe. */
 MigJournal *mig_journal_free(MigJournal *j);
 DEFINE_CLEANUP_FUNC(MigJournal *, mig_journal_free);

@@ -10,8 +10,12 @@
 #include "mig-config.h"
 #include "mig-manager.h"
 #include "mig-plan.h"
+#include "gpu-nvml-worker.h"
 #include "mig-state.h"
+#include "mig-wire.h"
 #include "strv.h"
+
+typedef struct MigRead MigRead;
 
 struct MigManager {
         Manager *manager;
@@ -33,6 +37,8 @@ struct MigManager {
 
         MigChanged changed_cb;
         void *changed_userdata;
+
+        MigRead *reads;               /* assert/export reads in NVML workers, in flight */
 
         bool journal_checked;         /* recovery runs once per MigManager (= per start) */
         bool recovering;
@@ -57,10 +63,13 @@ int mig_manager_new(Manager *m, MigManager **ret) {
         return 0;
 }
 
+static void mig_reads_cancel(MigManager *mm);
+
 MigManager *mig_manager_free(MigManager *mm) {
         if (!mm)
                 return NULL;
         mig_apply_free(mm->apply);
+        mig_reads_cancel(mm);
         free(mm->reset_program);
         free(mm->config_name);
         free(mm->applying);
@@ -229,6 +238,13 @@ static void on_apply_finished(MigApply *a, const MigApplyResult *res, void *user
                 cb(mm, &o, ud);
 }
 
+static void release_nvml(void *userdata) {
+        MigManager *mm = userdata;
+
+        /* Not manager_nvml_close(), which keeps the handle while an apply runs: this apply does not use it. */
+        mm->manager->nvml = gpu_nvml_close(mm->manager->nvml);
+}
+
 static MigApplyOptions apply_options(MigManager *mm, const char *journal, bool force) {
         const Config *c = mm->manager->config;
 
@@ -236,6 +252,10 @@ static MigApplyOptions apply_options(MigManager *mm, const char *journal, bool f
                 .event = mm->manager->event,
                 .bus = mm->manager->bus,
                 .nvml = mm->manager->nvml,
+                .library = c->nvml.library,
+                .call_timeout_usec = c->nvml.timeout_usec,
+                .release_nvml = release_nvml,
+                .release_userdata = mm,
                 .stop_units = c->mig.stop_units,
                 .reset_auto = c->mig.reset != 0,
                 .reset_program = mm->reset_program,
@@ -306,7 +326,10 @@ static int apply_internal(MigManager *mm, const char *name, const char *file, bo
         mm->applying = strdup(name);
         if (n_gpus > 0) {
                 log_info("Applying MIG config %s to %zu GPU%s.", name, n_gpus, n_gpus == 1 ? "" : "s");
-                set_result(mm, name, MIG_CONFIG_PENDING, NULL);
+                /* A pass re-checking a config that waits for a reboot keeps saying so: the re-check takes
+                 * a worker's start per GPU, and mig.config.state must not flap to pending on every pass. */
+                if (!(streq_ptr(mm->config_name, name) && mm->state == MIG_CONFIG_REBOOTING))
+                        set_result(mm, name, MIG_CONFIG_PENDING, NULL);
         }
         return 0;
 }
@@ -482,21 +505,13 @@ char *mig_manager_take_recovery_note(MigManager *mm) {
 
 /* ---- assert and export ---- */
 
-int mig_manager_assert(MigManager *mm, const char *name, const char *config_file, char **ret_report) {
-        _cleanup_(mig_config_file_freep) MigConfigFile *cf = NULL;
+/* The assert report for states (taken): 1 match, 0 not, < 0 with the reason in *ret_report. */
+static int assert_report(const MigConfig *config, const char *name, MigGpuState *states, size_t n_states,
+                         char **ret_report) {
         _cleanup_(mig_plan_freep) MigPlan *plan = NULL;
         _cleanup_strv_free_ char **lines = NULL;
-        const MigConfig *config = NULL;
-        MigGpuState *states = NULL;
-        size_t n_states = 0;
         int r;
 
-        *ret_report = NULL;
-        r = load_config(config_file ?: mm->manager->config->mig.config_file, name, &cf, &config, ret_report);
-        if (r >= 0)
-                r = read_states(mm, &states, &n_states, ret_report);
-        if (r < 0)
-                return r;
         r = mig_plan_build(config, states, n_states, &plan, ret_report);
         if (r < 0) {
                 mig_gpu_states_free(states, n_states);
@@ -532,6 +547,22 @@ oom:
         return -ENOMEM;
 }
 
+int mig_manager_assert(MigManager *mm, const char *name, const char *config_file, char **ret_report) {
+        _cleanup_(mig_config_file_freep) MigConfigFile *cf = NULL;
+        const MigConfig *config = NULL;
+        MigGpuState *states = NULL;
+        size_t n_states = 0;
+        int r;
+
+        *ret_report = NULL;
+        r = load_config(config_file ?: mm->manager->config->mig.config_file, name, &cf, &config, ret_report);
+        if (r >= 0)
+                r = read_states(mm, &states, &n_states, ret_report);
+        if (r < 0)
+                return r;
+        return assert_report(config, name, states, n_states, ret_report);
+}
+
 int mig_manager_export(MigManager *mm, char **ret_yaml) {
         _cleanup_free_ char *error = NULL;
         MigGpuState *states = NULL;
@@ -544,4 +575,144 @@ int mig_manager_export(MigManager *mm, char **ret_yaml) {
         r = mig_export_yaml(states, n, "current", ret_yaml);
         mig_gpu_states_free(states, n);
         return r;
+}
+
+/* ---- assert and export with the reads in an NVML worker ---- */
+
+struct MigRead {
+        MigManager *mm;
+        MigRead *next;
+        GpuNvmlWorker *worker;
+        sd_event_source *defer;       /* frees us after the answer (not from inside the worker's callback) */
+        char **addresses;             /* the job's input, in the worker's memory at the fork */
+        bool answered;                /* cb was called; freed from the next iteration (defer) */
+        MigConfigFile *cf;            /* assert: the loaded file and config; NULL: export */
+        const MigConfig *config;
+        char *name;
+        MigReportDone cb;
+        void *userdata;
+};
+
+static MigRead *mig_read_free(MigRead *rd) {
+        if (!rd)
+                return NULL;
+        gpu_nvml_worker_free(rd->worker);
+        sd_event_source_disable_unref(rd->defer);
+        strv_free(rd->addresses);
+        mig_config_file_free(rd->cf);
+        free(rd->name);
+        return mfree(rd);
+}
+
+static void mig_read_unlink(MigRead *rd) {
+        for (MigRead **p = &rd->mm->reads; *p; p = &(*p)->next)
+                if (*p == rd) {
+                        *p = rd->next;
+                        break;
+                }
+        rd->next = NULL;
+}
+
+static int on_read_free(sd_event_source *s, void *userdata) {
+        MigRead *rd = userdata;
+
+        mig_read_unlink(rd);
+        mig_read_free(rd);
+        return 0;
+}
+
+static void on_read_done(GpuNvmlWorker *w, int r, const uint8_t *data, size_t len, const char *error,
+                         void *userdata) {
+        MigRead *rd = userdata;
+        _cleanup_free_ char *report = NULL;
+        MigGpuState *states = NULL;
+        size_t n = 0;
+
+        rd->answered = true;
+        if (r >= 0) {
+                r = mig_states_job_result(data, len, &states, &n);
+                if (r < 0)
+                        report = strdup("the NVML worker sent a malformed answer");
+        } else
+                report = strdup(error ?: "NVML failed");
+        if (r >= 0) {
+                if (rd->cf)
+                        r = assert_report(rd->config, rd->name, states, n, &report);
+                else {
+                        r = mig_export_yaml(states, n, "current", &report);
+                        mig_gpu_states_free(states, n);
+                }
+        }
+        rd->cb(rd->mm, r, report, rd->userdata);
+        /* The worker is still in its callback: free from the next iteration. */
+        if (sd_event_add_defer(rd->mm->manager->event, &rd->defer, on_read_free, rd) < 0)
+                return; /* out of memory: it stays listed, and goes with the MigManager */
+}
+
+static void mig_reads_cancel(MigManager *mm) {
+        while (mm->reads) {
+                MigRead *rd = mm->reads;
+
+                mm->reads = rd->next;
+                if (!rd->answered)
+                        rd->cb(mm, -ECANCELED, "The agent is shutting down.", rd->userdata);
+                mig_read_free(rd);
+        }
+}
+
+static int start_read(MigManager *mm, MigConfigFile *cf, const MigConfig *config, const char *name,
+                      MigReportDone cb, void *userdata, char **ret_error) {
+        MigRead *rd;
+        int r;
+
+        if (!mm->manager->nvml_snapshot) {
+                mig_config_file_free(cf);
+                *ret_error = strdup("NVML is not available (see the nvml stage); the MIG layout cannot be read.");
+                return -ENODEV;
+        }
+        rd = calloc(1, sizeof *rd);
+        if (!rd) {
+                mig_config_file_free(cf);
+                return -ENOMEM;
+        }
+        *rd = (MigRead) { .mm = mm, .cf = cf, .config = config, .cb = cb, .userdata = userdata };
+        r = gpu_addresses(mm, &rd->addresses);
+        if (r >= 0 && name && !(rd->name = strdup(name)))
+                r = -ENOMEM;
+        if (r >= 0)
+                r = gpu_nvml_worker_new(mm->manager->event, &rd->worker);
+        if (r >= 0) {
+                /* A fork must not inherit our own handle initialised (see mig-apply.c). */
+                mm->manager->nvml = gpu_nvml_close(mm->manager->nvml);
+                r = gpu_nvml_worker_job(rd->worker, mm->manager->config->nvml.library, -1,
+                                        mm->manager->config->nvml.timeout_usec, mig_states_job, rd->addresses,
+                                        on_read_done, rd);
+                if (r < 0)
+                        *ret_error = strprintf("Cannot start the NVML worker to read the MIG layout: %s", strerror(-r));
+        }
+        if (r < 0) {
+                mig_read_free(rd);
+                return r;
+        }
+        rd->next = mm->reads;
+        mm->reads = rd;
+        return 0;
+}
+
+int mig_manager_assert_async(MigManager *mm, const char *name, const char *config_file, MigReportDone cb,
+                             void *userdata, char **ret_error) {
+        MigConfigFile *cf = NULL;
+        const MigConfig *config = NULL;
+        int r;
+
+        *ret_error = NULL;
+        r = load_config(config_file ?: mm->manager->config->mig.config_file, name, &cf, &config, ret_error);
+        if (r < 0)
+                return r;
+        return start_read(mm, cf, config, name, cb, userdata, ret_error);
+}
+
+int mig_manager_export_async(MigManager *mm, MigReportDone cb, void *userdata, char **ret_error) {
+        *ret_error = NULL;
+        return start_read(mm, NULL, NULL, NULL, cb, userdata, ret_error);
 }

@@ -81,5 +81,15 @@ int mig_manager_assert(MigManager *mm, const char *name, const char *config_file
  * layout merged into one entry (devices: all, a device-filter, or an index list). */
 int mig_manager_export(MigManager *mm, char **ret_yaml);
 
+/* The same two with the NVML reads in a worker process (nothing waits for NVML on the loop): the config
+ * is loaded at once (its errors, and -ENODEV while the nvml stage has not found NVML answering, return
+ * here with *ret_error); then cb, from the loop, gets what the synchronous call would return (assert:
+ * 1/0; export: 0; or a negative errno) with the report, the YAML or the reason — "nvmlDeviceGetMigMode
+ * has not returned for 30 s" for a hang. In flight at mig_manager_free(): cb gets -ECANCELED. */
+typedef void (*MigReportDone)(MigManager *mm, int r, const char *report, void *userdata);
+int mig_manager_assert_async(MigManager *mm, const char *name, const char *config_file, MigReportDone cb,
+                             void *userdata, char **ret_error);
+int mig_manager_export_async(MigManager *mm, MigReportDone cb, void *userdata, char **ret_error);
+
 /* Pure part of export, for the tests. */
 int mig_export_yaml(const MigGpuState *gpus, size_t n_gpus, const char *config_name, char **ret_yaml);

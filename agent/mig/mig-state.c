@@ -537,7 +537,12 @@ int mig_state_read(GpuNvml *n, char *const *pci_addresses, MigGpuState **ret, si
         if (!l)
                 return -ENOMEM;
         for (size_t i = 0; i < count; i++) {
+                int progress_gpu = n->progress_gpu;
+
+                /* A worker's progress names the GPU being read ("… on GPU 3 has not returned"). */
+                n->progress_gpu = (int) i;
                 r = mig_state_read_gpu(n, pci_addresses[i], (unsigned) i, &l[k], ret_error);
+                n->progress_gpu = progress_gpu;
                 if (r == -ENODEV)
                         continue;
                 if (r < 0) {

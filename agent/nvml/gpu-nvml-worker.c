@@ -13,6 +13,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "gpu-nvml-internal.h"
 #include "gpu-nvml-worker.h"
 #include "spawn-child.h"
 #include "strv.h"
@@ -153,6 +154,8 @@ int gpu_nvml_worker_main(int fd, void *userdata) {
 
 /* ---- the daemon's client ---- */
 
+static int job_main(int fd, void *userdata);
+
 struct GpuNvmlWorker {
         sd_event *event;
         Spawn *child;
@@ -170,7 +173,41 @@ struct GpuNvmlWorker {
         char *call;               /* "nvmlDeviceGetMemoryInfo on GPU 3", NULL before the first */
         bool in_init;
         uint64_t call_usec;       /* CLOCK_MONOTONIC when it started */
+
+        /* A job in flight (gpu_nvml_worker_job()); the worker reads these from its copy of us. */
+        GpuNvmlJobFunc job_fn;
+        void *job_fn_userdata;
+        char *job_library;
+        int job_gpu;
+        GpuNvmlJobDone job_done;
 };
+
+/* The worker of a job: open, run, answer, exit. */
+static int job_main(int fd, void *userdata) {
+        GpuNvmlWorker *w = userdata;
+        WorkerCtx ctx = { .fd = fd };
+        _cleanup_(wire_buf_done) WireBuf out = {};
+        _cleanup_free_ char *error = NULL;
+        GpuNvml *n = NULL;
+        int r;
+
+        r = gpu_nvml_open_progress(w->job_library, worker_progress, &ctx, &n, &error);
+        if (r >= 0) {
+                n->progress_gpu = w->job_gpu;
+                wire_begin(&out, GPU_NVML_WIRE_RESULT);
+                r = w->job_fn(n, w->job_fn_userdata, &out, &error);
+                n->progress_gpu = -1;
+        }
+        if (r >= 0) {
+                r = send_frame(fd, &out);
+                if (r == -ENOMEM || r == -EMSGSIZE)
+                        (void) send_error(fd, r, "the NVML job's answer does not fit into a message");
+        } else
+                (void) send_error(fd, r, error);
+        gpu_nvml_close(n);
+        wire_buf_done(&ctx.progress);
+        return r < 0 ? 1 : 0;
+}
 
 static uint64_t now_usec(sd_event *e) {
         uint64_t t = 0;
@@ -200,17 +237,41 @@ static void stop_worker(GpuNvmlWorker *w) {
 /* Ends the request in flight with r and a message (or a snapshot). */
 static void finish(GpuNvmlWorker *w, int r, NvmlSnapshot *snap, const char *message) {
         GpuNvmlWorkerDone done = w->done;
+        GpuNvmlJobDone job_done = w->job_done;
 
         w->busy = false;
         w->done = NULL;
+        w->job_done = NULL;
+        w->job_fn = NULL;
         w->call = mfree(w->call);
         w->in_init = false;
         w->deadline = sd_event_source_disable_unref(w->deadline);
         w->tick = sd_event_source_disable_unref(w->tick);
-        if (done)
+        if (job_done) {
+                nvml_snapshot_free(snap);
+                job_done(w, r < 0 ? r : -EBADMSG, NULL, 0, r < 0 ? message : "NVML job answered with a snapshot",
+                         w->userdata);
+        } else if (done)
                 done(w, r, snap, message, w->userdata);
         else
                 nvml_snapshot_free(snap);
+}
+
+/* A job's answer: the worker is done (it exits after one job). */
+static void finish_job(GpuNvmlWorker *w, const uint8_t *payload, uint32_t len) {
+        GpuNvmlJobDone job_done = w->job_done;
+        _cleanup_free_ uint8_t *copy = malloc(len ?: 1);
+
+        if (!copy) {
+                stop_worker(w);
+                finish(w, -ENOMEM, NULL, "Out of memory.");
+                return;
+        }
+        memcpy(copy, payload, len);
+        stop_worker(w); /* payload lived in our input buffer */
+        w->job_done = NULL;
+        finish(w, 0, NULL, NULL); /* resets the request; job_done is ours now */
+        job_done(w, 0, copy, len, NULL, w->userdata);
 }
 
 static void fail(GpuNvmlWorker *w, int r, const char *fmt, ...) _printf_(3, 4);
@@ -287,11 +348,16 @@ static int dispatch(GpuNvmlWorker *w, uint32_t type, const uint8_t *payload, uin
                 finish(w, r, NULL, message ?: "NVML failed.");
                 return 0;
         }
+        case GPU_NVML_WIRE_RESULT:
+                if (!w->busy || !w->job_done)
+                        return -EBADMSG;
+                finish_job(w, payload, len);
+                return 0;
         case GPU_NVML_WIRE_SNAPSHOT: {
                 NvmlSnapshot *snap = NULL;
                 int r;
 
-                if (!w->busy)
+                if (!w->busy || w->job_done)
                         return -EBADMSG;
                 r = wire_get_snapshot(&rd, &snap);
                 if (r < 0)
@@ -384,7 +450,7 @@ static void on_exit_worker(Spawn *child, const SpawnResult *res, void *userdata)
                 worker_gone(w, why);
 }
 
-static int start_worker(GpuNvmlWorker *w) {
+static int start_worker(GpuNvmlWorker *w, SpawnChildFunc fn, void *fn_userdata) {
         SpawnOptions o = { .on_exit = on_exit_worker, .userdata = w, .kill_grace_usec = 1 * USEC_PER_SEC };
         int sv[2], r;
 
@@ -393,7 +459,7 @@ static int start_worker(GpuNvmlWorker *w) {
         /* The worker's end blocks: it has nothing else to do. */
         r = fcntl(sv[1], F_SETFL, 0) < 0 ? negative_errno() : 0;
         if (r >= 0)
-                r = spawn_fork(w->event, sv[1], gpu_nvml_worker_main, NULL, &o, &w->child);
+                r = spawn_fork(w->event, sv[1], fn, fn_userdata, &o, &w->child);
         close(sv[1]);
         if (r < 0) {
                 close(sv[0]);
@@ -444,9 +510,11 @@ GpuNvmlWorker *gpu_nvml_worker_free(GpuNvmlWorker *w) {
         if (!w)
                 return NULL;
         w->done = NULL;
+        w->job_done = NULL;
         stop_worker(w);
         free(w->in);
         free(w->call);
+        free(w->job_library);
         sd_event_unref(w->event);
         return mfree(w);
 }
@@ -455,6 +523,7 @@ void gpu_nvml_worker_cancel(GpuNvmlWorker *w) {
         if (!w || !w->busy)
                 return;
         w->done = NULL;
+        w->job_done = NULL;
         stop_worker(w);
         finish(w, -ECANCELED, NULL, NULL);
 }
@@ -491,7 +560,7 @@ int gpu_nvml_worker_snapshot(GpuNvmlWorker *w, const char *library, char *const 
 
         if (!spawn_is_running(w->child) || w->fd < 0) {
                 stop_worker(w);
-                r = start_worker(w);
+                r = start_worker(w, gpu_nvml_worker_main, NULL);
                 if (r < 0)
                         return r;
         }
@@ -525,5 +594,54 @@ int gpu_nvml_worker_snapshot(GpuNvmlWorker *w, const char *library, char *const 
         if (w->progress &&
             sd_event_add_time(w->event, &w->tick, CLOCK_MONOTONIC, w->call_usec + USEC_PER_SEC, 0, on_tick, w) >= 0)
                 (void) sd_event_source_set_description(w->tick, "nvml-progress");
+        return 0;
+}
+
+static void arm_request(GpuNvmlWorker *w, uint64_t timeout_usec, unsigned n_gpus) {
+        w->busy = true;
+        w->timeout_usec = timeout_usec ?: GPU_NVML_WORKER_TIMEOUT_DEFAULT_USEC;
+        w->init_usec = (uint64_t) n_gpus * (w->timeout_usec < GPU_NVML_WORKER_INIT_PER_GPU_USEC
+                                                    ? w->timeout_usec : GPU_NVML_WORKER_INIT_PER_GPU_USEC);
+        w->call = mfree(w->call);
+        w->in_init = true;
+        w->call_usec = now_usec(w->event);
+        arm_deadline(w);
+        if (w->progress &&
+            sd_event_add_time(w->event, &w->tick, CLOCK_MONOTONIC, w->call_usec + USEC_PER_SEC, 0, on_tick, w) >= 0)
+                (void) sd_event_source_set_description(w->tick, "nvml-progress");
+}
+
+int gpu_nvml_worker_job(GpuNvmlWorker *w, const char *library, int gpu, uint64_t timeout_usec,
+                        GpuNvmlJobFunc fn, void *fn_userdata, GpuNvmlJobDone done, void *userdata) {
+        char *copy;
+        int r;
+
+        assert(w);
+        assert(library);
+        assert(fn);
+        assert(done);
+        if (w->busy)
+                return -EBUSY;
+        copy = strdup(library);
+        if (!copy)
+                return -ENOMEM;
+        free(w->job_library);
+        w->job_library = copy;
+        w->job_fn = fn;
+        w->job_fn_userdata = fn_userdata;
+        w->job_gpu = gpu;
+
+        /* A fresh worker per job: it is forked now, with the job's input in its memory. */
+        stop_worker(w);
+        r = start_worker(w, job_main, w);
+        if (r < 0) {
+                w->job_fn = NULL;
+                return r;
+        }
+        w->done = NULL;
+        w->job_done = done;
+        w->userdata = userdata;
+        /* nvmlInit attaches every GPU; a job touches one, but the driver still attaches all: allow one. */
+        arm_request(w, timeout_usec, 1);
         return 0;
 }

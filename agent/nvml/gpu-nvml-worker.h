@@ -31,6 +31,7 @@
 #include "gpu-nvml.h"
 
 typedef struct GpuNvmlWorker GpuNvmlWorker;
+struct WireBuf;
 
 /* r < 0: error is a sentence (the snapshot is NULL). r == 0: the snapshot is the callee's to keep. */
 typedef void (*GpuNvmlWorkerDone)(GpuNvmlWorker *w, int r, NvmlSnapshot *snapshot, const char *error,
@@ -70,6 +71,23 @@ void gpu_nvml_worker_abort(GpuNvmlWorker *w, int r, const char *message);
 const char *gpu_nvml_worker_current_call(const GpuNvmlWorker *w);
 pid_t gpu_nvml_worker_pid(const GpuNvmlWorker *w);
 
+/* A job: a function that runs in a worker forked for it alone (so its input is whatever the daemon's
+ * memory holds at the fork: plans, journal, ids — nothing to serialise on the way in), on its own NVML
+ * handle (opened there with progress reporting, so every call gets the per-call deadline), and writes
+ * its answer into result (raw bytes the caller decodes; the wire_put_* helpers). A return < 0 is sent as
+ * an error with *ret_error. The worker exits afterwards: MIG writes are rare, and a fresh process cannot
+ * carry a wedged state from an earlier call. gpu is the GPU index named in progress messages (-1 none). */
+typedef int (*GpuNvmlJobFunc)(GpuNvml *n, void *userdata, struct WireBuf *result, char **ret_error);
+/* r < 0: error is a sentence (result NULL). r == 0: result/len valid during the call only. */
+typedef void (*GpuNvmlJobDone)(GpuNvmlWorker *w, int r, const uint8_t *result, size_t len, const char *error,
+                               void *userdata);
+
+/* Starts a job (see above); -EBUSY while a request is in flight. done is called from the loop. Hang and
+ * crash are reported as for snapshots ("nvmlDeviceCreateGpuInstanceWithPlacement on GPU 2 has not
+ * returned for 30 s; ..."). */
+int gpu_nvml_worker_job(GpuNvmlWorker *w, const char *library, int gpu, uint64_t timeout_usec,
+                        GpuNvmlJobFunc fn, void *fn_userdata, GpuNvmlJobDone done, void *userdata);
+
 /* The worker's side: serves requests on fd until EOF. Returns the exit status. */
 int gpu_nvml_worker_main(int fd, void *userdata);
 
@@ -80,6 +98,7 @@ typedef enum GpuNvmlWireType {
         GPU_NVML_WIRE_PROGRESS,             /* i32 gpu, str entry point */
         GPU_NVML_WIRE_ERROR,                /* i32 r, str message */
         GPU_NVML_WIRE_SNAPSHOT,             /* the NvmlSnapshot */
+        GPU_NVML_WIRE_RESULT,               /* a job's answer: bytes only its caller reads */
 } GpuNvmlWireType;
 
 #define GPU_NVML_WIRE_MAX (64u << 20)

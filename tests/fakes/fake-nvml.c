@@ -163,9 +163,14 @@ static void parse_fail_rules(void) {
         }
 }
 
-/* Whether FAKE_NVML_FAIL fails this call; counts the call either way. */
+/* Whether FAKE_NVML_FAIL fails this call; counts the call either way — while FAKE_NVML_FAIL_FILE exists,
+ * when that is set (a test arms the rules for one request of a long-running daemon). */
 static bool injected(const char *name, nvmlReturn_t *ret) {
+        const char *file = getenv("FAKE_NVML_FAIL_FILE");
         bool hit = false;
+
+        if (fake_ctx.n_rules > 0 && file && access(file, F_OK) < 0)
+                return false;
         for (size_t i = 0; i < fake_ctx.n_rules; i++) {
                 FakeFailRule *r = &fake_ctx.rules[i];
                 if (!streq(r->name, name))

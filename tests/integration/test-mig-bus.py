@@ -431,13 +431,17 @@ def test_usage_errors():
 
 def test_failed_rollback_stops_apply():
     with TempDir() as tmp:
-        # all-balanced makes 4 GIs on each of the 8 GPUs (creates 1-32); from the 35th create on every
-        # create fails: all-1g.5gb fails on GPU 0 (its 3rd 1g.5gb), and so does its rollback.
-        m = Mig(tmp, env_extra={"FAKE_NVML_FAIL": "nvmlDeviceCreateGpuInstanceWithPlacement:35+:23"})
+        # all-balanced succeeds; then every GI create fails (the rules are armed by the file, and count
+        # per process: each GPU's MIG writes run in an NVML worker of their own): all-1g.5gb fails on
+        # GPU 0, and so does its rollback.
+        fail_file = os.path.join(tmp, "nvml-fail")
+        m = Mig(tmp, env_extra={"FAKE_NVML_FAIL": "nvmlDeviceCreateGpuInstanceWithPlacement:1+:23",
+                                "FAKE_NVML_FAIL_FILE": fail_file})
         try:
             err, reply = m.call("ApplyMigConfig", "all-balanced", "", False)
             check(err is None, "ApplyMigConfig(all-balanced): %s %s" % (err, reply))
             before = nv.fake_show(m.node)
+            open(fail_file, "w").close()
             err, reply = m.call("ApplyMigConfig", "all-1g.5gb", "", False)
             check(err == ERROR + "Failed", "second apply: %s %s" % (err, reply))
             check("the rollback to the previous layout failed too; GPU 0 (%s) is left with " % m.gpus[0]["pci"] in reply

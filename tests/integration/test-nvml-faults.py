@@ -9,6 +9,7 @@ SIGTERM during a hung call exits at once. TAP output; prints the measured figure
 import importlib.util
 import os
 import signal
+import subprocess
 import sys
 import time
 
@@ -264,8 +265,157 @@ def test_unprivileged_mig_reads_rate_limited():
             d.close()
 
 
+MIG_CONFIG = os.path.join(os.environ.get("GNA_SOURCE_ROOT", os.path.join(os.path.dirname(__file__), "../..")),
+                          "tests/fixtures/mig-parted/config-default.yaml")
+GI_CREATE = "nvmlDeviceCreateGpuInstanceWithPlacement"
+
+
+def mig_dropin(selected=True, timeout="2s"):
+    return ("nvml:\n  timeout: %s\nengine:\n  retry-min: 10min\n  retry-max: 20min\nmig:\n  config-file: %s\n%s"
+            % (timeout, MIG_CONFIG, "  selected: all-balanced\n" if selected else ""))
+
+
+def test_hang_in_mig_create_at_start():
+    """The mig stage's apply at start hangs in the GPU instance create (it runs in an NVML worker): D-Bus
+    answers and the watchdog keeps its period meanwhile; the stage fails naming the call and the GPU, the
+    GPU is rolled back; with the driver answering again, Reconcile() applies the config."""
+    with TempDir() as tmp:
+        hang = os.path.join(tmp, "hang")
+        touch(hang)
+        d = Daemon(tmp, "h200", wait_ready=False, dropin=mig_dropin(),
+                   env=fault_env(tmp, FAKE_NVML_HANG=GI_CREATE + ":1", FAKE_NVML_HANG_FILE=hang))
+        try:
+            wait_until("the MIG create to hang", lambda: GI_CREATE + " hangs" in d.agent.output(), 30)
+            t_hang = time.monotonic()
+            times = probe_reads(d, 1.5 * SCALE, lambda: d.stage("mig")[0] == "running")
+            check_reads(times, "a MIG create hanging (mig stage at start)")
+            wait_until("the mig stage to fail", lambda: d.stage("mig")[0] == "failed", 20)
+            check_watchdog(d, t_hang, time.monotonic(), "a MIG create hanging (mig stage at start)")
+            state, msg = d.stage("mig")
+            check(GI_CREATE + " on GPU 0 has not returned for 2 s" in msg,
+                  "mig stage message does not name the call and the GPU: " + msg)
+            check("GPU 0 (0000:4c:00.0): rolled back to the previous layout" in msg, "no rollback: " + msg)
+            note("mig stage message: %s", msg)
+            check(d.prop("MigConfigState", interface=MANAGER) == 's "failed"',
+                  "MigConfigState %s" % d.prop("MigConfigState"))
+            check(d.prop("State") != 's "ready"', "node ready with the MIG apply failed")
+            check(d.agent.proc.poll() is None, "the agent died")
+
+            os.unlink(hang)
+            d.reconcile()
+            wait_until("the mig stage to apply on Reconcile() once the create returns",
+                       lambda: d.stage("mig")[0] == "done" and d.prop("MigConfigState") == 's "success"', 30)
+            d.stop_clean()
+        finally:
+            d.close()
+
+
+def _apply_async(d, name):
+    return subprocess.Popen(["busctl", "--address=" + d.bus.address, "--timeout=120", "call", AGENT_NAME,
+                             AGENT_PATH, MANAGER, "ApplyMigConfig", "ssb", name, "", "false"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _apply(d, name):
+    """ApplyMigConfig, again while the pass a failed apply starts re-applies the request (Busy)."""
+    end = time.monotonic() + 60 * SCALE
+    while True:
+        call = _apply_async(d, name)
+        out, err = call.communicate(timeout=120 * SCALE)
+        if "is already running" not in err or time.monotonic() > end:
+            return call.returncode, out, err
+        time.sleep(0.2)
+
+
+def test_hang_and_crash_in_mig_create_over_dbus():
+    """ApplyMigConfig while the GPU instance create hangs: the method answers later (asynchronously) with
+    the call and GPU named, D-Bus reads and the watchdog go on meanwhile, AssertMigConfig answers in time;
+    the same with a crash inside the create; once the library is fixed the same call succeeds."""
+    with TempDir() as tmp:
+        hang, crash = os.path.join(tmp, "hang"), os.path.join(tmp, "crash")
+        d = Daemon(tmp, "h200", dropin=mig_dropin(selected=False),
+                   env=fault_env(tmp, FAKE_NVML_HANG=GI_CREATE + ":1", FAKE_NVML_HANG_FILE=hang,
+                                 FAKE_NVML_CRASH=GI_CREATE + ":1", FAKE_NVML_CRASH_FILE=crash))
+        try:
+            touch(hang)
+            t0 = time.monotonic()
+            call = _apply_async(d, "all-balanced")
+            wait_until("the MIG create to hang", lambda: GI_CREATE + " hangs" in d.agent.output(), 20)
+            times = probe_reads(d, 1.2 * SCALE, lambda: call.poll() is None)
+            check_reads(times, "a MIG create hanging (ApplyMigConfig)")
+            t1 = time.monotonic()
+            p = busctl(d.bus, "call", AGENT_NAME, AGENT_PATH, MANAGER, "AssertMigConfig", "ss", "all-balanced", "",
+                       check_rc=None)
+            took = time.monotonic() - t1
+            note("AssertMigConfig answered in %.0f ms while a MIG create hangs (rc %d)", took * 1e3, p.returncode)
+            check(took <= 1.0 * SCALE, "AssertMigConfig took %.0f ms while a MIG create hangs" % (took * 1e3))
+            out, err = call.communicate(timeout=60 * SCALE)
+            check_watchdog(d, t0, time.monotonic(), "a MIG create hanging (ApplyMigConfig)")
+            check(call.returncode != 0 and GI_CREATE + " on GPU 0 has not returned for 2 s" in err,
+                  "ApplyMigConfig while the create hangs: rc %d %s %s" % (call.returncode, out, err))
+            note("ApplyMigConfig error: %s", err.strip())
+
+            touch(crash)
+            os.unlink(hang)
+            rc, out, err = _apply(d, "all-balanced")
+            check(rc != 0 and "crashed with signal SEGV in " + GI_CREATE + " on GPU 0" in err,
+                  "ApplyMigConfig while the create crashes: rc %d %s %s" % (rc, out, err))
+            note("ApplyMigConfig error: %s", err.strip())
+            check(d.agent.proc.poll() is None, "the agent died with the library")
+            check_reads(probe_reads(d, 0.5), "after a crash in a MIG create")
+
+            os.unlink(crash)
+            rc, out, err = _apply(d, "all-balanced")
+            check(rc == 0 and '"success"' in out, "ApplyMigConfig once fixed: %s %s" % (out, err))
+            check(d.prop("MigConfigState") == 's "success"', "MigConfigState %s" % d.prop("MigConfigState"))
+            d.stop_clean()
+        finally:
+            d.close()
+
+
+def _busctl_async(d, *args):
+    return subprocess.Popen(["busctl", "--address=" + d.bus.address, "--timeout=120", "call", AGENT_NAME,
+                             AGENT_PATH, MANAGER] + list(args),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_hang_in_mig_read_assert_export():
+    """AssertMigConfig and ExportMigConfig while an NVML read of the MIG state hangs: they read in an NVML
+    worker and answer asynchronously, with the call and GPU named, after nvml.timeout; D-Bus reads go on
+    meanwhile; once the library answers again both work."""
+    with TempDir() as tmp:
+        hang = os.path.join(tmp, "hang")
+        call_name = "nvmlDeviceGetComputeRunningProcesses_v3"
+        d = Daemon(tmp, "h200", dropin=mig_dropin(selected=False),
+                   env=fault_env(tmp, FAKE_NVML_HANG=call_name + ":1", FAKE_NVML_HANG_FILE=hang))
+        try:
+            touch(hang)
+            t0 = time.monotonic()
+            calls = [_busctl_async(d, "AssertMigConfig", "ss", "all-balanced", ""),
+                     _busctl_async(d, "ExportMigConfig")]
+            wait_until("the MIG read to hang", lambda: call_name + " hangs" in d.agent.output(), 20)
+            times = probe_reads(d, 1.0 * SCALE, lambda: any(c.poll() is None for c in calls))
+            check_reads(times, "a MIG read hanging (AssertMigConfig, ExportMigConfig)")
+            for c, what in zip(calls, ("AssertMigConfig", "ExportMigConfig")):
+                out, err = c.communicate(timeout=60 * SCALE)
+                check(c.returncode != 0 and call_name + " on GPU 0 has not returned for 2 s" in err,
+                      "%s while a MIG read hangs: rc %d %s %s" % (what, c.returncode, out, err))
+                note("%s answered after %.1f s: %s", what, time.monotonic() - t0, err.strip()[:120])
+            check_watchdog(d, t0, time.monotonic(), "a MIG read hanging (AssertMigConfig, ExportMigConfig)")
+
+            os.unlink(hang)
+            p = busctl(d.bus, "call", AGENT_NAME, AGENT_PATH, MANAGER, "AssertMigConfig", "ss", "all-balanced", "")
+            check(p.stdout.startswith("bs false"), "AssertMigConfig once the read returns: %s" % p.stdout)
+            p = busctl(d.bus, "call", AGENT_NAME, AGENT_PATH, MANAGER, "ExportMigConfig")
+            check("mig-configs" in p.stdout, "ExportMigConfig once the read returns: %s" % p.stdout)
+            d.stop_clean()
+        finally:
+            d.close()
+
+
 TESTS = [test_hang_in_init, test_hang_in_gpu_read, test_crash_in_library, test_sigterm_during_hung_call,
-         test_reconcile_coalesced, test_unprivileged_mig_reads_rate_limited]
+         test_reconcile_coalesced, test_unprivileged_mig_reads_rate_limited, test_hang_in_mig_create_at_start,
+         test_hang_and_crash_in_mig_create_over_dbus, test_hang_in_mig_read_assert_export]
 
 if __name__ == "__main__":
     sys.exit(tap_main(TESTS, sys.argv[1:]))

@@ -126,6 +126,9 @@ static Fix *fix_setup(const char *description, const char *mig_extra) {
         r = gpu_nvml_open(lib_path, &f->m->nvml, &error);
         if (r < 0)
                 fail_msg("gpu_nvml_open: %s", error);
+        /* As if the nvml stage had found NVML answering: the MIG manager may then open its own handle
+         * again (manager_nvml_open_local()) after an apply released it for the worker. */
+        assert_non_null(f->m->nvml_snapshot = calloc(1, sizeof *f->m->nvml_snapshot));
         assert_int_equal(mig_manager_new(f->m, &f->m->mig), 0);
         current = f;
         return f;
@@ -227,9 +230,18 @@ static unsigned trace_count(Fix *f, const char *symbol_rc) {
         return n;
 }
 
+/* The daemon's own handle; an apply that wrote releases it (the worker must not inherit it). */
+static GpuNvml *local_nvml(Fix *f) {
+        _cleanup_free_ char *error = NULL;
+
+        if (manager_nvml_open_local(f->m, &error) < 0)
+                fail_msg("manager_nvml_open_local: %s", error);
+        return f->m->nvml;
+}
+
 static void read_states(Fix *f, MigGpuState **ret, size_t *ret_n) {
         _cleanup_free_ char *error = NULL;
-        int r = mig_state_read(f->m->nvml, NULL, ret, ret_n, &error);
+        int r = mig_state_read(local_nvml(f), NULL, ret, ret_n, &error);
         if (r < 0)
                 fail_msg("mig_state_read: %s", error);
 }
@@ -319,7 +331,7 @@ static void reopen_nvml(Fix *f) {
 }
 
 static uint64_t apply_noop_calls(Fix *f, const char *name) {
-        uint64_t before = gpu_nvml_calls(f->m->nvml);
+        uint64_t before = gpu_nvml_calls(local_nvml(f));
         Done d = {};
 
         apply_ok(f, name, &d);
@@ -475,7 +487,7 @@ static void test_one_gpu_changed(void **state) {
                 skip();
         f = fix_setup(desc, NULL);
         apply_ok(f, "all-1g.10gb", &d);
-        assert_int_equal(gpu_nvml_read(f->m->nvml, NULL, &before, &error), 0);
+        assert_int_equal(gpu_nvml_read(local_nvml(f), NULL, &before, &error), 0);
         (void) trace_writes(f);
 
         mig = path_join(f->dir, "mig.yaml");
@@ -486,7 +498,7 @@ static void test_one_gpu_changed(void **state) {
         apply_ok(f, "one-changed", &d);
         /* GPU 3: 7 CIs and 7 GIs destroyed, 2 GIs and 2 CIs created; nothing else written. */
         assert_int_equal(trace_writes(f), 7 + 7 + 2 + 2);
-        assert_int_equal(gpu_nvml_read(f->m->nvml, NULL, &after, &error), 0);
+        assert_int_equal(gpu_nvml_read(local_nvml(f), NULL, &after, &error), 0);
         for (size_t i = 0; i < 8; i++) {
                 if (i == 3) {
                         assert_int_equal(after->gpus[i].n_mig_devices, 2);
@@ -572,11 +584,14 @@ static void test_creation_failure_rolled_back(void **state) {
         assert_non_null(strstr(d.message, "GPU 0 (0000:1b:00.0): rolled back to the previous layout"));
         assert_string_equal(mig_manager_state(f->m->mig), "failed");
 
+        /* The fake counts calls per process, and each GPU's steps run in an NVML worker of their own:
+         * every GPU fails at its third create and is rolled back. */
+        assert_non_null(strstr(d.message, "GPU 7 (0000:df:00.0): rolled back to the previous layout"));
         read_states(f, &g, &n);
-        assert_false(g[0].mig_current);            /* as before: MIG off, nothing left behind */
-        assert_int_equal(g[0].n_gis, 0);
-        for (size_t i = 1; i < n; i++)
-                assert_int_equal(g[i].n_gis, 4);
+        for (size_t i = 0; i < n; i++) {
+                assert_false(g[i].mig_current);    /* as before: MIG off, nothing left behind */
+                assert_int_equal(g[i].n_gis, 0);
+        }
         mig_gpu_states_free(g, n);
         done_clear(&d);
         fix_teardown(f);
@@ -597,9 +612,9 @@ static void test_failed_rollback_stops_apply(void **state) {
         apply_ok(f, "all-balanced", &d);
         read_states(f, &balanced, &n_balanced);
 
-        /* GI creates fail from the 3rd on: GPU 0 fails going to all-1g.10gb, and so does its rollback,
-         * which has to create its balanced GIs again. */
-        setenv("FAKE_NVML_FAIL", "nvmlDeviceCreateGpuInstanceWithPlacement:3+:23", 1);
+        /* GI creates fail (the fake counts per process: in every NVML worker): GPU 0 fails going to
+         * all-1g.10gb, and so does its rollback, which has to create its balanced GIs again. */
+        setenv("FAKE_NVML_FAIL", "nvmlDeviceCreateGpuInstanceWithPlacement:1+:23", 1);
         f->m->nvml = gpu_nvml_close(f->m->nvml);
         assert_int_equal(gpu_nvml_open(lib_path, &f->m->nvml, &error), 0);
         (void) trace_writes(f);
@@ -842,6 +857,7 @@ static void test_journal_recovery(void **state) {
         f->m->mig = mig_manager_free(f->m->mig);
         assert_int_equal(mig_manager_new(f->m, &f->m->mig), 0);
         done_clear(&d);
+        (void) local_nvml(f); /* as the mig stage does before it recovers */
         assert_int_equal(mig_manager_recover(f->m->mig, on_done, &d, &message), 1);
         assert_string_equal(message, "An interrupted apply of MIG config all-1g.10gb was found (2 steps journaled); "
                                      "rolling the GPUs it had not finished back to their previous layout.");

@@ -1,0 +1,17 @@
+/* SPDX-License-Identifier: MIT */
+/* Owns the MIG reads as a job of an NVML worker (gpu_nvml_worker_job()): mig_states_job() runs in the
+ * worker on its own handle — userdata is the strv of PCI addresses (NULL = every GPU NVML lists), in its
+ * memory at the fork — and mig_states_job_result() decodes the answer in the daemon. */
+#pragma once
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gpu-nvml.h"
+#include "mig-types.h"
+
+struct WireBuf;
+
+int mig_states_job(GpuNvml *n, void *userdata, struct WireBuf *out, char **ret_error);
+/* -EBADMSG for a malformed answer. */
+int mig_states_job_result(const uint8_t *data, size_t len, MigGpuState **ret, size_t *ret_n);
