@@ -160,3 +160,16 @@ int stage_labels_run(Manager *m, char **ret_message) {
         *ret_message = strprintf("%zu labels %s %s", n, written ? "written to" : "unchanged in", path);
         return STAGE_DONE;
 }
+
+/* Outside a pass: a MIG change takes seconds to minutes, and the stages after mig wait for it, so the
+ * feature file is written once more as it starts, to say nvidia.com/mig.config.state=pending — as the
+ * GPU Operator's MIG manager labels the node before it applies a new nvidia.com/mig.config. */
+void stage_labels_write_now(Manager *m) {
+        _cleanup_free_ char *message = NULL;
+        int r;
+
+        r = stage_labels_run(m, &message);
+        if (r < 0)
+                log_warning("Could not write the feature file before the MIG change: %s",
+                            message ?: strerror(-r));
+}

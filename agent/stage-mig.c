@@ -74,6 +74,8 @@ static int apply_selected(Manager *m, char **ret_message) {
                 *ret_message = with_recovery(m, TAKE_PTR(error));
                 return r;
         }
+        if (streq_ptr(mig_manager_state(m->mig), "pending"))
+                stage_labels_write_now(m);
         return STAGE_RUNNING;
 }
 

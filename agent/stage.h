@@ -70,4 +70,5 @@ int stage_nvml_run(Manager *m, char **ret_message);
 int stage_mig_run(Manager *m, char **ret_message);
 int stage_cdi_run(Manager *m, char **ret_message);
 int stage_labels_run(Manager *m, char **ret_message);
+void stage_labels_write_now(Manager *m);
 int stage_consumers_run(Manager *m, char **ret_message);

@@ -164,7 +164,7 @@ def labels(node):
 
 
 class Daemon:
-    def __init__(self, tmp, kubeconfig):
+    def __init__(self, tmp, kubeconfig, extra_env=None):
         self.bus = Bus(tmp)
         self.notify = Notify(tmp)
         yaml = ("driver:\n  enabled: false\nfabric:\n  persistenced: off\n  fabricmanager: off\n"
@@ -173,7 +173,9 @@ class Daemon:
         self.node = Node(tmp, "a100-sxm", yaml)
         with open(os.path.join(self.node.confd, "40-dev.yaml"), "w") as f:
             f.write("paths:\n  dev: %s\n" % self.node.dev)
-        self.agent = Agent(self.node, self.bus, self.notify, extra_env={"GNA_MIG_RESET_PROGRAM": CTL_FAKE})
+        env = {"GNA_MIG_RESET_PROGRAM": CTL_FAKE}
+        env.update(extra_env or {})
+        self.agent = Agent(self.node, self.bus, self.notify, extra_env=env)
         try:
             self.notify.wait_for("READY=1", 60 * SCALE)
         except Fail:
@@ -229,6 +231,25 @@ def test_get_then_watch_modified():
             api.stop()
 
 
+def test_pending_while_applying():
+    """While a new nvidia.com/mig.config is applied (slow GPU instance creation), the feature file
+    already says mig.config.state=pending, as the GPU Operator's MIG manager labels the node."""
+    with TempDir() as tmp:
+        pki = remote.make_certs(tmp)
+        api = ApiServer(pki, "all-1g.5gb", require_client_cert=True)
+        slow = {"FAKE_NVML_DELAY": "nvmlDeviceCreateGpuInstanceWithPlacement:*:150"}
+        d = Daemon(tmp, write_kubeconfig(tmp, pki, api.port), extra_env=slow)
+        try:
+            d.wait_labels("all-1g.5gb", "success", timeout=int(120 * SCALE))
+            api.modified("all-2g.10gb")
+            d.wait_labels("all-2g.10gb", "pending", timeout=int(30 * SCALE))
+            d.wait_labels("all-2g.10gb", "success", timeout=int(120 * SCALE))
+            d.stop()
+        finally:
+            d.close()
+            api.stop()
+
+
 def test_410_gone_relists():
     with TempDir() as tmp:
         pki = remote.make_certs(tmp)
@@ -274,6 +295,7 @@ def test_401_reported_and_retried():
 
 TESTS = [
     test_get_then_watch_modified,
+    test_pending_while_applying,
     test_410_gone_relists,
     test_401_reported_and_retried,
 ]
