@@ -285,3 +285,19 @@ int write_string_file(const char *path, const char *s) {
                 return r;
         return write_all(fd, "\n", 1);
 }
+
+int write_file_atomic_mkdir(const char *path, const void *data, size_t size, mode_t mode) {
+        _cleanup_free_ char *dir = strdup(path);
+        int r;
+
+        if (!dir)
+                return -ENOMEM;
+        char *slash = strrchr(dir, '/');
+        if (slash && slash != dir) {
+                *slash = '\0';
+                r = mkdir_p(dir, 0755);
+                if (r < 0)
+                        return r;
+        }
+        return write_file_atomic(path, NULL, data, size, mode);
+}

@@ -16,6 +16,9 @@
  * Returns 0 or a negative errno; on failure the target is unchanged and no temp file is left. */
 int write_file_atomic(const char *path, const char *tmp_subdir, const void *data, size_t size, mode_t mode);
 
+/* write_file_atomic(path, NULL, …) after creating path's parent directories (0755) when missing. */
+int write_file_atomic_mkdir(const char *path, const void *data, size_t size, mode_t mode);
+
 /* Opens dir (relative to dir_fd, or AT_FDCWD) as a directory without following a symlink at its last
  * component: -ELOOP for a symlink, -ENOTDIR for anything else that is not a directory. */
 int open_dir_nofollow(int dir_fd, const char *name);

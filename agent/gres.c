@@ -304,24 +304,14 @@ int gres_format(const GresInput *in, char **ret_text, char ***ret_warnings) {
 }
 
 int gres_write(const char *path, const char *text, bool *ret_changed) {
-        _cleanup_free_ char *old = NULL, *dir = NULL;
+        _cleanup_free_ char *old = NULL;
         int r;
 
         if (read_full_file(path, GRES_FILE_MAX, &old, NULL) >= 0 && streq(old, text)) {
                 *ret_changed = false;
                 return 0;
         }
-        dir = strdup(path);
-        if (!dir)
-                return -ENOMEM;
-        char *slash = strrchr(dir, '/');
-        if (slash && slash != dir) {
-                *slash = '\0';
-                r = mkdir_p(dir, 0755);
-                if (r < 0)
-                        return r;
-        }
-        r = write_file_atomic(path, NULL, text, strlen(text), 0644);
+        r = write_file_atomic_mkdir(path, text, strlen(text), 0644);
         if (r < 0)
                 return r;
         *ret_changed = true;

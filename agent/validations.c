@@ -44,17 +44,7 @@ int validations_update(const char *dir, const char *owner_marker, const char *ho
         if (state->driver) {
                 /* The marker first: a crash between the two must not leave a file we would not remove. */
                 if (access(owner_marker, F_OK) < 0) {
-                        _cleanup_free_ char *mdir = strdup(owner_marker);
-                        if (!mdir)
-                                return -ENOMEM;
-                        char *slash = strrchr(mdir, '/');
-                        if (slash && slash != mdir) {
-                                *slash = '\0';
-                                r = mkdir_p(mdir, 0755);
-                                if (r < 0)
-                                        return r;
-                        }
-                        r = write_file_atomic(owner_marker, NULL, path, strlen(path), 0644);
+                        r = write_file_atomic_mkdir(owner_marker, path, strlen(path), 0644);
                         if (r < 0)
                                 return r;
                 }
