@@ -117,7 +117,7 @@ static int consumers_validations(Manager *m, char ***parts) {
         };
         /* Off: still remove a driver-ready we wrote before, or it would outlive the setting. */
         /* The node sees its driver at its own "/", however this process looks at it (--root). */
-        _cleanup_free_ char *marker = strprintf("%s/gpu-node-agent/validations-driver-ready", c->paths.run);
+        _cleanup_free_ char *marker = validations_owner_marker(c->paths.run);
         if (!marker)
                 return -ENOMEM;
         r = validations_update(c->validations.directory, marker, "/", &st, &changed);

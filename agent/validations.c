@@ -18,6 +18,10 @@
 
 #define DRIVER_READY "driver-ready"
 
+char *validations_owner_marker(const char *run_dir) {
+        return strprintf("%s/gpu-node-agent/validations-driver-ready", run_dir);
+}
+
 char *validations_driver_ready_text(const char *host_root) {
         return strprintf("IS_HOST_DRIVER=true\n"
                          "NVIDIA_DRIVER_ROOT=%s\n"

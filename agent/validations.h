@@ -20,6 +20,10 @@ typedef struct ValidationsState {
  * on OOM. */
 char *validations_driver_ready_text(const char *host_root);
 
+/* The owner marker's path under the run directory (paths.run): the one name both the consumers stage
+ * and --cleanup use, so that cleanup finds the marker the stage wrote. NULL on OOM. */
+char *validations_owner_marker(const char *run_dir);
+
 /* Makes dir match state: writes <dir>/driver-ready (atomically, only when its bytes differ) when
  * state->driver, and then keeps owner_marker (a file of the agent's own runtime directory) to remember
  * that the file is ours; otherwise removes driver-ready only when the marker exists and the file still
