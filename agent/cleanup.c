@@ -77,7 +77,7 @@ static int cleanup_runtime_dir(const char *run) {
         if (k < 0 && r >= 0)
                 r = k;
         for (int i = 0; i < _STAGE_MAX; i++) {
-                _cleanup_free_ char *name = strprintf("%s-ready", stage_to_string(i));
+                _cleanup_free_ char *name = stage_ready_file_name(i);
                 if (!name)
                         return log_oom();
                 k = cleanup_runtime_file(dir, name);
@@ -113,7 +113,7 @@ int agent_cleanup_outputs(const Config *c) {
                 r = k;
         /* The operator's pods must not go on trusting a driver nothing verifies. The Slurm GRES file
          * stays: slurmd includes it, and the GPUs it lists are still there. */
-        _cleanup_free_ char *marker = strprintf("%s/gpu-node-agent/validations-driver-ready", c->paths.run);
+        _cleanup_free_ char *marker = validations_owner_marker(c->paths.run);
         bool removed = false;
         if (!marker)
                 return log_oom();

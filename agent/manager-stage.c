@@ -184,7 +184,7 @@ void manager_set_stage(Manager *m, StageId id, StageState state, int error, cons
 
         manager_update_status(m);
         if (stage_state_is_final(state) || state == STAGE_PENDING) {
-                _cleanup_free_ char *name = strprintf("%s-ready", stage_to_string(id));
+                _cleanup_free_ char *name = stage_ready_file_name(id);
                 if (name)
                         manager_update_ready_file(m, name, stage_state_is_success(state));
         }

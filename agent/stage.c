@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* Owns the stage table (order, handlers, dependencies) and the string tables of stage ids and states. */
 #include "stage.h"
+#include "strv.h"
 
 static const char *const stage_names[_STAGE_MAX] = {
         [STAGE_PROBE] = "probe",
@@ -70,4 +71,8 @@ StageState stage_state_from_string(const char *s) {
                 if (streq(stage_state_names[i], s))
                         return (StageState) i;
         return _STAGE_STATE_INVALID;
+}
+
+char *stage_ready_file_name(StageId id) {
+        return strprintf("%s-ready", stage_to_string(id));
 }

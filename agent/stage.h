@@ -57,6 +57,8 @@ typedef struct StageDescriptor {
 const StageDescriptor *stage_descriptor(StageId id);
 
 const char *stage_to_string(StageId id);
+/* "<stage>-ready": the readiness file of a stage under <run>/gpu-node-agent/. NULL on OOM. */
+char *stage_ready_file_name(StageId id);
 StageId stage_from_string(const char *s);
 const char *stage_state_to_string(StageState s);
 StageState stage_state_from_string(const char *s);
