@@ -683,6 +683,33 @@ def check_cdi_nodes_exist(d, what):
     return spec
 
 
+def test_cdi_device_name_strategy():
+    """cdi.device-name-strategy through the daemon: type-index names as nvidia-ctk's (gpuN, migN:M), uuid
+    names only; the MIG-enabled GPU 0 has no whole-GPU entry under either."""
+    with TempDir() as tmp:
+        d = Daemon(tmp, "a100-sxm-mig", dropin=MIXED + "cdi:\n  device-name-strategy: type-index\n")
+        try:
+            desc = nvml_description(d.node)
+            names = set(cdi_devices(read_cdi(d.node)))
+            want = {"gpu%d" % i for i in range(1, len(desc["gpus"]))} | {"mig0:0", "mig0:1", "mig0:2", "all"}
+            check(names == want, "type-index names %r, wanted %r" % (sorted(names), sorted(want)))
+            d.stop_clean()
+        finally:
+            d.close()
+    with TempDir() as tmp:
+        d = Daemon(tmp, "a100-sxm-mig", dropin=MIXED + "cdi:\n  device-name-strategy: uuid\n")
+        try:
+            desc = nvml_description(d.node)
+            names = set(cdi_devices(read_cdi(d.node)))
+            migs = {u for _, _, _, u in fake_show(d.node)[0]}
+            want = {g["uuid"] for g in desc["gpus"][1:]} | migs | {"all"}
+            check(len(migs) == 3 and names == want, "uuid names %r, wanted %r" % (sorted(names), sorted(want)))
+            check(desc["gpus"][0]["uuid"] not in names, "the MIG-enabled GPU 0 has a whole-GPU entry")
+            d.stop_clean()
+        finally:
+            d.close()
+
+
 def test_mig_cap_nodes_at_ready():
     """The capability nodes of MIG devices that exist when the agent starts are there when it says ready: the
     devices stage runs before NVML is read, so they are made once the snapshot is in, before the CDI spec."""
@@ -857,6 +884,7 @@ TESTS = [
     test_mig_single_invalid,
     test_mig_dbus_and_gpunodectl,
     test_mig_cdi_spec,
+    test_cdi_device_name_strategy,
     test_mig_cap_nodes_at_ready,
     test_mig_cap_nodes_for_instances_made_elsewhere,
     test_mig_layout_change_followed,
