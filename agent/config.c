@@ -34,6 +34,7 @@ typedef enum ConfigType {
         CONFIG_UINT,
         CONFIG_ENUM,      /* stored as the index into .values */
         CONFIG_UNITS,     /* a list of systemd unit names (char **), replaced whole by a later file */
+        CONFIG_FLAGS,     /* a comma-separated, non-empty set of .values, stored as unsigned bits (bit i = values[i]) */
 } ConfigType;
 
 typedef enum PathBase {
@@ -49,7 +50,7 @@ typedef struct ConfigKey {
         size_t offset;               /* into Config */
         const char *def;             /* default, written as in a file; relative to base if any */
         PathBase base;
-        const char *const *values;   /* CONFIG_ENUM, NULL-terminated */
+        const char *const *values;   /* CONFIG_ENUM and CONFIG_FLAGS, NULL-terminated */
 } ConfigKey;
 
 /* Index = LOG_* value from syslog.h. */
@@ -69,6 +70,11 @@ static const char *const mig_selected_from_names[_MIG_SELECTED_FROM_MAX + 1] = {
         [MIG_SELECTED_FROM_CONFIG] = "config",
         [MIG_SELECTED_FROM_NODE_LABEL] = "node-label",
 };
+
+/* Bit i is the CdiDeviceNames value 1 << i. */
+static const char *const cdi_device_names[] = { "index", "uuid", "type-index", NULL };
+_Static_assert(CDI_NAMES_INDEX == 1 << 0 && CDI_NAMES_UUID == 1 << 1 && CDI_NAMES_TYPE_INDEX == 1 << 2,
+               "cdi_device_names[] follows CdiDeviceNames");
 
 static const char *const sharing_strategy_names[_SHARING_STRATEGY_MAX + 1] = {
         [SHARING_NONE] = "none",
@@ -137,6 +143,7 @@ static const ConfigKey config_keys[] = {
         { "cdi.spec",         CONFIG_PATH,      CONFIG_OFF(cdi.spec),       "cdi/nvidia.yaml",  BASE_RUN },
         { "cdi.driver-root",  CONFIG_PATH,      CONFIG_OFF(cdi.driver_root), "",                BASE_ROOT },
         { "cdi.imex-spec",    CONFIG_PATH,      CONFIG_OFF(cdi.imex_spec),  "cdi/nvidia-imex-channel.yaml", BASE_RUN },
+        { "cdi.device-name-strategy", CONFIG_FLAGS, CONFIG_OFF(cdi.device_names), "index,uuid", .values = cdi_device_names },
         { "gres.slurm.enabled", CONFIG_BOOL,    CONFIG_OFF(gres.slurm_enabled), "false" },
         { "gres.slurm.file",  CONFIG_PATH,      CONFIG_OFF(gres.slurm_file), "slurm/gres-gpu-node-agent.conf", BASE_ETC },
         { "validations.operator-compat", CONFIG_BOOL, CONFIG_OFF(validations.operator_compat), "false" },
@@ -347,6 +354,36 @@ static int value_parse(const ConfigKey *k, const char *s, Config *c, char **ret_
                                                      "'%s' is not a systemd unit name; write it with its type, "
                                                      "such as nvidia-dcgm.service", s);
                 return 0;
+        case CONFIG_FLAGS: {
+                _cleanup_free_ char *copy = strdup(s), *list = strv_join((char *const *) k->values, ", ");
+                unsigned bits = 0;
+                bool twice = false;
+                char *save = NULL;
+                if (!copy || !list)
+                        return -ENOMEM;
+                for (char *t = strtok_r(copy, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+                        size_t i = 0, n;
+                        t += strspn(t, " \t");
+                        for (n = strlen(t); n > 0 && strchr(" \t", t[n - 1]); n--)
+                                t[n - 1] = 0;
+                        while (k->values[i] && strcasecmp(t, k->values[i]) != 0)
+                                i++;
+                        twice = k->values[i] && (bits & (1u << i));
+                        if (!k->values[i] || twice) {
+                                bits = 0;
+                                break;
+                        }
+                        bits |= 1u << i;
+                }
+                if (bits == 0)
+                        return config_yaml_set_error(ret_msg, -EINVAL,
+                                                     "expected one of %s, or several of them separated by commas "
+                                                     "(such as %s,%s), got '%s'%s", list, k->values[0], k->values[1], s,
+                                                     twice ? " (a name listed twice)" : "");
+                if (dst)
+                        *(unsigned *) dst = bits;
+                return 0;
+        }
         case CONFIG_ENUM:
                 for (size_t i = 0; k->values[i]; i++)
                         if (strcasecmp(s, k->values[i]) == 0) {
@@ -918,6 +955,13 @@ int config_dump(const Config *c, FILE *f) {
                         break;
                 case CONFIG_ENUM:
                         fputs(k->values[*(const int *) v], f);
+                        break;
+                case CONFIG_FLAGS:
+                        for (unsigned b = 0, first = 1; k->values[b]; b++)
+                                if (*(const unsigned *) v & (1u << b)) {
+                                        fprintf(f, "%s%s", first ? "" : ",", k->values[b]);
+                                        first = 0;
+                                }
                         break;
                 case CONFIG_UNITS:
                         fputc('[', f);

@@ -63,6 +63,7 @@
  *     spec:     <run>/cdi/nvidia.yaml              the CDI spec we own (= /var/run/cdi/nvidia.yaml)
  *     driver-root: <root>                          where the driver's user-space files are looked up
  *     imex-spec: <run>/cdi/nvidia-imex-channel.yaml   CDI spec of kind nvidia.com/imex-channel
+ *     device-name-strategy: index,uuid             index | uuid | type-index, or a list (nvidia-ctk's names)
  *   gres:
  *     slurm:
  *       enabled: false                             write Slurm gres.conf lines for this node's GPUs
@@ -196,11 +197,21 @@ typedef struct ConfigKubernetes {
         char *kubeconfig;
 } ConfigKubernetes;
 
+/* cdi.device-name-strategy: which names each device gets, as nvidia-ctk's --device-name-strategy (bits,
+ * in the order the key's values are listed). */
+typedef enum CdiDeviceNames {
+        CDI_NAMES_INDEX = 1 << 0,              /* "index": "0", and "0:1" for MIG device 1 of GPU 0 */
+        CDI_NAMES_UUID = 1 << 1,               /* "uuid": "GPU-…", "MIG-…" */
+        CDI_NAMES_TYPE_INDEX = 1 << 2,         /* "type-index": "gpu0", "mig0:1" */
+} CdiDeviceNames;
+#define CDI_NAMES_DEFAULT (CDI_NAMES_INDEX | CDI_NAMES_UUID) /* nvidia-ctk's default "index,uuid" */
+
 typedef struct ConfigCdi {
         bool enabled;
         char *spec;
         char *driver_root;
         char *imex_spec;                       /* kind nvidia.com/imex-channel, its own file */
+        unsigned device_names;                 /* CdiDeviceNames bits, never 0 */
 } ConfigCdi;
 
 typedef struct ConfigGres {

@@ -13,6 +13,13 @@
  * what failed and what to do. *ret_message is always set (NULL only on OOM). */
 int manager_devices_refresh(Manager *m, char **ret_message);
 
+/* Makes the capability nodes of the MIG devices in m->nvml_snapshot when the last devices refresh did not
+ * make them for exactly this set of MIG devices (a new snapshot: the first one after start, instances made
+ * by the agent or by anyone else): manager_devices_refresh() then, so that every MIG device NVML reports
+ * has its nodes before the cdi stage names them. Nothing when the devices stage did not succeed in its
+ * last run (it reports why) or is skipped. Failures are logged; the next pass retries. */
+void manager_devices_sync_mig(Manager *m);
+
 /* Cancels a unit start of the fabric stage that is still in flight (no callback after this) and
  * forgets the units the agent started; also ends an Unload() in flight. Called by manager_free(). */
 void manager_fabric_done(Manager *m);

@@ -97,6 +97,7 @@ Manager *manager_free(Manager *m) {
         gpu_nvml_close(m->nvml);
         free(m->cdi_spec_text);
         cdi_mig_minors_cache_free(m->cdi_minors);
+        free(m->devices_mig);
         label_set_free(m->labels);
         free(m->kernel_release);
         free(m);

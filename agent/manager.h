@@ -66,6 +66,8 @@ typedef struct Manager {
         NvmlSnapshot *nvml_snapshot;     /* last successful read, NULL while NVML is unavailable */
         char *cdi_spec_text;             /* last CDI spec written (or found current), NULL none */
         struct CdiMigMinorsCache *cdi_minors; /* the parsed mig-minors table, kept while the file is unchanged */
+        char *devices_mig;               /* the MIG devices whose capability nodes the last successful devices
+                                          * refresh made ("minor:gi:ci …"), NULL none yet (stage-devices.c) */
 
         /* Driver lifecycle (stage-driver.c, stage-devices.c, stage-fabric.c). */
         struct ModuleContext *module_ctx;/* libkmod for the running kernel, created on first use */

@@ -45,6 +45,7 @@ int stage_cdi_run(Manager *m, char **ret_message) {
                 .run = c->paths.run,
                 .driver_root = c->cdi.driver_root,
                 .minors_cache = &m->cdi_minors,
+                .device_names = c->cdi.device_names,
         };
         r = cdi_spec_build(&in, &spec, &warnings);
         if (r == -ENODEV) {

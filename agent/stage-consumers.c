@@ -63,19 +63,9 @@ static int consumers_gres(Manager *m, char ***parts) {
         if (!m->nvml_snapshot && m->inventory && m->inventory->n_gpus > 0)
                 return strv_extendf(parts, "Slurm: NVML is unavailable; %s left as it is", c->gres.slurm_file);
 
-        /* slurmd refuses to start when a File= does not exist, and the devices stage ran before NVML
-         * said which MIG devices there are: make their capability nodes now, as the mig stage does after
-         * a change, rather than name nodes that appear only on some later pass. */
-        bool mig = false;
-        for (size_t i = 0; m->nvml_snapshot && i < m->nvml_snapshot->n_gpus; i++)
-                mig = mig || m->nvml_snapshot->gpus[i].n_mig_devices > 0;
-        if (mig && stage_ok(m, STAGE_DEVICES)) {
-                _cleanup_free_ char *msg = NULL;
-                r = manager_devices_refresh(m, &msg);
-                if (r < 0)
-                        log_warning("Slurm: the MIG devices' capability nodes could not be made (%s); slurmd will "
-                                    "not start while a file gres.conf names is missing.", strna(msg));
-        }
+        /* slurmd refuses to start when a File= does not exist: the MIG devices' capability nodes were made
+         * when the snapshot came in (manager_devices_sync_mig()); this only retries one that failed. */
+        manager_devices_sync_mig(m);
 
         GresInput in = {
                 .snapshot = m->nvml_snapshot,

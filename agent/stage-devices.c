@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /* Owns the devices stage: the /dev/nvidia* nodes nvidia-modprobe would make (modules/devnode.h does
  * the planning and the mknod), with the MIG capability nodes of the devices NVML last reported.
- * The mig stage calls manager_devices_refresh() after it changed the MIG layout, because the nvml
- * stage runs after this one in a pass and the capability nodes depend on what NVML says. */
+ * The nvml stage runs after this one in a pass and the capability nodes depend on what NVML says, so
+ * every new snapshot calls manager_devices_sync_mig(), which re-makes the nodes when its MIG devices
+ * are not the ones the last refresh made nodes for. */
 #include <sys/stat.h>
 
 #include "devices.h"
@@ -14,9 +15,9 @@
 DEFINE_CLEANUP_FUNC(DevnodePlan *, devnode_plan_free);
 
 /* The MIG devices of the last NVML snapshot, as devnode wants them: by the parent's device minor.
- * A GPU whose minor NVML did not give is left out (its caps cannot be named); the plan notes why
- * the rest of its nodes exist anyway. */
-static int collect_mig_devices(const NvmlSnapshot *s, DevnodeMigDevice **ret, size_t *ret_n) {
+ * A GPU whose minor NVML did not give is left out (its caps cannot be named), with a warning unless
+ * quiet; the plan notes why the rest of its nodes exist anyway. */
+static int collect_mig_devices(const NvmlSnapshot *s, bool quiet, DevnodeMigDevice **ret, size_t *ret_n) {
         _cleanup_free_ DevnodeMigDevice *list = NULL;
         size_t n = 0, total = 0;
 
@@ -31,7 +32,7 @@ static int collect_mig_devices(const NvmlSnapshot *s, DevnodeMigDevice **ret, si
         for (size_t i = 0; s && i < s->n_gpus; i++) {
                 const GpuInfo *g = &s->gpus[i];
                 if (g->minor < 0) {
-                        if (g->n_mig_devices > 0)
+                        if (g->n_mig_devices > 0 && !quiet)
                                 log_warning("NVML did not report the device minor of GPU %s: the capability "
                                             "nodes of its %zu MIG device(s) are not created.",
                                             g->pci_address, g->n_mig_devices);
@@ -45,6 +46,35 @@ static int collect_mig_devices(const NvmlSnapshot *s, DevnodeMigDevice **ret, si
         *ret = TAKE_PTR(list);
         *ret_n = n;
         return 0;
+}
+
+/* "minor:gi:ci" per MIG device, in snapshot order: what a refresh made nodes for. NULL on OOM (the next
+ * sync then refreshes again, which is only work). */
+static char *mig_key(const DevnodeMigDevice *mig, size_t n) {
+        _cleanup_strv_free_ char **l = NULL;
+
+        for (size_t i = 0; i < n; i++)
+                if (strv_extendf(&l, "%u:%u:%u", mig[i].gpu_minor, mig[i].gi, mig[i].ci) < 0)
+                        return NULL;
+        return l ? strv_join(l, " ") : strdup("");
+}
+
+void manager_devices_sync_mig(Manager *m) {
+        _cleanup_free_ DevnodeMigDevice *mig = NULL;
+        _cleanup_free_ char *key = NULL, *message = NULL;
+        size_t n_mig = 0;
+
+        if (!m->nvml_snapshot || m->stages[STAGE_DEVICES].state != STAGE_DONE)
+                return;
+        /* Quietly: collect_mig_devices() warns about GPUs without a minor, and the refresh will again. */
+        if (collect_mig_devices(m->nvml_snapshot, true, &mig, &n_mig) < 0)
+                return;
+        key = mig_key(mig, n_mig);
+        if (key && streq_ptr(key, m->devices_mig))
+                return;
+        if (manager_devices_refresh(m, &message) < 0)
+                log_warning("The capability nodes of the MIG devices NVML reports could not be made: %s",
+                            strna(message));
 }
 
 int manager_devices_refresh(Manager *m, char **ret_message) {
@@ -81,7 +111,7 @@ int manager_devices_refresh(Manager *m, char **ret_message) {
                 return r;
         }
 
-        r = collect_mig_devices(m->nvml_snapshot, &mig, &n_mig);
+        r = collect_mig_devices(m->nvml_snapshot, false, &mig, &n_mig);
         if (r < 0)
                 return r;
 
@@ -111,6 +141,8 @@ int manager_devices_refresh(Manager *m, char **ret_message) {
         *ret_message = devnode_result_to_string(plan, &result);
         if (!*ret_message)
                 return -ENOMEM;
+        free(m->devices_mig);
+        m->devices_mig = mig_key(mig, n_mig);
         /* Routine passes find everything in place; only real work is worth a line. */
         if (result.created + result.replaced + result.fixed + result.links > 0)
                 log_info("Device nodes under %s: %s.", m->config->paths.dev, *ret_message);

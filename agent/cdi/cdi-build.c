@@ -12,6 +12,7 @@
 
 #include "cdi-internal.h"
 #include "cdi.h"
+#include "config.h"
 #include "fileio.h"
 #include "strv.h"
 
@@ -216,6 +217,43 @@ static int gpu_drm_nodes(const CdiBuildInput *in, const char *bdf, char ***ret) 
         return 0;
 }
 
+/* Adds the device under each name cdi.device-name-strategy asks for (index, uuid, type-index, in that
+ * order). what: "GPU 0000:17:00.0" or "MIG device 0:1", for warnings. */
+static int add_named(Builder *b, CdiSpec *s, const CdiEdits *e, const char *what, const char *index,
+                     const char *uuid, const char *type_index) {
+        unsigned want = b->in->device_names ?: CDI_NAMES_DEFAULT;
+        const char *names[] = { want & CDI_NAMES_INDEX ? index : NULL, want & CDI_NAMES_UUID ? uuid : NULL,
+                                want & CDI_NAMES_TYPE_INDEX ? type_index : NULL };
+
+        if ((want & CDI_NAMES_UUID) && !uuid) {
+                _cleanup_strv_free_ char **others = NULL;
+                for (size_t i = 0; i < ELEMENTSOF(names); i++)
+                        if (names[i] && strv_extendf(&others, "\"%s\"", names[i]) < 0)
+                                return -ENOMEM;
+                _cleanup_free_ char *list = others ? strv_join(others, " and ") : NULL;
+                int k = !others ? warn(b, "%s: NVML gave no UUID, and cdi.device-name-strategy is uuid: it has no "
+                                       "CDI device of its own", what)
+                        : list  ? warn(b, "%s: NVML gave no UUID; its CDI device is named %s only", what, list)
+                                : -ENOMEM;
+                if (k < 0)
+                        return k;
+        }
+        for (size_t i = 0; i < ELEMENTSOF(names); i++) {
+                if (!names[i])
+                        continue;
+                if (!name_usable(s, names[i])) {
+                        if (warn(b, "%s: \"%s\" cannot be a CDI device name (invalid or used twice); left out", what,
+                                 names[i]) < 0)
+                                return -ENOMEM;
+                        continue;
+                }
+                CdiDevice *d = add_device(s, names[i]);
+                if (!d || copy_edits(&d->edits, e) < 0)
+                        return -ENOMEM;
+        }
+        return 0;
+}
+
 static int build_full_gpu(Builder *b, CdiSpec *s, const GpuInfo *g, CdiEdits *all) {
         _cleanup_strv_free_ char **drm = NULL, **links = NULL;
         _cleanup_(cdi_edits_done) CdiEdits e = {};
@@ -239,28 +277,11 @@ static int build_full_gpu(Builder *b, CdiSpec *s, const GpuInfo *g, CdiEdits *al
         if (add_links_hook(b, &e, links) < 0 || copy_edits(all, &e) < 0)
                 return -ENOMEM;
 
-        _cleanup_free_ char *index = strprintf("%u", g->nvml_index);
-        if (!index)
+        _cleanup_free_ char *index = strprintf("%u", g->nvml_index), *type_index = strprintf("gpu%u", g->nvml_index),
+                           *what = strprintf("GPU %s", g->pci_address);
+        if (!index || !type_index || !what)
                 return -ENOMEM;
-        const char *names[] = { index, g->uuid };
-        for (size_t i = 0; i < ELEMENTSOF(names); i++) {
-                if (!names[i]) {
-                        if (warn(b, "GPU %s: NVML gave no UUID; its CDI device is named \"%s\" only", g->pci_address,
-                                 index) < 0)
-                                return -ENOMEM;
-                        continue;
-                }
-                if (!name_usable(s, names[i])) {
-                        if (warn(b, "GPU %s: \"%s\" cannot be a CDI device name (invalid or used twice); left out",
-                                 g->pci_address, names[i]) < 0)
-                                return -ENOMEM;
-                        continue;
-                }
-                CdiDevice *d = add_device(s, names[i]);
-                if (!d || copy_edits(&d->edits, &e) < 0)
-                        return -ENOMEM;
-        }
-        return 0;
+        return add_named(b, s, &e, what, index, g->uuid, type_index);
 }
 
 static int build_mig_device(Builder *b, CdiSpec *s, const GpuInfo *g, const MigDeviceInfo *m,
@@ -287,25 +308,11 @@ static int build_mig_device(Builder *b, CdiSpec *s, const GpuInfo *g, const MigD
             add_node(&e, ci_node) < 0 || copy_edits(all, &e) < 0)
                 return -ENOMEM;
 
-        const char *names[] = { name, m->uuid };
-        for (size_t i = 0; i < ELEMENTSOF(names); i++) {
-                if (!names[i]) {
-                        if (warn(b, "MIG device %s: NVML gave no UUID; its CDI device is named \"%s\" only", name,
-                                 name) < 0)
-                                return -ENOMEM;
-                        continue;
-                }
-                if (!name_usable(s, names[i])) {
-                        if (warn(b, "MIG device %s: \"%s\" cannot be a CDI device name (invalid or used twice); left out",
-                                 name, names[i]) < 0)
-                                return -ENOMEM;
-                        continue;
-                }
-                CdiDevice *d = add_device(s, names[i]);
-                if (!d || copy_edits(&d->edits, &e) < 0)
-                        return -ENOMEM;
-        }
-        return 0;
+        _cleanup_free_ char *type_index = strprintf("mig%u:%u", g->nvml_index, m->index),
+                           *what = strprintf("MIG device %s", name);
+        if (!type_index || !what)
+                return -ENOMEM;
+        return add_named(b, s, &e, what, name, m->uuid, type_index);
 }
 
 /* ---- the driver's user-space files ---- */

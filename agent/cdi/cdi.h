@@ -121,10 +121,12 @@ typedef struct CdiBuildInput {
         const char *run;             /* paths.run: nvidia-persistenced/socket */
         const char *driver_root;     /* cdi.driver-root */
         CdiMigMinorsCache **minors_cache; /* optional: where the mig-minors table is kept between builds */
+        unsigned device_names;       /* cdi.device-name-strategy: CdiDeviceNames bits of config.h; 0 = "index,uuid" */
 } CdiBuildInput;
 
 /* Builds the nvidia.com/gpu spec: devices "N" and "GPU-<uuid>" per full GPU (nvml_index), "N:M" and
- * "MIG-<uuid>" per MIG device, "all"; common edits with the control nodes, driver libraries, firmware,
+ * "MIG-<uuid>" per MIG device (or the names device_names asks for: "gpuN", "migN:M" for type-index), and
+ * "all"; a GPU in MIG mode has no whole-GPU entry, as from nvidia-ctk v1.18 on; common edits with the control nodes, driver libraries, firmware,
  * binaries, persistenced socket and (when nvidia-cdi-hook exists) hooks. Things that could not be
  * described (a GPU without a minor, a MIG device whose caps minors are unknown, no driver libraries) are
  * left out with one line each in *ret_warnings. -ENODEV when not a single device could be described. */

@@ -2,8 +2,9 @@
 /* Owns writing GPU layouts as a mig-parted v1 config (`gpunodectl mig export`): each GPU's devices by
  * name and count, and GPUs with the same layout merged into one entry — `devices: all` when every GPU is
  * alike, a device-filter when a layout covers exactly the GPUs of one PCI id, else an index list. In
- * mig-parted's format every device is its own GPU instance with one compute instance; a GPU instance
- * holding several compute instances is written as one device per compute instance. */
+ * mig-parted's format every device is one compute instance, and devices of one GPU instance profile
+ * share GPU instances: a GPU instance holding several compute instances is written as one device per
+ * compute instance ("1c.3g.20gb": 3), which the planner reads back as the same layout. */
 #include <stdlib.h>
 #include <string.h>
 

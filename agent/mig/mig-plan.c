@@ -13,13 +13,19 @@
 /* Memory slices are tracked as bits; 8 on every MIG GPU today. */
 #define MEMORY_SLICES_MAX 64U
 
-typedef struct Want {               /* one GPU instance to have, with its one compute instance */
+typedef struct Want {               /* one GPU instance to have, with its compute instances */
         const MigGiProfile *gi;
-        const MigCiProfile *ci;
-        char *name;                 /* canonical: "3g.20gb" (whole-GI CI) or "1c.3g.20gb" */
+        const MigCiProfile **cis;   /* largest first; one spanning the GI for a plain name */
+        size_t n_cis;
+        char *name;                 /* "3g.20gb", or "3g.20gb (3 × 1c.3g.20gb)" for a shared GI */
         unsigned *starts;           /* the profile's placements, ascending */
         size_t n_starts;
 } Want;
+
+typedef struct Device {             /* one requested MIG device: a CI of a GI profile */
+        const MigGiProfile *gi;
+        const MigCiProfile *ci;
+} Device;
 
 typedef struct Problem {            /* one GPU that cannot take its target */
         unsigned gpu;
@@ -45,6 +51,7 @@ typedef struct Search {
 
 static void wants_free(Want *w, size_t n) {
         for (size_t i = 0; w && i < n; i++) {
+                free(w[i].cis);
                 free(w[i].name);
                 free(w[i].starts);
         }
@@ -154,22 +161,50 @@ static int unsigned_cmp(const void *a, const void *b) {
         return x < y ? -1 : x > y;
 }
 
+static int ci_cmp(const MigCiProfile *x, const MigCiProfile *y) {
+        if (x->slices != y->slices)
+                return x->slices > y->slices ? -1 : 1;
+        return x->id < y->id ? -1 : x->id > y->id;
+}
+
 /* Largest first: by memory slices, then compute slices; the rest only makes the order total. */
+static int gi_order(const MigGiProfile *x, const MigGiProfile *y) {
+        if (x->memory_slices != y->memory_slices)
+                return x->memory_slices > y->memory_slices ? -1 : 1;
+        if (x->slices != y->slices)
+                return x->slices > y->slices ? -1 : 1;
+        return x->id < y->id ? -1 : x->id > y->id;
+}
+
+static int device_cmp(const void *a, const void *b) {
+        const Device *x = a, *y = b;
+        return gi_order(x->gi, y->gi) ?: ci_cmp(x->ci, y->ci);
+}
+
 static int want_cmp(const void *a, const void *b) {
         const Want *x = a, *y = b;
-        if (x->gi->memory_slices != y->gi->memory_slices)
-                return x->gi->memory_slices > y->gi->memory_slices ? -1 : 1;
-        if (x->gi->slices != y->gi->slices)
-                return x->gi->slices > y->gi->slices ? -1 : 1;
-        if (x->gi->id != y->gi->id)
-                return x->gi->id < y->gi->id ? -1 : 1;
-        if (x->ci->slices != y->ci->slices)
-                return x->ci->slices > y->ci->slices ? -1 : 1;
-        return x->ci->id < y->ci->id ? -1 : x->ci->id > y->ci->id;
+        int c = gi_order(x->gi, y->gi);
+        for (size_t i = 0; c == 0 && i < x->n_cis && i < y->n_cis; i++)
+                c = ci_cmp(x->cis[i], y->cis[i]);
+        if (c == 0 && x->n_cis != y->n_cis)
+                c = x->n_cis > y->n_cis ? -1 : 1;
+        return c;
 }
 
 static bool want_same(const Want *x, const Want *y) {
-        return x->gi == y->gi && x->ci == y->ci;
+        return want_cmp(x, y) == 0;
+}
+
+static unsigned want_ci_slices(const Want *w) {
+        unsigned sum = 0;
+        for (size_t i = 0; i < w->n_cis; i++)
+                sum += w->cis[i]->slices;
+        return sum;
+}
+
+/* Whether w holds anything but one compute instance spanning its GPU instance. */
+static bool want_shared(const Want *w) {
+        return w->n_cis != 1 || w->cis[0]->slices != w->gi->slices;
 }
 
 /* Resolves one request against the GPU's own profiles; 0 with *ret_gi NULL after a problem was recorded. */
@@ -214,18 +249,36 @@ static int resolve(const MigGpuState *g, const MigConfigEntry *e, const MigDevic
         return 0;
 }
 
-/* "2 × 1g.5gb + 1 × 3g.20gb", for messages about the whole request. */
-static char *wants_describe(const Want *w, size_t n) {
-        _cleanup_strv_free_ char **l = NULL;
+/* "2 × 1g.5gb + 1 × 3g.20gb": the devices wants[] hold (only those of GI profile `only` unless NULL), in
+ * the wants' order, for messages about the whole request. */
+static char *wants_describe(const Want *w, size_t n, const MigGiProfile *only) {
+        _cleanup_strv_free_ char **names = NULL;
+        _cleanup_free_ size_t *counts = NULL;
+        size_t n_names = 0;
 
-        for (size_t i = 0; i < n;) {
-                size_t j = i;
-                while (j < n && want_same(&w[i], &w[j]))
-                        j++;
-                if (strv_extendf(&l, "%zu × %s", j - i, w[i].name) < 0)
+        for (size_t i = 0; i < n; i++)
+                for (size_t c = 0; (!only || w[i].gi == only) && c < w[i].n_cis; c++) {
+                        _cleanup_free_ char *name = ci_name(w[i].gi, w[i].cis[c]->slices);
+                        size_t k = 0;
+                        if (!name)
+                                return NULL;
+                        while (k < n_names && !streq(names[k], name))
+                                k++;
+                        if (k == n_names) {
+                                size_t *t = realloc(counts, (n_names + 1) * sizeof(size_t));
+                                if (!t)
+                                        return NULL;
+                                counts = t;
+                                counts[n_names++] = 0;
+                                if (strv_consume(&names, TAKE_PTR(name)) < 0)
+                                        return NULL;
+                        }
+                        counts[k]++;
+                }
+        _cleanup_strv_free_ char **l = NULL;
+        for (size_t k = 0; k < n_names; k++)
+                if (strv_extendf(&l, "%zu × %s", counts[k], names[k]) < 0)
                         return NULL;
-                i = j;
-        }
         return l ? strv_join(l, " + ") : strdup("nothing");
 }
 
@@ -236,16 +289,29 @@ static int check_limits(const MigGpuState *g, const Want *w, size_t n, Problems 
         for (size_t i = 0; i < g->n_gi_profiles; i++) {
                 const MigGiProfile *p = &g->gi_profiles[i];
                 size_t count = 0;
+                bool shared = false;
                 compute_max = compute_max > p->slices ? compute_max : p->slices;
                 for (size_t s = 0; s < p->n_starts; s++)
                         memory_max = memory_max > p->starts[s] + p->memory_slices ? memory_max
                                                                                   : p->starts[s] + p->memory_slices;
                 for (size_t j = 0; j < n; j++)
-                        count += w[j].gi == p;
-                if (count > p->instance_count)
+                        if (w[j].gi == p) {
+                                count++;
+                                shared = shared || want_shared(&w[j]);
+                        }
+                if (count <= p->instance_count)
+                        continue;
+                if (!shared)
                         return problem_add(pr, g, "%zu × %s is more than the GPU holds: at most %u instance%s of %s",
                                            count, p->name, p->instance_count, p->instance_count == 1 ? "" : "s",
                                            p->name);
+                _cleanup_free_ char *what = wants_describe(w, n, p);
+                if (!what)
+                        return -ENOMEM;
+                return problem_add(pr, g,
+                                   "%s is more than the GPU holds: compute instances share a %s GPU instance only up "
+                                   "to its %u slices, so they need %zu of them, and the GPU holds at most %u",
+                                   what, p->name, p->slices, count, p->instance_count);
         }
         for (size_t j = 0; j < n; j++) {
                 compute += w[j].gi->slices;
@@ -254,7 +320,7 @@ static int check_limits(const MigGpuState *g, const Want *w, size_t n, Problems 
         if (compute <= compute_max && memory <= memory_max)
                 return 0;
 
-        _cleanup_free_ char *what = wants_describe(w, n);
+        _cleanup_free_ char *what = wants_describe(w, n, NULL);
         if (!what)
                 return -ENOMEM;
         if (compute > compute_max)
@@ -265,6 +331,39 @@ static int check_limits(const MigGpuState *g, const Want *w, size_t n, Problems 
 static uint64_t slice_mask(unsigned start, unsigned size) {
         uint64_t m = size >= 64 ? UINT64_MAX : (UINT64_C(1) << size) - 1;
         return m << start;
+}
+
+static size_t count_ci(const MigGiState *gi, unsigned ci_profile_id) {
+        size_t n = 0;
+        for (size_t c = 0; gi->ci_profile_ids && c < gi->n_cis; c++)
+                n += gi->ci_profile_ids[c] == ci_profile_id;
+        return n;
+}
+
+/* Whether an existing GI holds exactly the compute instances w asks for (as a multiset of profiles). */
+static bool cis_equal(const MigGiState *gi, const Want *w) {
+        if (gi->n_cis != w->n_cis)
+                return false;
+        for (size_t c = 0; c < w->n_cis; c++) {
+                size_t want = 0;
+                for (size_t k = 0; k < w->n_cis; k++)
+                        want += w->cis[k] == w->cis[c];
+                if (count_ci(gi, w->cis[c]->id) != want)
+                        return false;
+        }
+        return true;
+}
+
+/* How many of an existing GI's compute instances stay when it is kept for w but its CIs differ. Only
+ * when w asks for CIs of one profile: they then take any free aligned slot, so the missing ones fit
+ * beside those that stay. With mixed sizes every CI is redone, largest first, because a small CI left
+ * where a larger one must go would block it. */
+static size_t cis_kept(const MigGiState *gi, const Want *w) {
+        for (size_t c = 1; c < w->n_cis; c++)
+                if (w->cis[c] != w->cis[0])
+                        return 0;
+        size_t have = w->n_cis > 0 ? count_ci(gi, w->cis[0]->id) : 0;
+        return have < w->n_cis ? have : w->n_cis;
 }
 
 static const MigGiState *existing_at(const Search *s, size_t item, unsigned start) {
@@ -280,7 +379,7 @@ static int keep_score(const Search *s, size_t item, unsigned start) {
         const MigGiState *gi = existing_at(s, item, start);
         if (!gi)
                 return 0;
-        return gi->n_cis == 1 && gi->ci_profile_ids[0] == s->wants[item].ci->id ? 2 : 1;
+        return cis_equal(gi, &s->wants[item]) ? 2 : 1;
 }
 
 /* Depth-first over starts in ascending order, largest profiles first: the first layout found is the one
@@ -348,8 +447,14 @@ static char *existing_ci_name(const MigGpuState *g, const MigGiState *gi, unsign
         return strprintf("CI profile %u in %s", ci_profile_id, p->name);
 }
 
-static int add_destroy_cis(MigGpuPlan *p, const MigGpuState *g, const MigGiState *gi) {
+/* Destroys gi's compute instances except the first `keep` of CI profile keep_profile. */
+static int add_destroy_cis(MigGpuPlan *p, const MigGpuState *g, const MigGiState *gi, unsigned keep_profile,
+                           size_t keep) {
         for (size_t c = 0; c < gi->n_cis; c++) {
+                if (keep > 0 && gi->ci_profile_ids && gi->ci_profile_ids[c] == keep_profile) {
+                        keep--;
+                        continue;
+                }
                 int k = step_add(p, (MigStep) { .kind = MIG_STEP_DESTROY_CI, .gi_id = gi->id, .ci_id = gi->ci_ids[c],
                                                 .gi_step = -1 },
                                  existing_ci_name(g, gi, gi->ci_profile_ids ? gi->ci_profile_ids[c] : UINT32_MAX));
@@ -384,7 +489,7 @@ static int plan_enabled(const MigGpuState *g, const Want *w, size_t n, bool keep
                      .best_score = -1, .max_score = 2 * (int) n };
         search(&s, 0);
         if (s.best_score < 0) {
-                _cleanup_free_ char *what = wants_describe(w, n), *starts = NULL;
+                _cleanup_free_ char *what = wants_describe(w, n, NULL), *starts = NULL;
                 _cleanup_strv_free_ char **l = NULL;
                 const Want *stuck = &w[s.deepest];
                 for (size_t i = 0; i < stuck->n_starts; i++)
@@ -413,15 +518,18 @@ static int plan_enabled(const MigGpuState *g, const Want *w, size_t n, bool keep
                 for (size_t j = 0; j < g->n_gis; j++) {
                         const MigGiState *gi = order[j];
                         bool stays = false, redo = false;
+                        const Want *as = NULL;
                         for (size_t i = 0; i < n; i++)
                                 if (kept[i] == gi) {
                                         stays = true;
                                         redo = keep_score(&s, i, best[i]) < 2;
+                                        as = &w[i];
                                 }
                         if (stays && !redo)
                                 continue;
                         if (pass == 0)
-                                k = add_destroy_cis(p, g, gi);
+                                k = as ? add_destroy_cis(p, g, gi, as->cis[0]->id, cis_kept(gi, as))
+                                       : add_destroy_cis(p, g, gi, 0, 0);
                         else if (stays)
                                 continue;
                         else {
@@ -464,11 +572,14 @@ static int plan_enabled(const MigGpuState *g, const Want *w, size_t n, bool keep
         for (size_t i = 0; i < n; i++) {
                 if (kept[i] && keep_score(&s, i, best[i]) == 2)
                         continue;
-                k = step_add(p, (MigStep) { .kind = MIG_STEP_CREATE_CI, .profile_id = w[i].ci->id,
-                                            .gi_id = kept[i] ? kept[i]->id : 0, .gi_step = gi_step[i] },
-                             strdup(w[i].name));
-                if (k < 0)
-                        return k;
+                /* Largest first within the GI (w[i].cis is ordered so), after those that stay. */
+                for (size_t c = kept[i] ? cis_kept(kept[i], &w[i]) : 0; c < w[i].n_cis; c++) {
+                        k = step_add(p, (MigStep) { .kind = MIG_STEP_CREATE_CI, .profile_id = w[i].cis[c]->id,
+                                                    .gi_id = kept[i] ? kept[i]->id : 0, .gi_step = gi_step[i] },
+                                     ci_name(w[i].gi, w[i].cis[c]->slices));
+                        if (k < 0)
+                                return k;
+                }
         }
         return 0;
 }
@@ -491,7 +602,7 @@ static int plan_disabled(const MigGpuState *g, MigGpuPlan *p) {
                         order[j] = &g->gis[j];
                 qsort(order, g->n_gis, sizeof(MigGiState *), gi_state_cmp);
                 for (size_t j = 0; j < g->n_gis; j++) {
-                        k = add_destroy_cis(p, g, order[j]);
+                        k = add_destroy_cis(p, g, order[j], 0, 0);
                         if (k < 0)
                                 return k;
                 }
@@ -506,9 +617,94 @@ static int plan_disabled(const MigGpuState *g, MigGpuPlan *p) {
         return step_add(p, (MigStep) { .kind = MIG_STEP_SET_MODE, .enable = 0, .gi_step = -1 }, NULL);
 }
 
-static int plan_gpu(const MigGpuState *g, const MigConfigEntry *e, MigGpuPlan *p, Problems *pr) {
+/* Whether the GPU already holds exactly the requested devices (as a multiset of GI and CI profiles),
+ * however their CIs are grouped into GIs, with no GI left empty: what mig-parted's assert compares, so a
+ * layout made by hand or by mig-parted that has the devices is not redone. */
+static bool devices_present(const MigGpuState *g, const Device *d, size_t n_devices) {
+        size_t n_cis = 0;
+
+        for (size_t j = 0; j < g->n_gis; j++) {
+                if (g->gis[j].n_cis == 0 || !g->gis[j].ci_profile_ids)
+                        return false;
+                n_cis += g->gis[j].n_cis;
+        }
+        if (n_cis != n_devices)
+                return false;
+        for (size_t i = 0; i < n_devices; i++) {
+                size_t want = 0, have = 0;
+                for (size_t k = 0; k < n_devices; k++)
+                        want += d[k].gi == d[i].gi && d[k].ci == d[i].ci;
+                for (size_t j = 0; j < g->n_gis; j++)
+                        if (g->gis[j].profile_id == d[i].gi->id)
+                                have += count_ci(&g->gis[j], d[i].ci->id);
+                if (have != want)
+                        return false;
+        }
+        return true;
+}
+
+/* mig-parted's meaning of a config: MIG devices of one GPU instance profile share GPU instances. Each
+ * device is one compute instance; those of a GI profile go, largest first, into the first GI of that
+ * profile that still has the compute slices and the per-profile CI count for them (first-fit decreasing),
+ * so "1c.3g.20gb": 3 is one 3g GI with three 1c CIs, and a plain "3g.20gb" fills a GI of its own.
+ * mig-parted reuses the last GI it made while the next CI fits; this finds the same or fewer GIs. */
+static int pack(Device *d, size_t n_devices, Want **ret, size_t *ret_n) {
         Want *w = NULL;
-        size_t n = 0, problems = pr->n;
+        size_t n = 0;
+
+        if (n_devices > 0)
+                qsort(d, n_devices, sizeof(Device), device_cmp);
+        for (size_t i = 0; i < n_devices; i++) {
+                Want *into = NULL;
+                for (size_t j = 0; j < n && !into; j++) {
+                        size_t same = 0;
+                        if (w[j].gi != d[i].gi || want_ci_slices(&w[j]) + d[i].ci->slices > d[i].gi->slices)
+                                continue;
+                        for (size_t c = 0; c < w[j].n_cis; c++)
+                                same += w[j].cis[c] == d[i].ci;
+                        if (same < d[i].ci->instance_count)
+                                into = &w[j];
+                }
+                if (!into) {
+                        Want *t = realloc(w, (n + 1) * sizeof(Want));
+                        if (!t)
+                                goto oom;
+                        w = t;
+                        into = &w[n++];
+                        *into = (Want) { .gi = d[i].gi, .n_starts = d[i].gi->n_starts,
+                                         .starts = calloc(d[i].gi->n_starts + 1, sizeof(unsigned)) };
+                        if (!into->starts)
+                                goto oom;
+                        if (d[i].gi->n_starts > 0)
+                                memcpy(into->starts, d[i].gi->starts, d[i].gi->n_starts * sizeof(unsigned));
+                        qsort(into->starts, into->n_starts, sizeof(unsigned), unsigned_cmp);
+                }
+                const MigCiProfile **t = realloc(into->cis, (into->n_cis + 1) * sizeof(MigCiProfile *));
+                if (!t)
+                        goto oom;
+                into->cis = t;
+                into->cis[into->n_cis++] = d[i].ci;
+        }
+        for (size_t j = 0; j < n; j++) {
+                _cleanup_free_ char *what = want_shared(&w[j]) ? wants_describe(&w[j], 1, NULL) : NULL;
+                if (want_shared(&w[j]) && !what)
+                        goto oom;
+                w[j].name = what ? strprintf("%s (%s)", w[j].gi->name, what) : strdup(w[j].gi->name);
+                if (!w[j].name)
+                        goto oom;
+        }
+        *ret = w;
+        *ret_n = n;
+        return 0;
+oom:
+        wants_free(w, n);
+        return -ENOMEM;
+}
+
+static int plan_gpu(const MigGpuState *g, const MigConfigEntry *e, MigGpuPlan *p, Problems *pr) {
+        _cleanup_free_ Device *d = NULL;
+        Want *w = NULL;
+        size_t n = 0, n_devices = 0, problems = pr->n;
         int k = 0;
 
         p->gpu = g->index;
@@ -536,33 +732,26 @@ static int plan_gpu(const MigGpuState *g, const MigConfigEntry *e, MigGpuPlan *p
                 k = resolve(g, e, &e->requests[r], pr, &gi, &ci);
                 if (k < 0 || !gi)
                         goto finish;
-                Want *t = realloc(w, (n + count) * sizeof(Want));
+                for (size_t i = 0; i < gi->n_starts; i++)
+                        if (gi->starts[i] + gi->memory_slices > MEMORY_SLICES_MAX) {
+                                k = problem_add(pr, g, "the GPU reports a placement of %s beyond memory slice %u, "
+                                                "which this planner cannot use", gi->name, MEMORY_SLICES_MAX);
+                                goto finish;
+                        }
+                Device *t = realloc(d, (n_devices + count) * sizeof(Device));
                 if (!t) {
                         k = -ENOMEM;
                         goto finish;
                 }
-                w = t;
-                for (unsigned c = 0; c < count; c++) {
-                        w[n] = (Want) { .gi = gi, .ci = ci, .name = ci_name(gi, ci->slices),
-                                        .starts = calloc(gi->n_starts + 1, sizeof(unsigned)),
-                                        .n_starts = gi->n_starts };
-                        n++;
-                        if (!w[n - 1].name || !w[n - 1].starts) {
-                                k = -ENOMEM;
-                                goto finish;
-                        }
-                        if (gi->n_starts > 0)
-                                memcpy(w[n - 1].starts, gi->starts, gi->n_starts * sizeof(unsigned));
-                        qsort(w[n - 1].starts, gi->n_starts, sizeof(unsigned), unsigned_cmp);
-                        for (size_t i = 0; i < gi->n_starts; i++)
-                                if (gi->starts[i] + gi->memory_slices > MEMORY_SLICES_MAX) {
-                                        k = problem_add(pr, g, "the GPU reports a placement of %s beyond memory "
-                                                        "slice %u, which this planner cannot use", gi->name,
-                                                        MEMORY_SLICES_MAX);
-                                        goto finish;
-                                }
-                }
+                d = t;
+                for (unsigned c = 0; c < count; c++)
+                        d[n_devices++] = (Device) { .gi = gi, .ci = ci };
         }
+        if (g->mig_current && g->mig_pending && pr->n == problems && devices_present(g, d, n_devices))
+                goto finish;
+        k = pack(d, n_devices, &w, &n);
+        if (k < 0)
+                goto finish;
         if (n > 0)
                 qsort(w, n, sizeof(Want), want_cmp);
         k = check_limits(g, w, n, pr);

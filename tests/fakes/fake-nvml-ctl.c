@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* Owns fake-nvml-ctl, the operator's side of the fake NVML: what a GPU reset does to the state file
- * (the pending MIG mode becomes current, instances are gone), and a readable dump of that state. It also
- * answers nvidia-smi's "-r -i <bus id>" so that it can stand in for nvidia-smi where the agent resets GPUs. */
+ * (the pending MIG mode becomes current, instances are gone), instances made behind the agent's back (as
+ * `nvidia-smi mig -cgi … -C` does), and a readable dump of that state. It also answers nvidia-smi's
+ * "-r -i <bus id>" so that it can stand in for nvidia-smi where the agent resets GPUs. */
 #include <getopt.h>
 
 #include "fake-node.h"
@@ -16,6 +17,10 @@ static void usage(FILE *f) {
               "  reset [GPU...]     reset GPUs (all if none given): the pending MIG mode becomes current and\n"
               "                     every GPU/compute instance is gone; refused while a GPU is busy\n"
               "  -r -i GPU[,GPU…]   the same as reset, in nvidia-smi's words\n"
+              "  create GPU PROFILE[,PROFILE…]\n"
+              "                     create a GPU instance of each profile (name such as 3g.20gb, or profile\n"
+              "                     id), placed where the driver would, each with one compute instance over\n"
+              "                     all of it: what `nvidia-smi mig -i GPU -cgi PROFILE,… -C` does\n"
               "GPU is an NVML index or a PCI bus id (0000:1b:00.0 or 00000000:1B:00.0).\n"
               "Defaults come from FAKE_NVML_DESCRIPTION, FAKE_NVML_STATE and FAKE_NVML_PROFILES; FAKE_NVML_BUSY\n"
               "and the description's processes make a GPU busy.\n", f);
@@ -114,6 +119,50 @@ static int reset(FakeNode *n, char **targets, size_t n_targets) {
         return any_failed ? 1 : 0;
 }
 
+static int create(FakeNode *n, const char *target, char *profiles) {
+        FakeError e = {};
+        int fd, r, ret = 0;
+        char *save = NULL;
+
+        r = fake_node_lock(n, &fd, &e);
+        if (r < 0) {
+                fprintf(stderr, "fake-nvml-ctl: %s\n", e.msg[0] ? e.msg : strerror(-r));
+                return 1;
+        }
+        FakeGpu *g = fake_node_find_gpu(n, target);
+        if (!g) {
+                fprintf(stderr, "fake-nvml-ctl: no GPU '%s' in %s; give an index below %zu or a PCI bus id of the "
+                        "description\n", target, n->description_path, n->n_gpus);
+                close(fd);
+                return 1;
+        }
+        for (char *t = strtok_r(profiles, ",", &save); t && ret == 0; t = strtok_r(NULL, ",", &save)) {
+                const FakeGiProfile *p = fake_model_gi_lookup(g->model, t);
+                int ci = p ? fake_ci_index_for_slices(p->g) : -1;
+                unsigned id, ci_id;
+                if (!p || ci < 0) {
+                        fprintf(stderr, "fake-nvml-ctl: GPU %s (%s) has no GPU instance profile '%s'\n", g->pci,
+                                g->model->name, t);
+                        ret = 1;
+                } else if (fake_mig_create_gi(g, p, -1, fake_fit_from_string(getenv("FAKE_NVML_FIT")), &id) != FAKE_OK ||
+                           fake_mig_create_ci(n, g, id, (unsigned) ci, &ci_id) != FAKE_OK) {
+                        fprintf(stderr, "Unable to create a GPU instance on GPU %s using profile %s: Insufficient "
+                                "Resources (or MIG mode is not enabled)\n", g->pci, p->name);
+                        ret = 1;
+                } else
+                        printf("Successfully created GPU instance ID %u on GPU %s using profile MIG %s (ID %u)\n"
+                               "Successfully created compute instance ID %u on GPU %s GPU instance ID %u\n", id,
+                               g->pci, p->name, p->id, ci_id, g->pci, id);
+        }
+        r = fake_node_save(n, &e);
+        close(fd);
+        if (r < 0) {
+                fprintf(stderr, "fake-nvml-ctl: %s\n", e.msg[0] ? e.msg : strerror(-r));
+                return 1;
+        }
+        return ret;
+}
+
 int main(int argc, char **argv) {
         static const struct option options[] = {
                 { "description", required_argument, NULL, 'd' },
@@ -161,8 +210,8 @@ int main(int argc, char **argv) {
         if (isempty(state))
                 state = NULL;
         const char *cmd = smi_reset ? "reset" : optind < argc ? argv[optind++] : NULL;
-        if (!cmd || (!streq(cmd, "show") && !streq(cmd, "reset")) || (smi_reset && optind < argc) ||
-            (ids && !smi_reset)) {
+        if (!cmd || (!streq(cmd, "show") && !streq(cmd, "reset") && !streq(cmd, "create")) ||
+            (smi_reset && optind < argc) || (ids && !smi_reset) || (streq(cmd, "create") && argc - optind != 2)) {
                 usage(stderr);
                 return 2;
         }
@@ -183,5 +232,7 @@ int main(int argc, char **argv) {
                 show(n);
                 return 0;
         }
+        if (streq(cmd, "create"))
+                return create(n, targets[0], targets[1]);
         return reset(n, targets, n_targets);
 }

@@ -227,18 +227,14 @@ def test_devices_nodes_and_second_pass():
 
 
 def test_devices_mig_caps_from_nvml():
-    """The nvml stage runs after devices: the first pass makes what /proc says, the next one adds the
-    capability nodes of the MIG devices NVML reported."""
+    """The nvml stage runs after devices: the capability nodes of the MIG devices NVML reports are made in
+    the first pass as soon as the snapshot is in (not one pass later), and a second pass changes nothing."""
     if os.geteuid() != 0:
         raise Skip("creating device nodes (mknod) needs root")
     with TempDir() as tmp:
         e = Env(tmp, "a30", QUIET_DRIVER + "fabric:\n  persistenced: off\n")
         try:
             caps = os.path.join(e.node.dev, "nvidia-caps")
-            first = sorted(os.listdir(caps))
-            check(first == ["nvidia-cap1", "nvidia-cap2"], "first pass made caps %r" % first)
-            s = e.reconcile_and_wait("devices")
-            check(s["state"] == "done", "devices: %r" % s)
             # Exactly the GI and CI access nodes of the MIG devices the agent reports, by mig-minors.
             with open(os.path.join(e.node.node, "proc/driver/nvidia-caps/mig-minors")) as f:
                 minors = dict(line.split() for line in f if line.strip())
@@ -249,8 +245,15 @@ def test_devices_mig_caps_from_nvml():
             for d in devices:
                 want.add("nvidia-cap" + minors["gpu0/gi%d/access" % d["gi_id"]])
                 want.add("nvidia-cap" + minors["gpu0/gi%d/ci%d/access" % (d["gi_id"], d["ci_id"])])
+            first = set(os.listdir(caps))
+            check(first == want, "first pass made caps %r, wanted %r" % (sorted(first), sorted(want)))
+            inodes = {n: os.lstat(os.path.join(caps, n)).st_ino for n in want}
+            s = e.reconcile_and_wait("devices")
+            check(s["state"] == "done", "devices: %r" % s)
             second = set(os.listdir(caps))
             check(second == want, "MIG capability nodes %r, wanted %r" % (sorted(second), sorted(want)))
+            check(all(os.lstat(os.path.join(caps, n)).st_ino == i for n, i in inodes.items()),
+                  "the second pass replaced capability nodes that were right")
             check(char_device(os.path.join(caps, sorted(want - {"nvidia-cap1", "nvidia-cap2"})[0]))[2] == 0o444,
                   "access node mode is not the driver's 0444")
         finally:

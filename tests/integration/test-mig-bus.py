@@ -362,6 +362,54 @@ def test_export_round_trip_and_no_block():
             m.close()
 
 
+# --- 5b. mig-parted's <C>c.<G>g meaning: devices of one GI profile share a GI ---
+
+SHARED = ("version: v1\nmig-configs:\n"
+          "  three-and-four:\n    - devices: all\n      mig-enabled: true\n"
+          "      mig-devices: {\"1c.3g.20gb\": 3, \"4g.20gb\": 1}\n"
+          "  two-in-seven:\n    - devices: [0, 1]\n      mig-enabled: true\n"
+          "      mig-devices: {\"1c.7g.40gb\": 2}\n")
+
+
+def test_shared_gpu_instances():
+    with TempDir() as tmp:
+        m = Mig(tmp)
+        try:
+            conf = write(tmp, "shared.yaml", SHARED)
+            p = m.ctl("mig", "apply", "three-and-four", "--config", conf)
+            check(p.returncode == 0 and "success" in p.stdout, "exit %d %s%s" % (p.returncode, p.stdout, p.stderr))
+            m.settle()
+            for i, devs in m.mig_devices().items():
+                profiles = sorted(d[0] for d in devs)
+                check(profiles == ["1c.3g.20gb"] * 3 + ["4g.20gb"], "GPU %d: %r" % (i, devs))
+                small = {d[1] for d in devs if d[0] == "1c.3g.20gb"}
+                check(len(small) == 1, "GPU %d: the three 1c.3g.20gb are not in one GPU instance: %r" % (i, devs))
+            nv.check_cdi_layout(m.d, "after three-and-four")
+
+            n = len(nv.trace_calls(m.trace))
+            p = m.ctl("mig", "apply", "three-and-four", "--config", conf)
+            check(p.returncode == 0 and p.stdout == "MIG config three-and-four: success: no change needed\n",
+                  p.stdout + p.stderr)
+            check(m.writes(n) == [], "re-apply wrote through NVML: %r" % m.writes(n))
+
+            p = m.ctl("mig", "export")
+            exported = yaml.safe_load(p.stdout)["mig-configs"]["current"]
+            check(exported == [{"devices": "all", "mig-enabled": True,
+                                "mig-devices": {"1c.3g.20gb": 3, "4g.20gb": 1}}], p.stdout)
+
+            p = m.ctl("mig", "apply", "two-in-seven", "--config", conf)
+            check(p.returncode == 0 and "success" in p.stdout, "exit %d %s%s" % (p.returncode, p.stdout, p.stderr))
+            m.settle()
+            devs = m.mig_devices()
+            for i in (0, 1):
+                check(sorted(d[0] for d in devs[i]) == ["1c.7g.40gb"] * 2 and len({d[1] for d in devs[i]}) == 1,
+                      "GPU %d: %r" % (i, devs[i]))
+            nv.check_cdi_layout(m.d, "after two-in-seven")
+            m.d.stop_clean()
+        finally:
+            m.close()
+
+
 # --- 6. Busy while an apply runs ---
 
 def test_busy_while_applying():
@@ -485,6 +533,7 @@ TESTS = [
     test_invalid_config_refused,
     test_nobody_asserts_and_exports_but_cannot_apply,
     test_export_round_trip_and_no_block,
+    test_shared_gpu_instances,
     test_busy_while_applying,
     test_reboot_required,
     test_usage_errors,

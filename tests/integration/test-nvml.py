@@ -10,6 +10,7 @@ import json
 import os
 import re
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -666,6 +667,129 @@ def test_mig_layout_change_followed():
             d.close()
 
 
+def check_cdi_nodes_exist(d, what):
+    """Every device node the CDI spec names exists under the node's /dev as a character device: a container
+    asking for any device of the spec gets it."""
+    missing = []
+    spec = read_cdi(d.node)
+    for name, nodes in cdi_devices(spec).items():
+        for path in nodes:
+            check(path.startswith("/dev/"), "%s: CDI device %s names %s, outside /dev" % (what, name, path))
+            local = os.path.join(d.node.dev, path[len("/dev/"):])
+            if not (os.path.lexists(local) and stat.S_ISCHR(os.lstat(local).st_mode)):
+                missing.append(path)
+    check(not missing, "%s: %d device node(s) the CDI spec names do not exist: %s"
+          % (what, len(set(missing)), sorted(set(missing))[:8]))
+    return spec
+
+
+def test_cdi_device_name_strategy():
+    """cdi.device-name-strategy through the daemon: type-index names as nvidia-ctk's (gpuN, migN:M), uuid
+    names only; the MIG-enabled GPU 0 has no whole-GPU entry under either."""
+    with TempDir() as tmp:
+        d = Daemon(tmp, "a100-sxm-mig", dropin=MIXED + "cdi:\n  device-name-strategy: type-index\n")
+        try:
+            desc = nvml_description(d.node)
+            names = set(cdi_devices(read_cdi(d.node)))
+            want = {"gpu%d" % i for i in range(1, len(desc["gpus"]))} | {"mig0:0", "mig0:1", "mig0:2", "all"}
+            check(names == want, "type-index names %r, wanted %r" % (sorted(names), sorted(want)))
+            d.stop_clean()
+        finally:
+            d.close()
+    with TempDir() as tmp:
+        d = Daemon(tmp, "a100-sxm-mig", dropin=MIXED + "cdi:\n  device-name-strategy: uuid\n")
+        try:
+            desc = nvml_description(d.node)
+            names = set(cdi_devices(read_cdi(d.node)))
+            migs = {u for _, _, _, u in fake_show(d.node)[0]}
+            want = {g["uuid"] for g in desc["gpus"][1:]} | migs | {"all"}
+            check(len(migs) == 3 and names == want, "uuid names %r, wanted %r" % (sorted(names), sorted(want)))
+            check(desc["gpus"][0]["uuid"] not in names, "the MIG-enabled GPU 0 has a whole-GPU entry")
+            d.stop_clean()
+        finally:
+            d.close()
+
+
+def test_mig_cap_nodes_at_ready():
+    """The capability nodes of MIG devices that exist when the agent starts are there when it says ready: the
+    devices stage runs before NVML is read, so they are made once the snapshot is in, before the CDI spec."""
+    for node, n_mig in (("a100-sxm-mig", 3), ("a100-sxm-balanced", 32)):
+        with TempDir() as tmp:
+            d = Daemon(tmp, node, dropin=MIXED)
+            try:
+                run([CTL, "wait-ready", "--timeout", "10"], bus=d.bus, check_rc=0)
+                got = check_cdi_layout(d, "%s at ready" % node)
+                check(len([n for n in got if re.match(r"^\d+:\d+$", n)]) == n_mig,
+                      "%s: %d MIG devices in the CDI spec, wanted %d" % (node, len(got), n_mig))
+                check_cdi_nodes_exist(d, "%s right after wait-ready" % node)
+                caps = os.listdir(os.path.join(d.node.dev, "nvidia-caps"))
+                check(len(caps) == 2 + 2 * n_mig, "%s: nvidia-caps holds %d nodes, wanted config, monitor and two "
+                      "per MIG device (%d): %s" % (node, len(caps), 2 + 2 * n_mig, sorted(caps)))
+                d.stop_clean()
+            finally:
+                d.close()
+
+
+def test_mig_cap_nodes_for_instances_made_elsewhere():
+    """Instances made behind the agent's back (nvidia-smi mig -cgi … -C, a boot script) with mig.selected
+    unset get their capability nodes at the next pass (Reconcile), with modes and owner as nvidia-modprobe
+    gives them; a node removed by hand comes back; a symlink planted where a node goes is replaced, never
+    followed."""
+    with TempDir() as tmp:
+        d = Daemon(tmp, "a100-sxm-mig", dropin=MIXED)
+        try:
+            check_cdi_nodes_exist(d, "at start")
+            desc = nvml_description(d.node)
+            # GPU 0 has 3g.20gb@4 and 2x 2g.10gb: no room. Reset GPU 1 (MIG pending → on) and fill it by hand.
+            run([FAKE_NVML_CTL, "reset", desc["gpus"][1]["pci"]], node=d.node, check_rc=0)
+            p = run([FAKE_NVML_CTL, "create", "1", "3g.20gb,1g.5gb,1g.5gb"], node=d.node, check_rc=0)
+            check("Successfully created GPU instance" in p.stdout, p.stdout)
+            minor1 = desc["gpus"][1]["minor"]
+            gi_ids = sorted(gi for gi, _, _, _ in fake_show(d.node)[1])
+            check(len(gi_ids) == 3, "fake-nvml-ctl create made %r" % gi_ids)
+            # A symlink where one of the new nodes goes must be replaced, not followed.
+            victim = os.path.join(tmp, "victim")
+            with open(victim, "w") as f:
+                f.write("keep")
+            planted = mig_caps(minor1, gi_ids[0], 0)[0]
+            os.symlink(victim, os.path.join(d.node.dev, planted[len("/dev/"):]))
+
+            d.reconcile()
+            got = check_cdi_layout(d, "after instances were made on GPU 1 behind the agent's back")
+            check(all("1:%d" % j in got for j in range(3)), "CDI spec lacks 1:0..1:2: %r" % sorted(got))
+            check_cdi_nodes_exist(d, "after instances were made behind the agent's back")
+            with open(victim) as f:
+                check(f.read() == "keep", "the symlink's target was written through")
+            check(stat.S_ISREG(os.lstat(victim).st_mode), "the symlink's target was replaced")
+            for gi in gi_ids:
+                for path in mig_caps(minor1, gi, 0):
+                    st = os.lstat(os.path.join(d.node.dev, path[len("/dev/"):]))
+                    check(stat.S_ISCHR(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o444 and st.st_uid == 0,
+                          "%s: mode %o uid %d, wanted a character device 0444 root (nvidia-modprobe's)"
+                          % (path, stat.S_IMODE(st.st_mode), st.st_uid))
+
+            # A node removed by hand is made again by the next pass.
+            os.unlink(os.path.join(d.node.dev, planted[len("/dev/"):]))
+            d.reconcile()
+            check_cdi_nodes_exist(d, "after a capability node was removed by hand")
+
+            # nvidia-caps itself turned into a symlink: a new instance's nodes are not made through it.
+            caps = os.path.join(d.node.dev, "nvidia-caps")
+            elsewhere = os.path.join(tmp, "elsewhere")
+            os.makedirs(elsewhere)
+            os.rename(caps, caps + ".moved")
+            os.symlink(elsewhere, caps)
+            run([FAKE_NVML_CTL, "create", "1", "1g.5gb"], node=d.node, check_rc=0)
+            d.reconcile()
+            check(os.listdir(elsewhere) == [], "nodes made through the nvidia-caps symlink: %r" % os.listdir(elsewhere))
+            state, message = d.stage("devices")
+            check(state == "failed" and caps in message, "devices stage with nvidia-caps a symlink: %s %r"
+                  % (state, message))
+            d.stop_clean()
+        finally:
+            d.close()
+
+
 def trace_calls(path):
     """The fake NVML's call trace (FAKE_NVML_TRACE): one '<symbol> <return code>' line per call."""
     try:
@@ -760,6 +884,9 @@ TESTS = [
     test_mig_single_invalid,
     test_mig_dbus_and_gpunodectl,
     test_mig_cdi_spec,
+    test_cdi_device_name_strategy,
+    test_mig_cap_nodes_at_ready,
+    test_mig_cap_nodes_for_instances_made_elsewhere,
     test_mig_layout_change_followed,
     test_reconcile_rereads_no_static_facts,
     test_garbage_one_gpu,

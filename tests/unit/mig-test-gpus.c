@@ -169,6 +169,12 @@ static void sim_create_ci(MigGpuState *g, unsigned gi_id, unsigned ci_profile_id
                         if (p->ci_profiles[k].id == gi->ci_profile_ids[i])
                                 used += p->ci_profiles[k].slices;
         assert_true(used + slices <= p->slices);
+        size_t same = 0;
+        for (size_t i = 0; i < gi->n_cis; i++)
+                same += gi->ci_profile_ids[i] == ci_profile_id;
+        for (size_t k = 0; k < p->n_ci_profiles; k++)
+                if (p->ci_profiles[k].id == ci_profile_id)
+                        assert_true(same < p->ci_profiles[k].instance_count);
         for (bool taken = true; taken; id += taken) {
                 taken = false;
                 for (size_t i = 0; i < gi->n_cis; i++)
@@ -268,13 +274,33 @@ void mig_test_set_layout(MigGpuState *g, const char *spec) {
         }
 }
 
+/* "" for one CI spanning the GI, else "/1c,1c" (CI slices in CI id order). */
+static char *ci_list(const MigGiProfile *p, const MigGiState *gi) {
+        _cleanup_strv_free_ char **l = NULL;
+        bool whole = gi->n_cis == 1;
+        for (unsigned id = 0; id < 64; id++)
+                for (size_t c = 0; c < gi->n_cis; c++)
+                        for (size_t k = 0; gi->ci_ids[c] == id && k < p->n_ci_profiles; k++)
+                                if (p->ci_profiles[k].id == gi->ci_profile_ids[c]) {
+                                        whole = whole && p->ci_profiles[k].slices == p->slices;
+                                        if (strv_extendf(&l, "%uc", p->ci_profiles[k].slices) < 0)
+                                                return NULL;
+                                }
+        if (whole || !l)
+                return strdup("");
+        _cleanup_free_ char *j = strv_join(l, ",");
+        return j ? strprintf("/%s", j) : NULL;
+}
+
 char *mig_test_layout_of(const MigGpuState *g) {
         _cleanup_strv_free_ char **l = NULL;
         for (unsigned s = 0; s < 64; s++)
                 for (size_t i = 0; i < g->n_gis; i++)
                         if (g->gis[i].start == s) {
                                 const MigGiProfile *p = mig_test_profile_by_id(g, g->gis[i].profile_id);
-                                assert_int_equal(strv_extendf(&l, "%s@%u", p->name, s), 0);
+                                _cleanup_free_ char *cis = ci_list(p, &g->gis[i]);
+                                assert_non_null(cis);
+                                assert_int_equal(strv_extendf(&l, "%s@%u%s", p->name, s, cis), 0);
                         }
         return l ? strv_join(l, " ") : strdup("");
 }

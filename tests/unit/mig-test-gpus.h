@@ -46,5 +46,5 @@ void mig_test_apply(MigTestNode *node, const MigPlan *plan);
 /* Sets a layout on a GPU with MIG on: "3g.20gb@4 1g.5gb@2/1c,1c" (CIs by slices; default one whole CI). */
 void mig_test_set_layout(MigGpuState *g, const char *spec);
 
-/* "2g.10gb@0 3g.20gb@4 …" sorted by start, for comparing layouts. */
+/* "2g.10gb@0 3g.20gb@4/1c,1c …" sorted by start (CIs by slices unless one spans the GI), for comparing layouts. */
 char *mig_test_layout_of(const MigGpuState *g);

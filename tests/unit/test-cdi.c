@@ -303,6 +303,64 @@ static void test_golden_mixed(void **state) {
         node_free(&n);
 }
 
+/* cdi.device-name-strategy: the names nvidia-ctk's --device-name-strategy gives, on a node where GPU 0 is
+ * whole and GPU 1 is in MIG mode. Each result is a golden file (so tests/cdi checks it against the CDI
+ * schema too). Under every strategy the MIG-enabled GPU has no whole-GPU entry: nvidia-ctk v1.18 and later
+ * skip such a GPU (v1.17 and older listed it), and giving it out would hand a container the parent GPU's
+ * node without its MIG caps, which CUDA cannot use. */
+static void test_device_name_strategies(void **state) {
+        static const struct {
+                unsigned names;
+                const char *golden;
+                const char *const expected[12];
+        } cases[] = {
+                { 0, "mixed", { "0", "GPU-11111111-2222-3333-4444-555555555555", "1:0",
+                                "MIG-bbbbbbbb-0000-4000-8000-000000000001", "1:1",
+                                "MIG-bbbbbbbb-0000-4000-8000-000000000002", "all" } },
+                { CDI_NAMES_INDEX | CDI_NAMES_UUID, "mixed", {} },
+                { CDI_NAMES_INDEX, "mixed-index", { "0", "1:0", "1:1", "all" } },
+                { CDI_NAMES_UUID, "mixed-uuid", { "GPU-11111111-2222-3333-4444-555555555555",
+                                                  "MIG-bbbbbbbb-0000-4000-8000-000000000001",
+                                                  "MIG-bbbbbbbb-0000-4000-8000-000000000002", "all" } },
+                { CDI_NAMES_TYPE_INDEX, "mixed-type-index", { "gpu0", "mig1:0", "mig1:1", "all" } },
+                { CDI_NAMES_INDEX | CDI_NAMES_UUID | CDI_NAMES_TYPE_INDEX, "mixed-all-names",
+                  { "0", "GPU-11111111-2222-3333-4444-555555555555", "gpu0", "1:0",
+                    "MIG-bbbbbbbb-0000-4000-8000-000000000001", "mig1:0", "1:1",
+                    "MIG-bbbbbbbb-0000-4000-8000-000000000002", "mig1:1", "all" } },
+        };
+        TestNode n = node_new(true);
+        GpuInfo gpus[] = { gpu_a(false), gpu_b(true) };
+        NvmlSnapshot snap = snapshot(gpus, 2);
+
+        for (size_t c = 0; c < ELEMENTSOF(cases); c++) {
+                CdiBuildInput in = node_input(&n, &snap, NULL);
+                in.device_names = cases[c].names;
+                _cleanup_(cdi_spec_freep) CdiSpec *s = NULL;
+                _cleanup_strv_free_ char **warnings = NULL;
+                _cleanup_free_ char *text = build_yaml(&in, NULL);
+
+                assert_golden(cases[c].golden, text);
+                assert_int_equal(cdi_spec_build(&in, &s, &warnings), 0);
+                assert_null(warnings);
+                size_t k = 0;
+                for (; cases[c].expected[0] && cases[c].expected[k]; k++) {
+                        assert_true(k < s->n_devices);
+                        assert_string_equal(s->devices[k].name, cases[c].expected[k]);
+                }
+                if (cases[c].expected[0])
+                        assert_int_equal(s->n_devices, k);
+                /* GPU 1 is in MIG mode: no entry hands out the whole GPU, whatever it would be called. */
+                for (size_t i = 0; i < s->n_devices; i++) {
+                        const char *name = s->devices[i].name;
+                        assert_false(streq(name, "1") || streq(name, "gpu1") ||
+                                     streq(name, "GPU-66666666-7777-8888-9999-000000000000"));
+                        if (!streq(name, "all") && s->devices[i].edits.n_device_nodes == 1)
+                                assert_string_equal(s->devices[i].edits.device_nodes[0].path, "/dev/nvidia0");
+                }
+        }
+        node_free(&n);
+}
+
 static void test_golden_no_libraries(void **state) {
         TestNode n = node_new(false);
         GpuInfo gpus[] = { gpu_a(false) };
@@ -875,6 +933,7 @@ int main(void) {
                 cmocka_unit_test(test_golden_two_gpus),
                 cmocka_unit_test(test_golden_mig),
                 cmocka_unit_test(test_golden_mixed),
+                cmocka_unit_test(test_device_name_strategies),
                 cmocka_unit_test(test_golden_no_libraries),
                 cmocka_unit_test(test_golden_hook),
                 cmocka_unit_test(test_version_selection),

@@ -324,6 +324,16 @@ static void test_errors(void **state) {
                          "time-slicing or mps");
         check_main_error(root, "sharing:\n  strategy: mps\n  replicas: 0\n", -EINVAL,
                          "3:13: sharing.replicas: must be at least 1 (1 = no sharing)");
+        check_main_error(root, "cdi:\n  device-name-strategy: name\n", -EINVAL,
+                         "2:25: cdi.device-name-strategy: expected one of index, uuid, type-index, or several of "
+                         "them separated by commas (such as index,uuid), got 'name'");
+        check_main_error(root, "cdi:\n  device-name-strategy: index,uuid,index\n", -EINVAL,
+                         "2:25: cdi.device-name-strategy: expected one of index, uuid, type-index, or several of "
+                         "them separated by commas (such as index,uuid), got 'index,uuid,index' (a name listed "
+                         "twice)");
+        check_main_error(root, "cdi:\n  device-name-strategy: \",\"\n", -EINVAL,
+                         "2:25: cdi.device-name-strategy: expected one of index, uuid, type-index, or several of "
+                         "them separated by commas (such as index,uuid), got ','");
         check_main_error(root, "labels:\n  mig-strategy: both\n", -EINVAL,
                          "2:17: labels.mig-strategy: expected one of none, single, mixed, got 'both'");
         check_main_error(root, "mig:\n  hooks:\n    stop-units: kubelet.service\n", -EINVAL,
@@ -500,6 +510,31 @@ static void test_root_override(void **state) {
         config_free(c);
 }
 
+static void test_cdi_device_name_strategy(void **state) {
+        const char *root = *state;
+        static const struct {
+                const char *value;
+                unsigned bits;
+        } cases[] = {
+                { "index", CDI_NAMES_INDEX },
+                { "uuid", CDI_NAMES_UUID },
+                { "type-index", CDI_NAMES_TYPE_INDEX },
+                { "index,uuid", CDI_NAMES_INDEX | CDI_NAMES_UUID },
+                { "uuid, type-index", CDI_NAMES_UUID | CDI_NAMES_TYPE_INDEX },
+                { "Type-Index,index,UUID", CDI_NAMES_INDEX | CDI_NAMES_UUID | CDI_NAMES_TYPE_INDEX },
+        };
+        Config *c = load_root(root);
+        assert_int_equal(c->cdi.device_names, CDI_NAMES_INDEX | CDI_NAMES_UUID); /* nvidia-ctk's default */
+        config_free(c);
+        for (size_t i = 0; i < ELEMENTSOF(cases); i++) {
+                _cleanup_free_ char *text = strprintf("cdi:\n  device-name-strategy: %s\n", cases[i].value);
+                free(put(root, MAIN, text));
+                c = load_root(root);
+                assert_int_equal(c->cdi.device_names, cases[i].bits);
+                config_free(c);
+        }
+}
+
 static void test_dump_roundtrip(void **state) {
         const char *root = *state;
         free(put(root, VENDOR "/00-defaults.yaml", "log:\n  level: warning\n"));
@@ -523,6 +558,7 @@ static void test_dump_roundtrip(void **state) {
         assert_non_null(strstr(dump, "  expiry: 1500ms\n"));
         assert_non_null(strstr(dump, "  retry-min: 0.001ms\n  retry-max: 2d\n"));
         assert_non_null(strstr(dump, "\nlog:\n  level: warning\n"));
+        assert_non_null(strstr(dump, "  device-name-strategy: index,uuid\n"));
 
         free(put(root, "dump.yaml", dump));
         char *no_dirs[] = { NULL };
@@ -683,6 +719,7 @@ int main(void) {
                 cmocka_unit_test_setup_teardown(test_yaml11_booleans, setup_root, teardown_root),
                 cmocka_unit_test_setup_teardown(test_durations, setup_root, teardown_root),
                 cmocka_unit_test_setup_teardown(test_root_override, setup_root, teardown_root),
+                cmocka_unit_test_setup_teardown(test_cdi_device_name_strategy, setup_root, teardown_root),
                 cmocka_unit_test_setup_teardown(test_dump_roundtrip, setup_root, teardown_root),
                 cmocka_unit_test_setup_teardown(test_remote_layer, setup_root, teardown_root),
                 cmocka_unit_test_setup_teardown(test_remote_errors, setup_root, teardown_root),

@@ -559,24 +559,102 @@ static void test_compute_instance_profiles(void **state) {
                 "      mig-devices: {3g.20gb: 1, 3c.3g.20gb: 1}\n"
                 "  bad-ci:\n    - devices: all\n      mig-enabled: true\n      mig-devices: {3c.4g.20gb: 1}\n");
 
+        /* mig-parted's meaning: devices of one GI profile share one GI while its slices last */
         _cleanup_(mig_plan_freep) MigPlan *p = plan_ok(config(f, "small-ci"), &node);
         assert_steps(gpu_plan(p, 0), STRV_MAKE("set-mode 1", "create-gi 3g.20gb id=9 start=0 size=4",
-                                               "create-gi 3g.20gb id=9 start=4 size=4",
-                                               "create-ci 1c.3g.20gb id=0 gi=#1", "create-ci 1c.3g.20gb id=0 gi=#2"));
+                                               "create-ci 1c.3g.20gb id=0 gi=#1", "create-ci 1c.3g.20gb id=0 gi=#1"));
         apply_and_recheck(config(f, "small-ci"), &node);
 
-        /* "3c.3g.20gb" is "3g.20gb": the GIs stay, only their compute instances are redone */
+        /* "3c.3g.20gb" is "3g.20gb": each takes a whole GI; the one there stays, its CIs are redone */
         mig_plan_free(p);
         p = plan_ok(config(f, "whole"), &node);
-        assert_steps(gpu_plan(p, 0), STRV_MAKE("destroy-ci gi=1 ci=0 (1c.3g.20gb)", "destroy-ci gi=2 ci=0 (1c.3g.20gb)",
-                                               "create-ci 3g.20gb id=2 gi=1", "create-ci 3g.20gb id=2 gi=2"));
-        assert_int_equal(gpu_plan(p, 0)->steps[2].gi_step, -1);
-        assert_int_equal(gpu_plan(p, 0)->steps[2].gi_id, 1);
+        assert_steps(gpu_plan(p, 0), STRV_MAKE("destroy-ci gi=1 ci=0 (1c.3g.20gb)", "destroy-ci gi=1 ci=1 (1c.3g.20gb)",
+                                               "create-gi 3g.20gb id=9 start=4 size=4",
+                                               "create-ci 3g.20gb id=2 gi=1", "create-ci 3g.20gb id=2 gi=#2"));
+        assert_int_equal(gpu_plan(p, 0)->steps[3].gi_step, -1);
+        assert_int_equal(gpu_plan(p, 0)->steps[3].gi_id, 1);
         apply_and_recheck(config(f, "whole"), &node);
 
         plan_fails(config(f, "bad-ci"), &node,
                    "GPU 0 (NVIDIA A100-SXM4-40GB): '3c.4g.20gb' (entry on line 12): a 4g.20gb GPU instance has no "
                    "compute instance of 3 slices; valid: 1c.4g.20gb, 2c.4g.20gb, 4g.20gb");
+}
+
+/* The cases mig-parted takes and a GI-per-device planner refused or got wrong (issue 14). */
+static void test_shared_gpu_instances(void **state) {
+        (void) state;
+        _cleanup_(mig_test_node_done) MigTestNode node = mig_test_node_same(&mig_test_a100_40, 1);
+        _cleanup_(mig_config_file_freep) MigConfigFile *f = parse(
+                "version: v1\nmig-configs:\n"
+                "  three-and-four:\n    - devices: all\n      mig-enabled: true\n"
+                "      mig-devices: {1c.3g.20gb: 3, 4g.20gb: 1}\n"
+                "  two-in-seven:\n    - devices: all\n      mig-enabled: true\n      mig-devices: {1c.7g.40gb: 2}\n"
+                "  four-small:\n    - devices: all\n      mig-enabled: true\n      mig-devices: {1c.3g.20gb: 4}\n"
+                "  mixed-sizes:\n    - devices: all\n      mig-enabled: true\n"
+                "      mig-devices: {1c.3g.20gb: 1, 2c.3g.20gb: 1, 3g.20gb: 1}\n"
+                "  eight-in-seven:\n    - devices: all\n      mig-enabled: true\n      mig-devices: {1c.7g.40gb: 8}\n"
+                "  too-many-2c:\n    - devices: all\n      mig-enabled: true\n"
+                "      mig-devices: {2c.3g.20gb: 3, 4g.20gb: 1}\n");
+
+        _cleanup_(mig_plan_freep) MigPlan *p = plan_ok(config(f, "three-and-four"), &node);
+        assert_steps(gpu_plan(p, 0), STRV_MAKE("set-mode 1", "create-gi 4g.20gb id=5 start=0 size=4",
+                                               "create-gi 3g.20gb id=9 start=4 size=4",
+                                               "create-ci 4g.20gb id=3 gi=#1", "create-ci 1c.3g.20gb id=0 gi=#2",
+                                               "create-ci 1c.3g.20gb id=0 gi=#2", "create-ci 1c.3g.20gb id=0 gi=#2"));
+        apply_and_recheck(config(f, "three-and-four"), &node);
+        _cleanup_free_ char *layout = mig_test_layout_of(&node.gpus[0]);
+        assert_string_equal(layout, "4g.20gb@0 3g.20gb@4/1c,1c,1c");
+
+        /* Two 1c CIs in the one 7g GI; the 4g and 3g GIs go. */
+        mig_plan_free(p);
+        p = plan_ok(config(f, "two-in-seven"), &node);
+        apply_and_recheck(config(f, "two-in-seven"), &node);
+        free(layout);
+        layout = mig_test_layout_of(&node.gpus[0]);
+        assert_string_equal(layout, "7g.40gb@0/1c,1c");
+
+        /* A fourth 1c does not fit a 3g GI of 3 slices: a second GI takes it. */
+        mig_plan_free(p);
+        p = plan_ok(config(f, "four-small"), &node);
+        apply_and_recheck(config(f, "four-small"), &node);
+        free(layout);
+        layout = mig_test_layout_of(&node.gpus[0]);
+        assert_string_equal(layout, "3g.20gb@0/1c,1c,1c 3g.20gb@4/1c");
+
+        /* Mixed sizes share a GI, created largest first (2c, then 1c); a plain 3g.20gb has a GI of its own.
+         * Which of the two existing GIs becomes which is the planner's choice. */
+        mig_plan_free(p);
+        p = plan_ok(config(f, "mixed-sizes"), &node);
+        apply_and_recheck(config(f, "mixed-sizes"), &node);
+        free(layout);
+        layout = mig_test_layout_of(&node.gpus[0]);
+        assert_true(streq(layout, "3g.20gb@0/2c,1c 3g.20gb@4") || streq(layout, "3g.20gb@0 3g.20gb@4/2c,1c"));
+
+        /* A layout that already has the devices is left alone however its CIs are grouped (mig-parted's
+         * assert counts devices too): two 3g GIs with one 1c each satisfy "1c.3g.20gb": 2. */
+        mig_test_set_layout(&node.gpus[0], "3g.20gb@0/1c 3g.20gb@4/1c");
+        _cleanup_(mig_config_file_freep) MigConfigFile *two = parse(
+                "version: v1\nmig-configs:\n"
+                "  two-small:\n    - devices: all\n      mig-enabled: true\n      mig-devices: {1c.3g.20gb: 2}\n");
+        mig_plan_free(p);
+        p = plan_ok(config(two, "two-small"), &node);
+        assert_int_equal(p->n_gpus, 0);
+
+        /* Adding a CI of the same profile to a kept GI only creates the missing one. */
+        mig_test_set_layout(&node.gpus[0], "3g.20gb@4/1c,1c 4g.20gb@0");
+        mig_plan_free(p);
+        p = plan_ok(config(f, "three-and-four"), &node);
+        assert_steps(gpu_plan(p, 0), STRV_MAKE("create-ci 1c.3g.20gb id=0 gi=2"));
+        apply_and_recheck(config(f, "three-and-four"), &node);
+
+        /* What cannot fit is still refused, before anything is touched. */
+        plan_fails(config(f, "eight-in-seven"), &node,
+                   "GPU 0 (NVIDIA A100-SXM4-40GB): 8 × 1c.7g.40gb is more than the GPU holds: compute instances share "
+                   "a 7g.40gb GPU instance only up to its 7 slices, so they need 2 of them, and the GPU holds at most 1");
+        plan_fails(config(f, "too-many-2c"), &node,
+                   "GPU 0 (NVIDIA A100-SXM4-40GB): 3 × 2c.3g.20gb is more than the GPU holds: compute instances "
+                   "share a 3g.20gb GPU instance only up to its 3 slices, so they need 3 of them, and the GPU holds "
+                   "at most 2");
 }
 
 static void test_step_kind_strings(void **state) {
@@ -609,6 +687,7 @@ int main(void) {
                 cmocka_unit_test(test_disable),
                 cmocka_unit_test(test_pending_mode),
                 cmocka_unit_test(test_compute_instance_profiles),
+                cmocka_unit_test(test_shared_gpu_instances),
                 cmocka_unit_test(test_step_kind_strings),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
