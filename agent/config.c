@@ -97,7 +97,7 @@ static const ConfigKey config_keys[] = {
         { "paths.etc",        CONFIG_PATH,      CONFIG_OFF(paths.etc),      "etc",              BASE_ROOT },
         { "paths.run",        CONFIG_PATH,      CONFIG_OFF(paths.run),      "run",              BASE_ROOT },
         { "paths.state",      CONFIG_PATH,      CONFIG_OFF(paths.state),    "var/lib/gpu-node-agent", BASE_ROOT },
-        { "paths.pci-ids",    CONFIG_PATH,      CONFIG_OFF(paths.pci_ids),  "/usr/share/misc/pci.ids" },
+        { "paths.pci-ids",    CONFIG_PATH,      CONFIG_OFF(paths.pci_ids),  "" },
         { "nvml.library",     CONFIG_LIBRARY,   CONFIG_OFF(nvml.library),   "libnvidia-ml.so.1" },
         { "nvml.timeout",     CONFIG_DURATION,  CONFIG_OFF(nvml.timeout_usec), "30s" },
         { "labels.enabled",   CONFIG_BOOL,      CONFIG_OFF(labels.enabled), "true" },
@@ -599,6 +599,16 @@ static int config_defaults(Config **ret) {
 
                 if (k->base != BASE_NONE || k->type == CONFIG_UNITS)
                         continue; /* derived after merging, from the final root or etc; lists start empty */
+                if (k->type == CONFIG_PATH && isempty(k->def)) {
+                        /* Unset path with a meaning of its own (paths.pci-ids: the system's sources). */
+                        char **dst = config_field(c, k);
+                        *dst = strdup("");
+                        if (!*dst) {
+                                config_free(c);
+                                return -ENOMEM;
+                        }
+                        continue;
+                }
                 int r = value_parse(k, k->def, c, &msg);
                 assert(r != -EINVAL);
                 if (r < 0) {

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
-/* Owns the PCI inventory: scans a sysfs tree with libpci (sysfs method, our own error handlers, an
- * explicit pci.ids without udev's hwdb) and sorts the NVIDIA GPUs, NVSwitches and Mellanox NICs it
- * finds into an Inventory in PCI address order. Attributes libpci does not cover (link speed and
- * width, SR-IOV physfn) are read straight from the device directory. */
+/* Owns the PCI inventory: scans a sysfs tree with libpci (sysfs method, our own error handlers) and
+ * sorts the NVIDIA GPUs, NVSwitches and Mellanox NICs it finds into an Inventory in PCI address order.
+ * Attributes libpci does not cover (link speed and width, SR-IOV physfn) are read straight from the
+ * device directory. Names come from pci-names.c (hwdb or a partly read pci.ids), never from libpci,
+ * whose name look-up parses the whole 1.4 MB pci.ids. */
 #include <assert.h>
 #include <limits.h>
 #include <pci/pci.h>
@@ -12,6 +13,7 @@
 
 #include "fileio.h"
 #include "log.h"
+#include "pci-names.h"
 #include "probe.h"
 #include "strv.h"
 
@@ -121,17 +123,6 @@ static int libpci_fill(ProbeContext *c, struct pci_dev *d, int flags) {
         return 0;
 }
 
-static int libpci_lookup_device(ProbeContext *c, struct pci_access *a, char *buf, int size, uint16_t vendor,
-                                uint16_t device, const char **ret) {
-        if (sigsetjmp(c->jump, 0))
-                return -EIO;
-        c->armed = true;
-        *ret = pci_lookup_name(a, buf, size, PCI_LOOKUP_DEVICE | PCI_LOOKUP_NO_NUMBERS | PCI_LOOKUP_NO_HWDB,
-                               (int) vendor, (int) device);
-        c->armed = false;
-        return 0;
-}
-
 static void format_address(const struct pci_dev *d, char *buf, size_t size) {
         snprintf(buf, size, "%04x:%02x:%02x.%u", (unsigned) d->domain, d->bus, d->dev, d->func);
 }
@@ -227,18 +218,15 @@ static void pci_device_done(PciDevice *d) {
 
 typedef struct ProbeState {
         ProbeContext *context;
-        struct pci_access *access;
         const char *devices_dir;
-        bool names;               /* pci.ids usable */
-        const char *pci_ids;
+        PciNames *names;
 } ProbeState;
 
 static int probe_device(ProbeState *s, struct pci_dev *d, PciDevice *ret, bool *ret_found) {
         _cleanup_(pci_device_done) PciDevice dev = {};
         ProbeContext *c = s->context;
-        char address[32], namebuf[256];
+        char address[32];
         _cleanup_free_ char *dev_dir = NULL, *physfn = NULL, *speed = NULL, *width = NULL;
-        const char *name = NULL;
         struct stat st;
         PciKind kind;
         int r;
@@ -319,20 +307,9 @@ static int probe_device(ProbeState *s, struct pci_dev *d, PciDevice *ret, bool *
                 dev.link_width = 0;
         }
 
-        if (s->names) {
-                r = libpci_lookup_device(c, s->access, namebuf, sizeof(namebuf), d->vendor_id, d->device_id, &name);
-                if (r < 0) {
-                        probe_add_warning(c, "Cannot use pci.ids at %s: %s: GPU names unknown; reinstall pciutils or "
-                                          "set paths.pci-ids.", s->pci_ids, strna(c->error));
-                        s->names = false;
-                        name = NULL;
-                }
-                if (name) {
-                        dev.name = strdup(name);
-                        if (!dev.name)
-                                return -ENOMEM;
-                }
-        }
+        r = pci_names_lookup(s->names, dev.vendor_id, dev.device_id, &dev.name);
+        if (r < 0)
+                return r;
 
         *ret = dev;
         dev = (PciDevice) {};
@@ -418,11 +395,11 @@ static void probe_context_done(ProbeContext *c) {
 int probe_pci(const char *sys_dir, const char *pci_ids, Inventory **ret, char **ret_error) {
         _cleanup_(probe_context_done) ProbeContext c = {};
         _cleanup_(pci_cleanupp) struct pci_access *a = NULL;
+        _cleanup_(pci_names_freep) PciNames *names = NULL;
         _cleanup_(inventory_freep) Inventory *inv = NULL;
         _cleanup_free_ char *bus_pci = NULL, *devices_dir = NULL;
         _cleanup_free_ struct pci_dev **devs = NULL;
         size_t n_devs = 0;
-        struct stat st;
         int r;
 
         assert(sys_dir);
@@ -442,20 +419,10 @@ int probe_pci(const char *sys_dir, const char *pci_ids, Inventory **ret, char **
 
         probe_context = &c;
 
-        bool names = false;
-        if (isempty(pci_ids))
-                probe_add_warning(&c, "No pci.ids configured: GPU names unknown; set paths.pci-ids.");
-        else if (stat(pci_ids, &st) < 0 && errno == ENOENT)
-                probe_add_warning(&c, "pci.ids not found at %s: GPU names unknown; install pciutils or set "
-                                  "paths.pci-ids", pci_ids);
-        else if (access(pci_ids, R_OK) < 0)
-                probe_add_warning(&c, "Cannot read pci.ids at %s: %m: GPU names unknown; install pciutils or set "
-                                  "paths.pci-ids", pci_ids);
-        else if (!S_ISREG(st.st_mode))
-                probe_add_warning(&c, "pci.ids at %s is not a regular file: GPU names unknown; install pciutils or "
-                                  "set paths.pci-ids", pci_ids);
-        else
-                names = true;
+        static const uint16_t name_vendors[] = { PCI_VENDOR_NVIDIA, PCI_VENDOR_MELLANOX };
+        r = pci_names_new(pci_ids, name_vendors, ELEMENTSOF(name_vendors), &names);
+        if (r < 0)
+                return r;
 
         a = pci_alloc();
         if (!a)
@@ -465,18 +432,11 @@ int probe_pci(const char *sys_dir, const char *pci_ids, Inventory **ret, char **
         a->debug = probe_libpci_debug;
         a->debugging = log_get_max_level() >= LOG_DEBUG;
         a->method = PCI_ACCESS_SYS_BUS_PCI;
-        /* Local pci.ids only: no DNS lookups, no ~/.pciids-cache, no udev hwdb (whose content
-         * depends on the host and would make names differ from what pci.ids says). */
+        /* libpci names nothing here: no DNS look-ups, no ~/.pciids-cache, no hwdb of its own. */
         a->id_lookup_mode = 0;
         (void) pci_set_param(a, "hwdb.disable", (char *) "1");
         if (pci_set_param(a, "sysfs.path", bus_pci) < 0)
                 return -EINVAL;
-        if (names) {
-                char *p = strdup(pci_ids);
-                if (!p)
-                        return -ENOMEM;
-                pci_set_name_list_path(a, p, 1);
-        }
 
         r = libpci_scan(&c, a);
         if (r < 0) {
@@ -497,10 +457,8 @@ int probe_pci(const char *sys_dir, const char *pci_ids, Inventory **ret, char **
 
         ProbeState s = {
                 .context = &c,
-                .access = a,
                 .devices_dir = devices_dir,
                 .names = names,
-                .pci_ids = pci_ids,
         };
         for (size_t i = 0; i < n_devs; i++) {
                 PciDevice dev;
@@ -517,6 +475,8 @@ int probe_pci(const char *sys_dir, const char *pci_ids, Inventory **ret, char **
                         return r;
                 }
         }
+        if (pci_names_warning(names))
+                probe_add_warning(&c, "%s", pci_names_warning(names));
         if (c.oom < 0)
                 return c.oom;
 

@@ -26,11 +26,12 @@ GNA_BUILD_PACKAGES=(
 #                     only recommends the latter)
 #   consumers:        slurmd (the real slurmd parses the gres.conf we write: slurmd -G)
 #   docs:             man-db
+#   unit (hwdb):      udev (systemd-hwdb compiles the fixture hwdb of test-pci-names)
 GNA_TEST_PACKAGES=(
         python3-dbus python3-jsonschema procps util-linux valgrind
         systemd systemd-container
         qemu-system-x86 busybox-static cpio file dkms linux-headers-amd64
-        rpm fakeroot man-db slurmd openssl
+        rpm fakeroot man-db slurmd openssl udev
         clang-14 libclang-rt-14-dev
 )
 

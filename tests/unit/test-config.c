@@ -106,7 +106,7 @@ static void test_defaults_under_root(void **state) {
         assert_string_equal(c->paths.etc, etc);
         assert_string_equal(c->paths.run, run);
         assert_string_equal(c->paths.state, st);
-        assert_string_equal(c->paths.pci_ids, "/usr/share/misc/pci.ids");
+        assert_string_equal(c->paths.pci_ids, ""); /* unset: hwdb, then the system pci.ids */
         assert_string_equal(c->nvml.library, "libnvidia-ml.so.1");
         assert_true(c->labels.enabled);
         assert_string_equal(c->labels.directory, labels);
