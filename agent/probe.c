@@ -123,6 +123,30 @@ static int libpci_fill(ProbeContext *c, struct pci_dev *d, int flags) {
         return 0;
 }
 
+/* The first vendor-specific capability (id 0x09) of the device, its bytes in buf (at most size), or 0
+ * bytes when there is none. libpci reads the capability list from the config space file. */
+static int libpci_vendor_cap(ProbeContext *c, struct pci_dev *d, uint8_t *buf, size_t size, size_t *ret_len) {
+        struct pci_cap *cap;
+
+        *ret_len = 0;
+        if (sigsetjmp(c->jump, 0))
+                return -EIO;
+        c->armed = true;
+        pci_fill_info(d, PCI_FILL_CAPS);
+        cap = pci_find_cap(d, PCI_CAP_ID_VNDR, PCI_CAP_NORMAL);
+        if (cap && cap->addr + 3 <= 256 && pci_read_block(d, cap->addr, buf, 3)) {
+                size_t len = buf[2];
+                if (len > size)
+                        len = size;
+                if (len > (size_t) (256 - cap->addr))
+                        len = (size_t) (256 - cap->addr);
+                if (len >= 3 && pci_read_block(d, cap->addr, buf, (int) len))
+                        *ret_len = len;
+        }
+        c->armed = false;
+        return 0;
+}
+
 static void format_address(const struct pci_dev *d, char *buf, size_t size) {
         snprintf(buf, size, "%04x:%02x:%02x.%u", (unsigned) d->domain, d->bus, d->dev, d->func);
 }
@@ -210,6 +234,8 @@ static int parse_uint(const char *s, unsigned *ret) {
 }
 
 static void pci_device_done(PciDevice *d) {
+        free(d->vgpu_host_driver_version);
+        free(d->vgpu_host_driver_branch);
         free(d->name);
         free(d->driver);
         free(d->link_speed);
@@ -305,6 +331,24 @@ static int probe_device(ProbeState *s, struct pci_dev *d, PciDevice *ret, bool *
                 probe_add_warning(c, "Unexpected link width \"%s\" in %s/current_link_width; link width of %s unknown.",
                                   width, dev_dir, address);
                 dev.link_width = 0;
+        }
+
+        if (kind == PCI_KIND_GPU) {
+                uint8_t cap[256];
+                size_t len;
+                r = libpci_vendor_cap(c, d, cap, sizeof(cap), &len);
+                if (r < 0)
+                        probe_add_warning(c, "Cannot read the capabilities of %s: %s; not known whether it is a vGPU.",
+                                          address, strna(c->error));
+                else {
+                        r = probe_parse_vgpu_capability(cap, len, &dev.vgpu, &dev.vgpu_host_driver_version,
+                                                        &dev.vgpu_host_driver_branch);
+                        if (r == -ENOMEM)
+                                return r;
+                        if (r < 0)
+                                probe_add_warning(c, "%s is a vGPU, but its vendor-specific PCI capability has no "
+                                                  "host driver record: vGPU host driver version unknown.", address);
+                }
         }
 
         r = pci_names_lookup(s->names, dev.vendor_id, dev.device_id, &dev.name);
@@ -503,7 +547,9 @@ Inventory *inventory_free(Inventory *inv) {
 }
 
 static bool pci_device_equal(const PciDevice *a, const PciDevice *b) {
-        return a->kind == b->kind && a->index == b->index && streq(a->address, b->address) &&
+        return a->kind == b->kind && a->vgpu == b->vgpu &&
+               streq_ptr(a->vgpu_host_driver_version, b->vgpu_host_driver_version) &&
+               streq_ptr(a->vgpu_host_driver_branch, b->vgpu_host_driver_branch) && a->index == b->index && streq(a->address, b->address) &&
                a->vendor_id == b->vendor_id && a->device_id == b->device_id &&
                a->subsystem_vendor_id == b->subsystem_vendor_id &&
                a->subsystem_device_id == b->subsystem_device_id && a->class_code == b->class_code &&
@@ -529,6 +575,49 @@ bool inventory_equal(const Inventory *a, const Inventory *b) {
         return pci_device_list_equal(a->gpus, a->n_gpus, b->gpus, b->n_gpus) &&
                pci_device_list_equal(a->nvswitches, a->n_nvswitches, b->nvswitches, b->n_nvswitches) &&
                pci_device_list_equal(a->nics, a->n_nics, b->nics, b->n_nics);
+}
+
+/* NVIDIA's vGPU record in the vendor-specific capability, as GPU Feature Discovery reads it: byte 0
+ * the capability id, 1 the next pointer, 2 the length, 3-4 the signature "VF"; from byte 5 records of
+ * [id][length][data], each length counting its own two bytes; record 0 carries the host driver's
+ * version (10 bytes) and branch (10 bytes), NUL-padded. */
+#define VGPU_RECORDS_START 5
+#define VGPU_FIELD_LEN 10
+
+static char *vgpu_field(const uint8_t *p) {
+        size_t a = 0, b = VGPU_FIELD_LEN;
+
+        while (a < b && p[a] == 0)
+                a++;
+        while (b > a && p[b - 1] == 0)
+                b--;
+        return strndup((const char *) p + a, b - a);
+}
+
+int probe_parse_vgpu_capability(const uint8_t *cap, size_t len, bool *ret_vgpu, char **ret_version,
+                                char **ret_branch) {
+        size_t pos = VGPU_RECORDS_START;
+
+        *ret_vgpu = false;
+        *ret_version = *ret_branch = NULL;
+        if (len < VGPU_RECORDS_START || cap[3] != 'V' || cap[4] != 'F')
+                return 0;
+        *ret_vgpu = true;
+
+        /* Skip records until the host driver record (id 0); a zero length would never advance. */
+        while (pos + 1 < len && cap[pos] != 0) {
+                if (cap[pos + 1] == 0)
+                        return -EBADMSG;
+                pos += cap[pos + 1];
+        }
+        if (pos + 2 + 2 * VGPU_FIELD_LEN > len || cap[pos] != 0)
+                return -EBADMSG;
+        _cleanup_free_ char *version = vgpu_field(cap + pos + 2), *branch = vgpu_field(cap + pos + 2 + VGPU_FIELD_LEN);
+        if (!version || !branch)
+                return -ENOMEM;
+        *ret_version = TAKE_PTR(version);
+        *ret_branch = TAKE_PTR(branch);
+        return 0;
 }
 
 static const char *const pci_kind_table[_PCI_KIND_MAX] = {

@@ -502,6 +502,23 @@ static void test_driver_without_rev(void **state) {
         check(n, "driver-570", NULL);
 }
 
+/* A vGPU guest: vgpu.present and the host driver record of the vGPU's PCI capability (probe.c reads
+ * it); a second GPU without the capability changes nothing; a vGPU without the record says present. */
+static void test_vgpu_guest(void **state) {
+        Node *n = node_new("550.127.05", 12040);
+        node_add_gpu(n, "0000:02:00.0", &A100, GPU_MIG_DISABLED);
+        node_add_gpu(n, "0000:03:00.0", &A100, GPU_MIG_DISABLED);
+        n->pci[1].vgpu = true;
+        n->pci[1].vgpu_host_driver_version = (char *) "550.127.05";
+        n->pci[1].vgpu_host_driver_branch = (char *) "r550_00";
+        n->in.machine = "VMware Virtual Platform";
+        n->in.kernel_release = NULL;
+        check_full(&n->in, "vgpu-guest", NULL);
+
+        n->pci[1].vgpu_host_driver_version = n->pci[1].vgpu_host_driver_branch = NULL;
+        check(n, "vgpu-guest-no-record", NULL);
+}
+
 /* --- no GPU, no NVML, garbage --- */
 
 static void test_no_gpu(void **state) {
@@ -723,6 +740,7 @@ int main(void) {
                 cmocka_unit_test(test_t4),
                 cmocka_unit_test(test_b200),
                 cmocka_unit_test(test_driver_without_rev),
+                cmocka_unit_test(test_vgpu_guest),
                 cmocka_unit_test(test_no_gpu),
                 cmocka_unit_test(test_nvml_down),
                 cmocka_unit_test(test_nvml_no_gpus),
