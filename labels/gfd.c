@@ -648,7 +648,7 @@ int label_put_gfd(LabelSet *s, const LabelInput *in, char ***warnings) {
 
         /* Every GPU bound to something else than nvidia (vfio-pci): NVML sees none, PCI still does. */
         if (nvml->n_gpus == 0)
-                return label_put_pci_models(s, in->inventory, warnings);
+                return label_put_pci_models(s, in, warnings);
 
         for (size_t i = 0; i < nvml->n_gpus; i++) {
                 char *m;

@@ -9,6 +9,7 @@ TAP output. GNA_WRAPPER (e.g. valgrind) wraps the daemon; GNA_TIMEOUT_SCALE stre
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -351,6 +352,44 @@ def test_nvml_appears_later():
             d.stop_clean()
         finally:
             d.close()
+
+
+def test_product_kept_while_nvml_down():
+    """NVML's product name outlives a restart without NVML (the state directory's gpu-products), so
+    gpu.product does not flap between GFD's name and the pci.ids one; without the file it is pci.ids'."""
+    with TempDir() as tmp:
+        d = Daemon(tmp, "dgx-h100")
+        try:
+            check(read_labels(d.node)["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3",
+                  "gpu.product with NVML: %r" % read_labels(d.node)["nvidia.com/gpu.product"])
+            d.stop_clean()
+        finally:
+            d.close()
+        state = os.path.join(d.node.state, "gpu-products")
+        with open(state) as f:
+            rows = [line.split() for line in f if not line.startswith("#")]
+        check(len(rows) == 8 and all(r[1:] == ["2330", "NVIDIA-H100-80GB-HBM3"] for r in rows),
+              "%s after a run with NVML: %r" % (state, rows))
+
+        for kept in (True, False):
+            # A fresh bus and notify socket for the restart; the same state directory content.
+            run_dir = os.path.join(tmp, "restart-%s" % kept)
+            os.makedirs(os.path.join(run_dir, "state"))
+            if kept:
+                shutil.copy(state, os.path.join(run_dir, "state", "gpu-products"))
+            d = Daemon(run_dir, "dgx-h100", nvml_library=os.path.join(tmp, "missing/libnvidia-ml.so.1"))
+            try:
+                d.expect("State", 's "degraded"', why="no NVML")
+                want = golden("dgx-h100-pci-only.features")
+                if kept:
+                    want = want.replace("gpu.product=NVIDIA-H100-SXM5-80GB", "gpu.product=NVIDIA-H100-80GB-HBM3")
+                with open(d.node.feature_file()) as f:
+                    content = f.read()
+                check(content == want, "NVML down, %s: feature file:\n%s" % (
+                    "NVML's names kept" if kept else "no gpu-products", content))
+                d.stop_clean()
+            finally:
+                d.close()
 
 
 def test_nvml_driver_not_loaded():
@@ -753,6 +792,7 @@ TESTS = [
     test_full_labels_and_cdi_spec,
     test_nvml_appears_later,
     test_nvml_driver_not_loaded,
+    test_product_kept_while_nvml_down,
     test_dbus_nvml_properties,
     test_dbus_nvml_unavailable,
     test_mig_mode_unsupported,

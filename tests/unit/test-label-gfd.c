@@ -538,6 +538,50 @@ static void test_nvml_down(void **state) {
         check(n, "nvml-down", NULL);
 }
 
+/* NVML's product names are remembered while it answers and used once it does not: gpu.product keeps
+ * GFD's name instead of falling back to the pci.ids one, so nodeSelectors do not flap. */
+static void test_nvml_down_known_products(void **state) {
+        Node *n = hgx_h100(GPU_MIG_DISABLED);
+        LabelKnownProduct *known = NULL;
+        size_t n_known = 0;
+        bool changed = false;
+
+        assert_int_equal(label_known_products_update(&known, &n_known, &n->inv, &n->nvml, &changed), 0);
+        assert_true(changed);
+        assert_int_equal(n_known, 8);
+        assert_string_equal(known[0].address, "0000:18:00.0");
+        assert_int_equal(known[0].device_id, 0x2330);
+        assert_string_equal(known[0].product, "NVIDIA-H100-80GB-HBM3");
+        /* The same answer again: nothing to write. */
+        assert_int_equal(label_known_products_update(&known, &n_known, &n->inv, &n->nvml, &changed), 0);
+        assert_false(changed);
+        /* NVML stops listing GPU 7 (fell off the bus): its entry stays while PCI still shows it. */
+        n->nvml.n_gpus = 7;
+        assert_int_equal(label_known_products_update(&known, &n_known, &n->inv, &n->nvml, &changed), 0);
+        assert_false(changed);
+        assert_int_equal(n_known, 8);
+
+        n->in.nvml = NULL;
+        n->in.agent_state = "degraded";
+        n->in.known_products = known;
+        n->in.n_known_products = n_known;
+        check_full(&n->in, "nvml-down-known", NULL);
+
+        /* A GPU of another model now sits at one address: the remembered name is not its name. */
+        n->pci[0].device_id = 0x2335;
+        n->pci[0].name = (char *) "GH100 [H200 SXM 141GB]";
+        check_full(&n->in, "nvml-down-known-replaced", (const char *const[]) {
+                "GPUs of more than one model on this node: labelling NVIDIA-H100-80GB-HBM3 (7 GPUs, the most "
+                "numerous); gpu.count and gpu.product leave out NVIDIA-H200-SXM-141GB (1 GPU).", NULL });
+        /* … and the update drops it. */
+        n->nvml.n_gpus = 0;
+        assert_int_equal(label_known_products_update(&known, &n_known, &n->inv, &n->nvml, &changed), 0);
+        assert_true(changed);
+        assert_int_equal(n_known, 7);
+        label_known_products_free(known, n_known);
+        free(n);
+}
+
 static void test_nvml_no_gpus(void **state) {
         /* Every GPU bound to vfio-pci: NVML runs but lists none; the PCI view still labels them. */
         Node *n = hgx_h100(GPU_MIG_DISABLED);
@@ -743,6 +787,7 @@ int main(void) {
                 cmocka_unit_test(test_vgpu_guest),
                 cmocka_unit_test(test_no_gpu),
                 cmocka_unit_test(test_nvml_down),
+                cmocka_unit_test(test_nvml_down_known_products),
                 cmocka_unit_test(test_nvml_no_gpus),
                 cmocka_unit_test(test_garbage),
                 cmocka_unit_test(test_garbage_name_same_ids),
