@@ -392,6 +392,33 @@ def test_product_kept_while_nvml_down():
                 d.close()
 
 
+def test_vgpu_guest_labels():
+    """A vGPU guest (fixture vgpu-guest: one GPU with NVIDIA's "VF" vendor-specific PCI capability, one
+    passed through): the real daemon reads the capability from config space and labels it as GFD does."""
+    with TempDir() as tmp:
+        d = Daemon(tmp, "vgpu-guest")
+        try:
+            labels = read_labels(d.node)
+            got = {k: v for k, v in labels.items() if k.startswith("nvidia.com/vgpu.")}
+            want = {"nvidia.com/vgpu.present": "true", "nvidia.com/vgpu.host-driver-version": "550.127.05",
+                    "nvidia.com/vgpu.host-driver-branch": "r550_00"}
+            check(got == want, "vGPU labels %r, wanted %r" % (got, want))
+            check(labels.get("nvidia.com/gpu.count") == "2", "gpu.count %r" % labels.get("nvidia.com/gpu.count"))
+            d.stop_clean()
+        finally:
+            d.close()
+        os.makedirs(os.path.join(tmp, "bare"))
+        d = Daemon(os.path.join(tmp, "bare"), "a100-pcie")
+        try:
+            labels = read_labels(d.node)
+            check(labels.get("nvidia.com/vgpu.present") == "false" and
+                  not any(k.startswith("nvidia.com/vgpu.host") for k in labels),
+                  "bare metal: vgpu labels %r" % {k: v for k, v in labels.items() if "vgpu" in k})
+            d.stop_clean()
+        finally:
+            d.close()
+
+
 def test_nvml_driver_not_loaded():
     with TempDir() as tmp:
         d = Daemon(tmp, "dgx-h100", env={"FAKE_NVML_FAIL_INIT": "9"})
@@ -793,6 +820,7 @@ TESTS = [
     test_nvml_appears_later,
     test_nvml_driver_not_loaded,
     test_product_kept_while_nvml_down,
+    test_vgpu_guest_labels,
     test_dbus_nvml_properties,
     test_dbus_nvml_unavailable,
     test_mig_mode_unsupported,
