@@ -200,6 +200,28 @@ def test_other_devices_ignored():
             h.close()
 
 
+def test_event_burst_one_pass():
+    """A driver rebind or a reset sends a burst (remove, add, bind, change …): the agent settles for
+    300 ms after the last event and runs one pass, not one per event."""
+    with TempDir() as tmp:
+        h = Hotplug(tmp, "a100-pcie")
+        try:
+            before = h.passes()
+            # 12 events 20 ms apart (umockdev's socket holds only a few unread messages at once).
+            for i in range(12):
+                h.uevent("/sys/devices/pci0000:%s/0000:%s:00.0" % (("17", "17") if i % 2 else ("ca", "ca")),
+                         ("remove", "add", "bind", "change")[i % 4])
+                time.sleep(0.02)
+            h.wait_pass_after(before, "a burst of 12 events")
+            time.sleep(QUIET)
+            n = h.passes() - before
+            check(n == 1, "%d passes for one burst of 12 events, wanted 1" % n)
+            check(h.prop("GpuCount") == "u 2", "GpuCount after the burst: %s" % h.prop("GpuCount"))
+            h.stop_clean()
+        finally:
+            h.close()
+
+
 def test_nvidia_module_add_and_remove():
     """NVML is missing at start (degraded, retry an hour away); the driver's library appearing is not
     enough (nothing watches it), the nvidia module's add event is: NVML comes up without a retry."""
@@ -268,6 +290,7 @@ TESTS = [
     test_gpu_appears,
     test_gpu_falls_off_the_bus,
     test_other_devices_ignored,
+    test_event_burst_one_pass,
     test_nvidia_module_add_and_remove,
     test_ib_core_comes_back,
 ]
