@@ -26,5 +26,5 @@ int pci_names_lookup(PciNames *n, uint16_t vendor, uint16_t device, char **ret);
 
 /* Why names are unknown (missing or malformed pci.ids), NULL when nothing went wrong. */
 const char *pci_names_warning(const PciNames *n);
-/* "hwdb" or the pci.ids path the names came from; NULL before a look-up or with none. */
+/* "hwdb" while a hwdb is open, else the pci.ids path read; NULL before a look-up or with neither. */
 const char *pci_names_source(const PciNames *n);
