@@ -294,7 +294,8 @@ static int value_parse(const ConfigKey *k, const char *s, Config *c, char **ret_
         case CONFIG_STRING:
                 break;
         case CONFIG_PATH:
-                if (s[0] != '/')
+                /* "" is "unset" for a path whose default is unset (paths.pci-ids), as --check-config prints it. */
+                if (s[0] != '/' && !(isempty(s) && k->base == BASE_NONE && isempty(k->def)))
                         return config_yaml_set_error(ret_msg, -EINVAL,
                                                      "'%s' is not an absolute path; write it starting with '/'", s);
                 break;
@@ -599,16 +600,6 @@ static int config_defaults(Config **ret) {
 
                 if (k->base != BASE_NONE || k->type == CONFIG_UNITS)
                         continue; /* derived after merging, from the final root or etc; lists start empty */
-                if (k->type == CONFIG_PATH && isempty(k->def)) {
-                        /* Unset path with a meaning of its own (paths.pci-ids: the system's sources). */
-                        char **dst = config_field(c, k);
-                        *dst = strdup("");
-                        if (!*dst) {
-                                config_free(c);
-                                return -ENOMEM;
-                        }
-                        continue;
-                }
                 int r = value_parse(k, k->def, c, &msg);
                 assert(r != -EINVAL);
                 if (r < 0) {

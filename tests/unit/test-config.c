@@ -300,6 +300,15 @@ static void test_errors(void **state) {
                          "'labels:'), got a plain value");
         check_main_error(root, "paths:\n  sys: sys\n", -EINVAL,
                          "2:8: paths.sys: 'sys' is not an absolute path; write it starting with '/'");
+        /* "" means unset only where unset has a meaning (paths.pci-ids: hwdb, then the system pci.ids). */
+        check_main_error(root, "paths:\n  state: \"\"\n", -EINVAL,
+                         "2:10: paths.state: '' is not an absolute path; write it starting with '/'");
+        {
+                _cleanup_free_ char *f = put(root, MAIN, "paths:\n  pci-ids: \"\"\n");
+                Config *c = load_root(root);
+                assert_string_equal(c->paths.pci_ids, "");
+                config_free(c);
+        }
         check_main_error(root, "labels:\n  file: nfd/gpu\n", -EINVAL,
                          "2:9: labels.file: 'nfd/gpu' is not a plain file name; use a name without '/' that "
                          "does not start with '.' (such as gpu-node-agent)");
