@@ -103,7 +103,7 @@ static const ConfigKey config_keys[] = {
         { "paths.etc",        CONFIG_PATH,      CONFIG_OFF(paths.etc),      "etc",              BASE_ROOT },
         { "paths.run",        CONFIG_PATH,      CONFIG_OFF(paths.run),      "run",              BASE_ROOT },
         { "paths.state",      CONFIG_PATH,      CONFIG_OFF(paths.state),    "var/lib/gpu-node-agent", BASE_ROOT },
-        { "paths.pci-ids",    CONFIG_PATH,      CONFIG_OFF(paths.pci_ids),  "/usr/share/misc/pci.ids" },
+        { "paths.pci-ids",    CONFIG_PATH,      CONFIG_OFF(paths.pci_ids),  "" },
         { "nvml.library",     CONFIG_LIBRARY,   CONFIG_OFF(nvml.library),   "libnvidia-ml.so.1" },
         { "nvml.timeout",     CONFIG_DURATION,  CONFIG_OFF(nvml.timeout_usec), "30s" },
         { "labels.enabled",   CONFIG_BOOL,      CONFIG_OFF(labels.enabled), "true" },
@@ -301,7 +301,8 @@ static int value_parse(const ConfigKey *k, const char *s, Config *c, char **ret_
         case CONFIG_STRING:
                 break;
         case CONFIG_PATH:
-                if (s[0] != '/')
+                /* "" is "unset" for a path whose default is unset (paths.pci-ids), as --check-config prints it. */
+                if (s[0] != '/' && !(isempty(s) && k->base == BASE_NONE && isempty(k->def)))
                         return config_yaml_set_error(ret_msg, -EINVAL,
                                                      "'%s' is not an absolute path; write it starting with '/'", s);
                 break;

@@ -20,7 +20,7 @@
  *     etc:      <root>/etc
  *     run:      <root>/run                        the agent uses <run>/gpu-node-agent
  *     state:    <root>/var/lib/gpu-node-agent     persistent state
- *     pci-ids:  /usr/share/misc/pci.ids          the agent's own data, not under root
+ *     pci-ids:  (unset)                          unset: udev's hwdb, then the system pci.ids; never under root
  *   nvml:
  *     library:  libnvidia-ml.so.1                 name (loader search) or absolute path
  *   labels:

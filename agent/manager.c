@@ -99,6 +99,7 @@ Manager *manager_free(Manager *m) {
         cdi_mig_minors_cache_free(m->cdi_minors);
         free(m->devices_mig);
         label_set_free(m->labels);
+        label_known_products_free(m->known_products, m->n_known_products);
         free(m->kernel_release);
         free(m);
         return NULL;

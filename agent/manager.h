@@ -83,6 +83,9 @@ typedef struct Manager {
         /* MIG management (agent/mig/, stage-mig.c). */
         struct MigManager *mig;          /* owned by agent/mig; NULL until the mig stage first runs */
         LabelSet *labels;                /* last written label set, NULL when none */
+        LabelKnownProduct *known_products; /* NVML's last product name per GPU (gpu-products.c) */
+        size_t n_known_products;
+        bool known_products_loaded;      /* read from the state directory (or found missing) */
 
         /* Remote configuration (manager-remote.c, config-remote.c). */
         struct ConfigRemoteFetcher *remote_fetcher;

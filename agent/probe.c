@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
-/* Owns the PCI inventory: scans a sysfs tree with libpci (sysfs method, our own error handlers, an
- * explicit pci.ids without udev's hwdb) and sorts the NVIDIA GPUs, NVSwitches and Mellanox NICs it
- * finds into an Inventory in PCI address order. Attributes libpci does not cover (link speed and
- * width, SR-IOV physfn) are read straight from the device directory. */
+/* Owns the PCI inventory: scans a sysfs tree with libpci (sysfs method, our own error handlers) and
+ * sorts the NVIDIA GPUs, NVSwitches and Mellanox NICs it finds into an Inventory in PCI address order.
+ * Attributes libpci does not cover (link speed and width, SR-IOV physfn) are read straight from the
+ * device directory. Names come from pci-names.c (hwdb or a partly read pci.ids), never from libpci,
+ * whose name look-up parses the whole 1.4 MB pci.ids. */
 #include <assert.h>
 #include <limits.h>
 #include <pci/pci.h>
@@ -12,6 +13,7 @@
 
 #include "fileio.h"
 #include "log.h"
+#include "pci-names.h"
 #include "probe.h"
 #include "strv.h"
 
@@ -121,13 +123,26 @@ static int libpci_fill(ProbeContext *c, struct pci_dev *d, int flags) {
         return 0;
 }
 
-static int libpci_lookup_device(ProbeContext *c, struct pci_access *a, char *buf, int size, uint16_t vendor,
-                                uint16_t device, const char **ret) {
+/* The first vendor-specific capability (id 0x09) of the device, its bytes in buf (at most size), or 0
+ * bytes when there is none. libpci reads the capability list from the config space file. */
+static int libpci_vendor_cap(ProbeContext *c, struct pci_dev *d, uint8_t *buf, size_t size, size_t *ret_len) {
+        struct pci_cap *cap;
+
+        *ret_len = 0;
         if (sigsetjmp(c->jump, 0))
                 return -EIO;
         c->armed = true;
-        *ret = pci_lookup_name(a, buf, size, PCI_LOOKUP_DEVICE | PCI_LOOKUP_NO_NUMBERS | PCI_LOOKUP_NO_HWDB,
-                               (int) vendor, (int) device);
+        pci_fill_info(d, PCI_FILL_CAPS);
+        cap = pci_find_cap(d, PCI_CAP_ID_VNDR, PCI_CAP_NORMAL);
+        if (cap && cap->addr + 3 <= 256 && pci_read_block(d, cap->addr, buf, 3)) {
+                size_t len = buf[2];
+                if (len > size)
+                        len = size;
+                if (len > (size_t) (256 - cap->addr))
+                        len = (size_t) (256 - cap->addr);
+                if (len >= 3 && pci_read_block(d, cap->addr, buf, (int) len))
+                        *ret_len = len;
+        }
         c->armed = false;
         return 0;
 }
@@ -219,6 +234,8 @@ static int parse_uint(const char *s, unsigned *ret) {
 }
 
 static void pci_device_done(PciDevice *d) {
+        free(d->vgpu_host_driver_version);
+        free(d->vgpu_host_driver_branch);
         free(d->name);
         free(d->driver);
         free(d->link_speed);
@@ -227,18 +244,15 @@ static void pci_device_done(PciDevice *d) {
 
 typedef struct ProbeState {
         ProbeContext *context;
-        struct pci_access *access;
         const char *devices_dir;
-        bool names;               /* pci.ids usable */
-        const char *pci_ids;
+        PciNames *names;
 } ProbeState;
 
 static int probe_device(ProbeState *s, struct pci_dev *d, PciDevice *ret, bool *ret_found) {
         _cleanup_(pci_device_done) PciDevice dev = {};
         ProbeContext *c = s->context;
-        char address[32], namebuf[256];
+        char address[32];
         _cleanup_free_ char *dev_dir = NULL, *physfn = NULL, *speed = NULL, *width = NULL;
-        const char *name = NULL;
         struct stat st;
         PciKind kind;
         int r;
@@ -319,20 +333,27 @@ static int probe_device(ProbeState *s, struct pci_dev *d, PciDevice *ret, bool *
                 dev.link_width = 0;
         }
 
-        if (s->names) {
-                r = libpci_lookup_device(c, s->access, namebuf, sizeof(namebuf), d->vendor_id, d->device_id, &name);
-                if (r < 0) {
-                        probe_add_warning(c, "Cannot use pci.ids at %s: %s: GPU names unknown; reinstall pciutils or "
-                                          "set paths.pci-ids.", s->pci_ids, strna(c->error));
-                        s->names = false;
-                        name = NULL;
-                }
-                if (name) {
-                        dev.name = strdup(name);
-                        if (!dev.name)
-                                return -ENOMEM;
+        if (kind == PCI_KIND_GPU) {
+                uint8_t cap[256];
+                size_t len;
+                r = libpci_vendor_cap(c, d, cap, sizeof(cap), &len);
+                if (r < 0)
+                        probe_add_warning(c, "Cannot read the capabilities of %s: %s; not known whether it is a vGPU.",
+                                          address, strna(c->error));
+                else {
+                        r = probe_parse_vgpu_capability(cap, len, &dev.vgpu, &dev.vgpu_host_driver_version,
+                                                        &dev.vgpu_host_driver_branch);
+                        if (r == -ENOMEM)
+                                return r;
+                        if (r < 0)
+                                probe_add_warning(c, "%s is a vGPU, but its vendor-specific PCI capability has no "
+                                                  "host driver record: vGPU host driver version unknown.", address);
                 }
         }
+
+        r = pci_names_lookup(s->names, dev.vendor_id, dev.device_id, &dev.name);
+        if (r < 0)
+                return r;
 
         *ret = dev;
         dev = (PciDevice) {};
@@ -418,11 +439,11 @@ static void probe_context_done(ProbeContext *c) {
 int probe_pci(const char *sys_dir, const char *pci_ids, Inventory **ret, char **ret_error) {
         _cleanup_(probe_context_done) ProbeContext c = {};
         _cleanup_(pci_cleanupp) struct pci_access *a = NULL;
+        _cleanup_(pci_names_freep) PciNames *names = NULL;
         _cleanup_(inventory_freep) Inventory *inv = NULL;
         _cleanup_free_ char *bus_pci = NULL, *devices_dir = NULL;
         _cleanup_free_ struct pci_dev **devs = NULL;
         size_t n_devs = 0;
-        struct stat st;
         int r;
 
         assert(sys_dir);
@@ -442,20 +463,10 @@ int probe_pci(const char *sys_dir, const char *pci_ids, Inventory **ret, char **
 
         probe_context = &c;
 
-        bool names = false;
-        if (isempty(pci_ids))
-                probe_add_warning(&c, "No pci.ids configured: GPU names unknown; set paths.pci-ids.");
-        else if (stat(pci_ids, &st) < 0 && errno == ENOENT)
-                probe_add_warning(&c, "pci.ids not found at %s: GPU names unknown; install pciutils or set "
-                                  "paths.pci-ids", pci_ids);
-        else if (access(pci_ids, R_OK) < 0)
-                probe_add_warning(&c, "Cannot read pci.ids at %s: %m: GPU names unknown; install pciutils or set "
-                                  "paths.pci-ids", pci_ids);
-        else if (!S_ISREG(st.st_mode))
-                probe_add_warning(&c, "pci.ids at %s is not a regular file: GPU names unknown; install pciutils or "
-                                  "set paths.pci-ids", pci_ids);
-        else
-                names = true;
+        static const uint16_t name_vendors[] = { PCI_VENDOR_NVIDIA, PCI_VENDOR_MELLANOX };
+        r = pci_names_new(pci_ids, name_vendors, ELEMENTSOF(name_vendors), &names);
+        if (r < 0)
+                return r;
 
         a = pci_alloc();
         if (!a)
@@ -465,18 +476,11 @@ int probe_pci(const char *sys_dir, const char *pci_ids, Inventory **ret, char **
         a->debug = probe_libpci_debug;
         a->debugging = log_get_max_level() >= LOG_DEBUG;
         a->method = PCI_ACCESS_SYS_BUS_PCI;
-        /* Local pci.ids only: no DNS lookups, no ~/.pciids-cache, no udev hwdb (whose content
-         * depends on the host and would make names differ from what pci.ids says). */
+        /* libpci names nothing here: no DNS look-ups, no ~/.pciids-cache, no hwdb of its own. */
         a->id_lookup_mode = 0;
         (void) pci_set_param(a, "hwdb.disable", (char *) "1");
         if (pci_set_param(a, "sysfs.path", bus_pci) < 0)
                 return -EINVAL;
-        if (names) {
-                char *p = strdup(pci_ids);
-                if (!p)
-                        return -ENOMEM;
-                pci_set_name_list_path(a, p, 1);
-        }
 
         r = libpci_scan(&c, a);
         if (r < 0) {
@@ -497,10 +501,8 @@ int probe_pci(const char *sys_dir, const char *pci_ids, Inventory **ret, char **
 
         ProbeState s = {
                 .context = &c,
-                .access = a,
                 .devices_dir = devices_dir,
                 .names = names,
-                .pci_ids = pci_ids,
         };
         for (size_t i = 0; i < n_devs; i++) {
                 PciDevice dev;
@@ -517,6 +519,8 @@ int probe_pci(const char *sys_dir, const char *pci_ids, Inventory **ret, char **
                         return r;
                 }
         }
+        if (pci_names_warning(names))
+                probe_add_warning(&c, "%s", pci_names_warning(names));
         if (c.oom < 0)
                 return c.oom;
 
@@ -543,7 +547,9 @@ Inventory *inventory_free(Inventory *inv) {
 }
 
 static bool pci_device_equal(const PciDevice *a, const PciDevice *b) {
-        return a->kind == b->kind && a->index == b->index && streq(a->address, b->address) &&
+        return a->kind == b->kind && a->vgpu == b->vgpu &&
+               streq_ptr(a->vgpu_host_driver_version, b->vgpu_host_driver_version) &&
+               streq_ptr(a->vgpu_host_driver_branch, b->vgpu_host_driver_branch) && a->index == b->index && streq(a->address, b->address) &&
                a->vendor_id == b->vendor_id && a->device_id == b->device_id &&
                a->subsystem_vendor_id == b->subsystem_vendor_id &&
                a->subsystem_device_id == b->subsystem_device_id && a->class_code == b->class_code &&
@@ -569,6 +575,49 @@ bool inventory_equal(const Inventory *a, const Inventory *b) {
         return pci_device_list_equal(a->gpus, a->n_gpus, b->gpus, b->n_gpus) &&
                pci_device_list_equal(a->nvswitches, a->n_nvswitches, b->nvswitches, b->n_nvswitches) &&
                pci_device_list_equal(a->nics, a->n_nics, b->nics, b->n_nics);
+}
+
+/* NVIDIA's vGPU record in the vendor-specific capability, as GPU Feature Discovery reads it: byte 0
+ * the capability id, 1 the next pointer, 2 the length, 3-4 the signature "VF"; from byte 5 records of
+ * [id][length][data], each length counting its own two bytes; record 0 carries the host driver's
+ * version (10 bytes) and branch (10 bytes), NUL-padded. */
+#define VGPU_RECORDS_START 5
+#define VGPU_FIELD_LEN 10
+
+static char *vgpu_field(const uint8_t *p) {
+        size_t a = 0, b = VGPU_FIELD_LEN;
+
+        while (a < b && p[a] == 0)
+                a++;
+        while (b > a && p[b - 1] == 0)
+                b--;
+        return strndup((const char *) p + a, b - a);
+}
+
+int probe_parse_vgpu_capability(const uint8_t *cap, size_t len, bool *ret_vgpu, char **ret_version,
+                                char **ret_branch) {
+        size_t pos = VGPU_RECORDS_START;
+
+        *ret_vgpu = false;
+        *ret_version = *ret_branch = NULL;
+        if (len < VGPU_RECORDS_START || cap[3] != 'V' || cap[4] != 'F')
+                return 0;
+        *ret_vgpu = true;
+
+        /* Skip records until the host driver record (id 0); a zero length would never advance. */
+        while (pos + 1 < len && cap[pos] != 0) {
+                if (cap[pos + 1] == 0)
+                        return -EBADMSG;
+                pos += cap[pos + 1];
+        }
+        if (pos + 2 + 2 * VGPU_FIELD_LEN > len || cap[pos] != 0)
+                return -EBADMSG;
+        _cleanup_free_ char *version = vgpu_field(cap + pos + 2), *branch = vgpu_field(cap + pos + 2 + VGPU_FIELD_LEN);
+        if (!version || !branch)
+                return -ENOMEM;
+        *ret_version = TAKE_PTR(version);
+        *ret_branch = TAKE_PTR(branch);
+        return 0;
 }
 
 static const char *const pci_kind_table[_PCI_KIND_MAX] = {

@@ -33,6 +33,9 @@ typedef struct PciDevice {
         char *driver;              /* bound driver ("nvidia", "vfio-pci"), NULL when unbound */
         char *link_speed;          /* current link speed as sysfs says it, e.g. "32.0 GT/s PCIe"; NULL */
         unsigned link_width;       /* current link width, 0 when unknown */
+        bool vgpu;                 /* a vGPU guest's GPU: NVIDIA's "VF" vendor-specific PCI capability */
+        char *vgpu_host_driver_version; /* from that capability's host driver record, NULL none */
+        char *vgpu_host_driver_branch;
 } PciDevice;
 
 typedef struct Inventory {
@@ -59,3 +62,10 @@ DEFINE_CLEANUP_FUNC(Inventory *, inventory_free);
 bool inventory_equal(const Inventory *a, const Inventory *b);
 
 const char *pci_kind_to_string(PciKind k);
+
+/* Parses a vendor-specific PCI capability (cap[0] = 0x09, len bytes as the capability's own length
+ * byte says). Not NVIDIA's vGPU signature: 0 with *ret_vgpu false. A vGPU capability: *ret_vgpu true,
+ * and the host driver's version and branch ("550.127.05", "r550_00") with 0, or -EBADMSG when it has
+ * no complete host driver record. */
+int probe_parse_vgpu_capability(const uint8_t *cap, size_t len, bool *ret_vgpu, char **ret_version,
+                                char **ret_branch);

@@ -6,6 +6,7 @@
 #include "build-config.h"
 #include "bus.h"
 #include "fileio.h"
+#include "gpu-products.h"
 #include "log.h"
 #include "manager.h"
 #include "mig-manager.h"
@@ -79,6 +80,33 @@ static void labels_publish(Manager *m, LabelSet *labels, uint64_t expiry) {
         manager_bus_mark_dirty(m, NULL, AGENT_MANAGER_INTERFACE, "Labels");
 }
 
+/* Keeps NVML's product name per GPU in the state directory: written when NVML answers and the names
+ * changed, read once when the labels must be made without NVML. A failure costs only the stable name
+ * while NVML is down, so it is logged, never fatal. */
+static void labels_known_products(Manager *m) {
+        const char *dir = m->config->paths.state;
+        bool changed = false;
+        int r;
+
+        if (!m->known_products_loaded) {
+                m->known_products_loaded = true;
+                r = gpu_products_load(dir, &m->known_products, &m->n_known_products);
+                if (r < 0)
+                        log_warning_errno(r, "Cannot read %s/%s (%m): while NVML is down gpu.product comes from "
+                                          "the PCI ID database.", dir, GPU_PRODUCTS_FILE);
+        }
+        if (!m->nvml_snapshot)
+                return;
+        r = label_known_products_update(&m->known_products, &m->n_known_products, m->inventory, m->nvml_snapshot,
+                                        &changed);
+        if (r < 0 || !changed)
+                return;
+        r = gpu_products_save(dir, m->known_products, m->n_known_products);
+        if (r < 0)
+                log_warning_errno(r, "Cannot write %s/%s (%m): after a restart without NVML, gpu.product will "
+                                  "come from the PCI ID database.", dir, GPU_PRODUCTS_FILE);
+}
+
 int stage_labels_run(Manager *m, char **ret_message) {
         const ConfigLabels *c = &m->config->labels;
         _cleanup_(label_set_freep) LabelSet *labels = NULL;
@@ -113,6 +141,7 @@ int stage_labels_run(Manager *m, char **ret_message) {
                 return STAGE_SKIPPED;
         }
 
+        labels_known_products(m);
         (void) label_read_machine(m->config->paths.sys, &machine);
         LabelInput in = {
                 .inventory = m->inventory,
@@ -128,6 +157,8 @@ int stage_labels_run(Manager *m, char **ret_message) {
                 .timestamp_sec = m->config->labels.timestamp ? m->labels_timestamp_sec : 0,
                 .mig_config = mig_manager_config(m->mig),
                 .mig_config_state = mig_manager_state(m->mig),
+                .known_products = m->known_products,
+                .n_known_products = m->n_known_products,
         };
         r = labels_compute(&in, &labels, &warnings);
         if (r < 0) {

@@ -1,12 +1,16 @@
 #!/usr/bin/python3
 # SPDX-License-Identifier: MIT
-"""Benchmarks the real daemon on simulated nodes of 1, 8, 16 and 64 GPUs and on an 8-GPU node with every GPU
+"""Benchmarks the real daemon on simulated nodes of 1, 2, 8, 16 and 64 GPUs and on an 8-GPU node with every GPU
 in MIG mode (7 devices each): time from start to READY=1 (the labels and the CDI spec are written before it,
 in the same pass) with the time each stage of that first pass took (the Stages property), peak RSS, wakeups
 (context switches) over an idle period, and the NVML calls per labelling pass (the fake NVML's call trace) for
 the first pass and for a Reconcile() pass. Prints a Markdown table.
 
-Usage: bench/bench.py [--build DIR] [--idle SECONDS] [--runs N] [--nodes gen-1,gen-8-mig]
+Devices are named from the machine's own udev hwdb and pci.ids, as on a real host (paths.pci-ids unset), so
+the figures include what the name look-ups cost there; --pci-ids FILE sets paths.pci-ids instead (e.g. the
+tests' 1.3 KB fixture, tests/fixtures/pci.ids, to see the look-ups' share).
+
+Usage: bench/bench.py [--build DIR] [--idle SECONDS] [--runs N] [--nodes gen-1,gen-8-mig] [--pci-ids FILE]
 Needs a build with tests enabled (the fixture nodes and the fake NVML are built there) and root (private
 system bus)."""
 import argparse
@@ -24,6 +28,7 @@ SRC = os.path.dirname(HERE)
 # strategy, the one that reads every MIG device's attributes.
 NODES = {
     "gen-1": (1, ""),
+    "gen-2": (2, ""),
     "gen-8": (8, ""),
     "gen-16": (16, ""),
     "gen-64": (64, ""),
@@ -87,6 +92,8 @@ def main():
     ap.add_argument("--idle", type=float, default=30.0)
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--nodes", default=",".join(NODES))
+    ap.add_argument("--pci-ids", default=None,
+                    help="paths.pci-ids for the agent (default: unset, the system's hwdb and pci.ids)")
     a = ap.parse_args()
 
     build = os.path.abspath(a.build)
@@ -95,7 +102,6 @@ def main():
     os.environ.setdefault("GNA_AGENT", os.path.join(build, "gpu-node-agent"))
     os.environ.setdefault("GNA_CTL", os.path.join(build, "gpunodectl"))
     os.environ.setdefault("GNA_FIXTURE_NODES", os.path.join(build, "tests/fixtures/nodes"))
-    os.environ.setdefault("GNA_FIXTURE_PCI_IDS", os.path.join(SRC, "tests/fixtures/pci.ids"))
     os.environ.setdefault("GNA_FAKE_NVML", os.path.join(build, "tests/fakes/libnvidia-ml.so.1"))
     sys.path.insert(0, os.path.join(SRC, "tests/integration"))
     from harness import Agent, Bus, Node, Notify, busctl  # noqa: E402
@@ -103,7 +109,7 @@ def main():
     def start(tmp, node, trace=None):
         bus = Bus(tmp)
         notify = Notify(tmp)
-        n = Node(tmp, node)
+        n = Node(tmp, node, pci_ids=a.pci_ids)
         if NODES.get(node, (0, ""))[1]:
             with open(os.path.join(n.confd, "50-bench.yaml"), "w") as f:
                 f.write(NODES[node][1])

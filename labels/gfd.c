@@ -593,6 +593,28 @@ static int gfd_put_mixed(Gfd *g) {
         return 0;
 }
 
+/* vgpu.present from the GPUs' vendor-specific PCI capability (probe.c), and the host driver's version
+ * and branch from its record, as GFD labels a vGPU guest; false elsewhere, as GFD writes it. */
+static int gfd_put_vgpu(Gfd *g) {
+        const Inventory *inv = g->in->inventory;
+        const PciDevice *vgpu = NULL;
+        int r;
+
+        for (size_t i = 0; inv && i < inv->n_gpus; i++)
+                if (inv->gpus[i].vgpu && (!vgpu || (!vgpu->vgpu_host_driver_version &&
+                                                    inv->gpus[i].vgpu_host_driver_version)))
+                        vgpu = &inv->gpus[i];
+        r = label_set_put(g->s, LABEL_PREFIX "vgpu.present", vgpu ? "true" : "false");
+        if (r < 0 || !vgpu || !vgpu->vgpu_host_driver_version)
+                return r;
+        r = label_put_checked(g->s, LABEL_PREFIX "vgpu.host-driver-version", vgpu->vgpu_host_driver_version, NULL,
+                              g->warnings);
+        if (r >= 0)
+                r = label_put_checked(g->s, LABEL_PREFIX "vgpu.host-driver-branch", vgpu->vgpu_host_driver_branch,
+                                      NULL, g->warnings);
+        return r;
+}
+
 int label_put_gfd(LabelSet *s, const LabelInput *in, char ***warnings) {
         const NvmlSnapshot *nvml = in->nvml;
         _cleanup_strv_free_ char **products = NULL;
@@ -614,9 +636,8 @@ int label_put_gfd(LabelSet *s, const LabelInput *in, char ***warnings) {
         if (r >= 0)
                 r = label_set_put(s, LABEL_PREFIX "mps.capable",
                                   in->sharing == SHARING_MPS && sh.replicas > 1 ? "true" : "false");
-        /* We do not detect vGPU guests; GFD writes false outside one too. */
         if (r >= 0)
-                r = label_set_put(s, LABEL_PREFIX "vgpu.present", "false");
+                r = gfd_put_vgpu(&g);
         if (r >= 0)
                 r = gfd_put_clique(&g);
         if (r >= 0 && in->mig_strategy != MIG_STRATEGY_NONE)
@@ -627,7 +648,7 @@ int label_put_gfd(LabelSet *s, const LabelInput *in, char ***warnings) {
 
         /* Every GPU bound to something else than nvidia (vfio-pci): NVML sees none, PCI still does. */
         if (nvml->n_gpus == 0)
-                return label_put_pci_models(s, in->inventory, warnings);
+                return label_put_pci_models(s, in, warnings);
 
         for (size_t i = 0; i < nvml->n_gpus; i++) {
                 char *m;

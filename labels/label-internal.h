@@ -33,7 +33,7 @@ size_t label_models_choose(const LabelModel *m, size_t n);
 int label_models_warn(const LabelModel *m, size_t n, size_t chosen, char ***warnings);
 
 /* gpu.count and gpu.product from the PCI inventory alone. */
-int label_put_pci_models(LabelSet *s, const Inventory *inv, char ***warnings);
+int label_put_pci_models(LabelSet *s, const LabelInput *in, char ***warnings);
 
 /* The NVML-backed GFD labels (gfd.c): versions, the chosen model's resource labels, MIG strategy
  * labels, sharing, mig.capable, mps.capable, vgpu.present, gpu.clique, gpu.driver.kernel. */

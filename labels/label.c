@@ -385,7 +385,86 @@ int label_models_warn(const LabelModel *m, size_t n, size_t chosen, char ***warn
                             m[chosen].product, m[chosen].count, m[chosen].count == 1 ? "" : "s", list);
 }
 
-int label_put_pci_models(LabelSet *s, const Inventory *inv, char ***warnings) {
+static const char *known_product(const LabelInput *in, const PciDevice *gpu) {
+        for (size_t i = 0; i < in->n_known_products; i++)
+                if (streq(in->known_products[i].address, gpu->address) &&
+                    in->known_products[i].device_id == gpu->device_id)
+                        return in->known_products[i].product;
+        return NULL;
+}
+
+void label_known_products_free(LabelKnownProduct *p, size_t n) {
+        for (size_t i = 0; i < n; i++)
+                free(p[i].product);
+        free(p);
+}
+
+static const PciDevice *inventory_gpu(const Inventory *inv, const char *address) {
+        for (size_t i = 0; inv && i < inv->n_gpus; i++)
+                if (streq(inv->gpus[i].address, address))
+                        return &inv->gpus[i];
+        return NULL;
+}
+
+int label_known_products_update(LabelKnownProduct **list, size_t *n, const Inventory *inv,
+                                const NvmlSnapshot *nvml, bool *ret_changed) {
+        LabelKnownProduct *l = NULL;
+        size_t k = 0;
+        bool changed = false;
+        int r = -ENOMEM;
+
+        l = calloc((nvml ? nvml->n_gpus : 0) + *n + 1, sizeof(LabelKnownProduct));
+        if (!l)
+                return -ENOMEM;
+        for (size_t i = 0; nvml && i < nvml->n_gpus; i++) {
+                const GpuInfo *g = &nvml->gpus[i];
+                const PciDevice *pci = inventory_gpu(inv, g->pci_address);
+                _cleanup_free_ char *product = label_sanitize(g->name ?: "");
+                if (!product)
+                        goto fail;
+                if (!pci || isempty(product) || !label_value_is_valid(product))
+                        continue;
+                snprintf(l[k].address, sizeof(l[k].address), "%s", pci->address);
+                l[k].device_id = pci->device_id;
+                l[k].product = TAKE_PTR(product);
+                k++;
+        }
+        for (size_t i = 0; i < *n; i++) {
+                const LabelKnownProduct *old = &(*list)[i];
+                const PciDevice *pci = inventory_gpu(inv, old->address);
+                bool found = false;
+
+                for (size_t j = 0; j < k && !found; j++)
+                        if (streq(l[j].address, old->address)) {
+                                found = true;
+                                changed = changed || l[j].device_id != old->device_id ||
+                                          !streq(l[j].product, old->product);
+                        }
+                if (found)
+                        continue;
+                if (!pci || pci->device_id != old->device_id) {
+                        changed = true; /* gone, or another GPU in its slot */
+                        continue;
+                }
+                l[k] = *old;
+                l[k].product = strdup(old->product);
+                if (!l[k].product)
+                        goto fail;
+                k++;
+        }
+        changed = changed || k != *n;
+        label_known_products_free(*list, *n);
+        *list = l;
+        *n = k;
+        *ret_changed = changed;
+        return 0;
+fail:
+        label_known_products_free(l, k);
+        return r;
+}
+
+int label_put_pci_models(LabelSet *s, const LabelInput *in, char ***warnings) {
+        const Inventory *inv = in->inventory;
         _cleanup_strv_free_ char **products = NULL;
         _cleanup_free_ const char **addresses = calloc(inv->n_gpus ?: 1, sizeof(char *));
         LabelModel *models = NULL;
@@ -395,7 +474,8 @@ int label_put_pci_models(LabelSet *s, const Inventory *inv, char ***warnings) {
         if (!addresses)
                 return -ENOMEM;
         for (size_t i = 0; i < inv->n_gpus; i++) {
-                r = strv_consume(&products, label_product_from_pci(&inv->gpus[i]));
+                const char *known = known_product(in, &inv->gpus[i]);
+                r = strv_consume(&products, known ? strdup(known) : label_product_from_pci(&inv->gpus[i]));
                 if (r < 0)
                         return r;
                 addresses[i] = inv->gpus[i].address;
@@ -462,7 +542,7 @@ int labels_compute(const LabelInput *in, LabelSet **ret, char ***warnings) {
 
         /* Without NVML (driver not loaded yet, library missing) only what PCI tells us; the caller
          * reports the agent as degraded and retries NVML. */
-        r = in->nvml ? label_put_gfd(s, in, warnings) : label_put_pci_models(s, inv, warnings);
+        r = in->nvml ? label_put_gfd(s, in, warnings) : label_put_pci_models(s, in, warnings);
         if (r < 0)
                 return r;
 

@@ -47,6 +47,22 @@ char *label_sanitize(const char *s);
  * it, sanitised: "NVIDIA-H100-SXM5-80GB". Without a name: "NVIDIA-<device id, 4 hex digits>". */
 char *label_product_from_pci(const PciDevice *gpu);
 
+/* The product model NVML last gave a GPU (the sanitised NVML name, "NVIDIA-H100-80GB-HBM3"), kept
+ * by the daemon across restarts so that the NVML-less label set names the GPU the same way. */
+typedef struct LabelKnownProduct {
+        char address[32];          /* PCI address, as PciDevice.address */
+        uint16_t device_id;        /* used only while the GPU at address still has this id */
+        char *product;
+} LabelKnownProduct;
+
+void label_known_products_free(LabelKnownProduct *p, size_t n);
+
+/* Merges what the snapshot says into *list: one entry per NVML GPU with a usable name (replacing one
+ * for the same address), entries of GPUs NVML does not list are kept while the inventory still has
+ * that address and device id. Sets *ret_changed when the list changed. */
+int label_known_products_update(LabelKnownProduct **list, size_t *n, const Inventory *inv,
+                                const NvmlSnapshot *nvml, bool *ret_changed);
+
 typedef struct LabelInput {
         const Inventory *inventory;
         const NvmlSnapshot *nvml;  /* NULL: NVML unavailable → the PCI-only set */
@@ -61,6 +77,10 @@ typedef struct LabelInput {
         const char *mig_config;    /* mig.config: the selected MIG geometry's name, NULL = none */
         const char *mig_config_state; /* mig.config.state, NULL = none */
         uint64_t timestamp_sec;    /* gfd.timestamp, 0 = not written */
+        /* Without NVML, gpu.product of a GPU listed here is this (NVML's name when it last answered)
+         * instead of the pci.ids name, so that nodeSelectors do not change with NVML's state. */
+        const LabelKnownProduct *known_products;
+        size_t n_known_products;
 } LabelInput;
 
 /* Computes the label set. With no GPU returns 0 and an empty set. Warnings (e.g. heterogeneous node:

@@ -26,11 +26,15 @@ GNA_BUILD_PACKAGES=(
 #                     only recommends the latter)
 #   consumers:        slurmd (the real slurmd parses the gres.conf we write: slurmd -G)
 #   docs:             man-db
+#   unit (hwdb):      udev (systemd-hwdb compiles the fixture hwdb of test-pci-names)
+#   hotplug:          umockdev, gir1.2-umockdev-1.0, python3-gi (uevents into sd_device_monitor:
+#                     integration-hotplug runs under umockdev-wrapper)
 GNA_TEST_PACKAGES=(
         python3-dbus python3-jsonschema procps util-linux valgrind
         systemd systemd-container
         qemu-system-x86 busybox-static cpio file dkms linux-headers-amd64
-        rpm fakeroot man-db slurmd openssl
+        rpm fakeroot man-db slurmd openssl udev
+        umockdev gir1.2-umockdev-1.0 python3-gi
         clang-14 libclang-rt-14-dev
 )
 

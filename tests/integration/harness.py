@@ -125,7 +125,9 @@ class Notify:
 class Node:
     """A temporary config + output tree around a simulated node."""
 
-    def __init__(self, tmp, node, extra_yaml="", features=None, nvml_library=None):
+    def __init__(self, tmp, node, extra_yaml="", features=None, nvml_library=None, pci_ids=PCI_IDS):
+        """pci_ids=None leaves paths.pci-ids unset: the agent names devices from the host's udev hwdb and
+        pci.ids, as on a real host (the benchmark); the tests use the fixture's, for stable names."""
         self.tmp = tmp
         self.node = os.path.join(NODES, node)
         check(os.path.isdir(self.node), "fixture node %s missing (build the tests first)" % self.node)
@@ -145,8 +147,9 @@ class Node:
                          "FAKE_NVML_STATE": os.path.join(tmp, "nvml.state")}
         with open(self.config, "w") as f:
             f.write("paths:\n  sys: %s/sys\n  proc: %s/proc\n  dev: %s\n  run: %s\n  state: %s\n"
-                    "  pci-ids: %s\nnvml:\n  library: %s\nlabels:\n  directory: %s\ncdi:\n  driver-root: %s\n%s"
-                    % (self.node, self.node, self.dev, self.run, self.state, PCI_IDS,
+                    "%snvml:\n  library: %s\nlabels:\n  directory: %s\ncdi:\n  driver-root: %s\n%s"
+                    % (self.node, self.node, self.dev, self.run, self.state,
+                       "  pci-ids: %s\n" % pci_ids if pci_ids else "",
                        nvml_library or FAKE_NVML, self.features, self.node, extra_yaml))
 
     def args(self):

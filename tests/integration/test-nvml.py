@@ -9,6 +9,7 @@ TAP output. GNA_WRAPPER (e.g. valgrind) wraps the daemon; GNA_TIMEOUT_SCALE stre
 import json
 import os
 import re
+import shutil
 import signal
 import stat
 import subprocess
@@ -349,6 +350,71 @@ def test_nvml_appears_later():
             want = nvml_description(d.node)["driver_version"]
             d.expect("DriverVersion", 's "%s"' % want, why="NVML is up")
             check(os.path.isfile(d.node.cdi_spec), "no CDI spec once NVML is up")
+            d.stop_clean()
+        finally:
+            d.close()
+
+
+def test_product_kept_while_nvml_down():
+    """NVML's product name outlives a restart without NVML (the state directory's gpu-products), so
+    gpu.product does not flap between GFD's name and the pci.ids one; without the file it is pci.ids'."""
+    with TempDir() as tmp:
+        d = Daemon(tmp, "dgx-h100")
+        try:
+            check(read_labels(d.node)["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3",
+                  "gpu.product with NVML: %r" % read_labels(d.node)["nvidia.com/gpu.product"])
+            d.stop_clean()
+        finally:
+            d.close()
+        state = os.path.join(d.node.state, "gpu-products")
+        with open(state) as f:
+            rows = [line.split() for line in f if not line.startswith("#")]
+        check(len(rows) == 8 and all(r[1:] == ["2330", "NVIDIA-H100-80GB-HBM3"] for r in rows),
+              "%s after a run with NVML: %r" % (state, rows))
+
+        for kept in (True, False):
+            # A fresh bus and notify socket for the restart; the same state directory content.
+            run_dir = os.path.join(tmp, "restart-%s" % kept)
+            os.makedirs(os.path.join(run_dir, "state"))
+            if kept:
+                shutil.copy(state, os.path.join(run_dir, "state", "gpu-products"))
+            d = Daemon(run_dir, "dgx-h100", nvml_library=os.path.join(tmp, "missing/libnvidia-ml.so.1"))
+            try:
+                d.expect("State", 's "degraded"', why="no NVML")
+                want = golden("dgx-h100-pci-only.features")
+                if kept:
+                    want = want.replace("gpu.product=NVIDIA-H100-SXM5-80GB", "gpu.product=NVIDIA-H100-80GB-HBM3")
+                with open(d.node.feature_file()) as f:
+                    content = f.read()
+                check(content == want, "NVML down, %s: feature file:\n%s" % (
+                    "NVML's names kept" if kept else "no gpu-products", content))
+                d.stop_clean()
+            finally:
+                d.close()
+
+
+def test_vgpu_guest_labels():
+    """A vGPU guest (fixture vgpu-guest: one GPU with NVIDIA's "VF" vendor-specific PCI capability, one
+    passed through): the real daemon reads the capability from config space and labels it as GFD does."""
+    with TempDir() as tmp:
+        d = Daemon(tmp, "vgpu-guest")
+        try:
+            labels = read_labels(d.node)
+            got = {k: v for k, v in labels.items() if k.startswith("nvidia.com/vgpu.")}
+            want = {"nvidia.com/vgpu.present": "true", "nvidia.com/vgpu.host-driver-version": "550.127.05",
+                    "nvidia.com/vgpu.host-driver-branch": "r550_00"}
+            check(got == want, "vGPU labels %r, wanted %r" % (got, want))
+            check(labels.get("nvidia.com/gpu.count") == "2", "gpu.count %r" % labels.get("nvidia.com/gpu.count"))
+            d.stop_clean()
+        finally:
+            d.close()
+        os.makedirs(os.path.join(tmp, "bare"))
+        d = Daemon(os.path.join(tmp, "bare"), "a100-pcie")
+        try:
+            labels = read_labels(d.node)
+            check(labels.get("nvidia.com/vgpu.present") == "false" and
+                  not any(k.startswith("nvidia.com/vgpu.host") for k in labels),
+                  "bare metal: vgpu labels %r" % {k: v for k, v in labels.items() if "vgpu" in k})
             d.stop_clean()
         finally:
             d.close()
@@ -877,6 +943,8 @@ TESTS = [
     test_full_labels_and_cdi_spec,
     test_nvml_appears_later,
     test_nvml_driver_not_loaded,
+    test_product_kept_while_nvml_down,
+    test_vgpu_guest_labels,
     test_dbus_nvml_properties,
     test_dbus_nvml_unavailable,
     test_mig_mode_unsupported,

@@ -106,7 +106,7 @@ static void test_defaults_under_root(void **state) {
         assert_string_equal(c->paths.etc, etc);
         assert_string_equal(c->paths.run, run);
         assert_string_equal(c->paths.state, st);
-        assert_string_equal(c->paths.pci_ids, "/usr/share/misc/pci.ids");
+        assert_string_equal(c->paths.pci_ids, ""); /* unset: hwdb, then the system pci.ids */
         assert_string_equal(c->nvml.library, "libnvidia-ml.so.1");
         assert_true(c->labels.enabled);
         assert_string_equal(c->labels.directory, labels);
@@ -300,6 +300,15 @@ static void test_errors(void **state) {
                          "'labels:'), got a plain value");
         check_main_error(root, "paths:\n  sys: sys\n", -EINVAL,
                          "2:8: paths.sys: 'sys' is not an absolute path; write it starting with '/'");
+        /* "" means unset only where unset has a meaning (paths.pci-ids: hwdb, then the system pci.ids). */
+        check_main_error(root, "paths:\n  state: \"\"\n", -EINVAL,
+                         "2:10: paths.state: '' is not an absolute path; write it starting with '/'");
+        {
+                _cleanup_free_ char *f = put(root, MAIN, "paths:\n  pci-ids: \"\"\n");
+                Config *c = load_root(root);
+                assert_string_equal(c->paths.pci_ids, "");
+                config_free(c);
+        }
         check_main_error(root, "labels:\n  file: nfd/gpu\n", -EINVAL,
                          "2:9: labels.file: 'nfd/gpu' is not a plain file name; use a name without '/' that "
                          "does not start with '.' (such as gpu-node-agent)");

@@ -502,6 +502,23 @@ static void test_driver_without_rev(void **state) {
         check(n, "driver-570", NULL);
 }
 
+/* A vGPU guest: vgpu.present and the host driver record of the vGPU's PCI capability (probe.c reads
+ * it); a second GPU without the capability changes nothing; a vGPU without the record says present. */
+static void test_vgpu_guest(void **state) {
+        Node *n = node_new("550.127.05", 12040);
+        node_add_gpu(n, "0000:02:00.0", &A100, GPU_MIG_DISABLED);
+        node_add_gpu(n, "0000:03:00.0", &A100, GPU_MIG_DISABLED);
+        n->pci[1].vgpu = true;
+        n->pci[1].vgpu_host_driver_version = (char *) "550.127.05";
+        n->pci[1].vgpu_host_driver_branch = (char *) "r550_00";
+        n->in.machine = "VMware Virtual Platform";
+        n->in.kernel_release = NULL;
+        check_full(&n->in, "vgpu-guest", NULL);
+
+        n->pci[1].vgpu_host_driver_version = n->pci[1].vgpu_host_driver_branch = NULL;
+        check(n, "vgpu-guest-no-record", NULL);
+}
+
 /* --- no GPU, no NVML, garbage --- */
 
 static void test_no_gpu(void **state) {
@@ -519,6 +536,50 @@ static void test_nvml_down(void **state) {
         n->in.sharing = SHARING_TIME_SLICING;
         n->in.replicas = 4;
         check(n, "nvml-down", NULL);
+}
+
+/* NVML's product names are remembered while it answers and used once it does not: gpu.product keeps
+ * GFD's name instead of falling back to the pci.ids one, so nodeSelectors do not flap. */
+static void test_nvml_down_known_products(void **state) {
+        Node *n = hgx_h100(GPU_MIG_DISABLED);
+        LabelKnownProduct *known = NULL;
+        size_t n_known = 0;
+        bool changed = false;
+
+        assert_int_equal(label_known_products_update(&known, &n_known, &n->inv, &n->nvml, &changed), 0);
+        assert_true(changed);
+        assert_int_equal(n_known, 8);
+        assert_string_equal(known[0].address, "0000:18:00.0");
+        assert_int_equal(known[0].device_id, 0x2330);
+        assert_string_equal(known[0].product, "NVIDIA-H100-80GB-HBM3");
+        /* The same answer again: nothing to write. */
+        assert_int_equal(label_known_products_update(&known, &n_known, &n->inv, &n->nvml, &changed), 0);
+        assert_false(changed);
+        /* NVML stops listing GPU 7 (fell off the bus): its entry stays while PCI still shows it. */
+        n->nvml.n_gpus = 7;
+        assert_int_equal(label_known_products_update(&known, &n_known, &n->inv, &n->nvml, &changed), 0);
+        assert_false(changed);
+        assert_int_equal(n_known, 8);
+
+        n->in.nvml = NULL;
+        n->in.agent_state = "degraded";
+        n->in.known_products = known;
+        n->in.n_known_products = n_known;
+        check_full(&n->in, "nvml-down-known", NULL);
+
+        /* A GPU of another model now sits at one address: the remembered name is not its name. */
+        n->pci[0].device_id = 0x2335;
+        n->pci[0].name = (char *) "GH100 [H200 SXM 141GB]";
+        check_full(&n->in, "nvml-down-known-replaced", (const char *const[]) {
+                "GPUs of more than one model on this node: labelling NVIDIA-H100-80GB-HBM3 (7 GPUs, the most "
+                "numerous); gpu.count and gpu.product leave out NVIDIA-H200-SXM-141GB (1 GPU).", NULL });
+        /* … and the update drops it. */
+        n->nvml.n_gpus = 0;
+        assert_int_equal(label_known_products_update(&known, &n_known, &n->inv, &n->nvml, &changed), 0);
+        assert_true(changed);
+        assert_int_equal(n_known, 7);
+        label_known_products_free(known, n_known);
+        free(n);
 }
 
 static void test_nvml_no_gpus(void **state) {
@@ -723,8 +784,10 @@ int main(void) {
                 cmocka_unit_test(test_t4),
                 cmocka_unit_test(test_b200),
                 cmocka_unit_test(test_driver_without_rev),
+                cmocka_unit_test(test_vgpu_guest),
                 cmocka_unit_test(test_no_gpu),
                 cmocka_unit_test(test_nvml_down),
+                cmocka_unit_test(test_nvml_down_known_products),
                 cmocka_unit_test(test_nvml_no_gpus),
                 cmocka_unit_test(test_garbage),
                 cmocka_unit_test(test_garbage_name_same_ids),

@@ -4,7 +4,9 @@
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <cmocka.h>
 
 #include "fileio.h"
@@ -425,6 +427,74 @@ static void test_kind_to_string(void **state) {
         assert_null(pci_kind_to_string(_PCI_KIND_INVALID));
 }
 
+/* A vGPU guest's GPU carries NVIDIA's vendor-specific capability ("VF") with the host driver record;
+ * the passed-through one next to it does not. */
+static void test_vgpu_guest(void **state) {
+        _cleanup_(inventory_freep) Inventory *inv = probe_clean("vgpu-guest"), *h100 = probe_clean("dgx-h100");
+
+        assert_int_equal(inv->n_gpus, 2);
+        assert_true(inv->gpus[0].vgpu);
+        assert_string_equal(inv->gpus[0].vgpu_host_driver_version, "550.127.05");
+        assert_string_equal(inv->gpus[0].vgpu_host_driver_branch, "r550_00");
+        assert_false(inv->gpus[1].vgpu);
+        assert_null(inv->gpus[1].vgpu_host_driver_version);
+        for (size_t i = 0; i < h100->n_gpus; i++)
+                assert_false(h100->gpus[i].vgpu);
+
+        /* The same capability cut to its signature: a vGPU whose host driver is unknown, said once. */
+        _cleanup_free_ char *dir = copy_node("vgpu-guest"), *sys = strprintf("%s/sys", dir), *error = NULL;
+        _cleanup_free_ char *config = strprintf("%s/sys/bus/pci/devices/0000:02:00.0/config", dir);
+        _cleanup_(inventory_freep) Inventory *cut = NULL;
+        int fd = open(config, O_WRONLY | O_CLOEXEC);
+        assert_true(fd >= 0);
+        assert_int_equal(pwrite(fd, "\x05", 1, 0xb2), 1);
+        close(fd);
+        assert_int_equal(probe_pci(sys, pci_ids(), &cut, &error), 0);
+        assert_true(cut->gpus[0].vgpu);
+        assert_null(cut->gpus[0].vgpu_host_driver_version);
+        assert_int_equal(strv_length(cut->warnings), 1);
+        assert_string_equal(cut->warnings[0], "0000:02:00.0 is a vGPU, but its vendor-specific PCI capability has "
+                                              "no host driver record: vGPU host driver version unknown.");
+        rm_rf(dir);
+}
+
+/* The record walk of GFD's reader, with the inputs it would loop on or read past. */
+static void test_vgpu_capability_parse(void **state) {
+        bool vgpu;
+        char *version, *branch;
+        /* id, next, len, 'V', 'F', record 7 (4 bytes), record 0: version, branch */
+        uint8_t cap[32] = { 0x09, 0x00, 31, 'V', 'F', 7, 4, 0xaa, 0xbb, 0, 22, '5', '3', '5', '.', '1', '6', '1',
+                            '.', '0', '8', 'r', '5', '3', '5', '_', '0', '0', 0, 0, 0, 0 };
+
+        assert_int_equal(probe_parse_vgpu_capability(cap, 31, &vgpu, &version, &branch), 0);
+        assert_true(vgpu);
+        assert_string_equal(version, "535.161.08");
+        assert_string_equal(branch, "r535_00");
+        free(version);
+        free(branch);
+
+        /* Another vendor's capability: not a vGPU. */
+        cap[3] = 'X';
+        assert_int_equal(probe_parse_vgpu_capability(cap, 31, &vgpu, &version, &branch), 0);
+        assert_false(vgpu);
+        cap[3] = 'V';
+
+        /* The host record cut short by the capability's length. */
+        assert_int_equal(probe_parse_vgpu_capability(cap, 30, &vgpu, &version, &branch), -EBADMSG);
+        assert_true(vgpu);
+        assert_null(version);
+
+        /* A record of length 0 would never advance. */
+        cap[6] = 0;
+        assert_int_equal(probe_parse_vgpu_capability(cap, 31, &vgpu, &version, &branch), -EBADMSG);
+        /* A record length that jumps past the end. */
+        cap[6] = 200;
+        assert_int_equal(probe_parse_vgpu_capability(cap, 31, &vgpu, &version, &branch), -EBADMSG);
+        /* Shorter than the signature. */
+        assert_int_equal(probe_parse_vgpu_capability(cap, 4, &vgpu, &version, &branch), 0);
+        assert_false(vgpu);
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_dgx_h100),
@@ -445,6 +515,8 @@ int main(void) {
                 cmocka_unit_test(test_dangling_driver_link),
                 cmocka_unit_test(test_inventory_equal),
                 cmocka_unit_test(test_kind_to_string),
+                cmocka_unit_test(test_vgpu_guest),
+                cmocka_unit_test(test_vgpu_capability_parse),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }
