@@ -42,7 +42,7 @@ def doc_keys():
             continue
         d = m.group(2).strip()
         d = re.sub(r'^`(.*)`$', r'\1', d)
-        keys[m.group(1)] = "" if d == '""' else d
+        keys[m.group(1)] = "" if d in ('""', "unset") else d
     return keys
 
 
@@ -58,7 +58,7 @@ def man_keys():
         m = re.search(r'default(?: empty\)"|"? "? ?(\S+) ?\)?)', '(' + tail)
         if not names or not m:
             continue
-        d = "" if "default empty" in tail else (m.group(1) or "").rstrip(')').strip('"')
+        d = "" if re.search(r'default (empty|unset)\)', tail) else (m.group(1) or "").rstrip(')').strip('"')
         for n in names:
             keys[n] = d
     return keys
@@ -75,7 +75,7 @@ def main():
         for k in sorted(set(got) - set(code)):
             errors.append(f"{where}: documents key '{k}', which agent/config.c does not accept")
         for k in sorted(set(code) & set(got)):
-            if got[k] != code[k] and not (code[k] == "" and got[k] in ("", "empty")):
+            if got[k] != code[k] and not (code[k] == "" and got[k] in ("", "empty", "unset")):
                 errors.append(f"{where}: key '{k}' default is '{got[k]}', agent/config.c says '{code[k]}'")
     for e in errors:
         print("FAIL:", e)
