@@ -9,6 +9,7 @@
 #include "bus.h"
 #include "fileio.h"
 #include "log.h"
+#include "health.h"
 #include "manager.h"
 #include "strv.h"
 
@@ -46,6 +47,9 @@ static AgentState manager_compute_state(const Manager *m) {
                 return AGENT_STARTING;
         if (m->stages[STAGE_PROBE].state == STAGE_FAILED)
                 return AGENT_FAILED;
+        /* An unhealthy GPU (or one missing from the bus) degrades the node without failing a stage. */
+        if (health_node_state(m->health, NULL) != GPU_HEALTH_OK)
+                return AGENT_DEGRADED;
         return manager_is_ready(m) ? AGENT_READY : AGENT_DEGRADED;
 }
 
@@ -270,6 +274,7 @@ static void manager_finish_pass(Manager *m) {
         }
 
         manager_schedule_retry(m);
+        health_pass_done(m->health);
         if (m->pass_again) {
                 m->pass_again = m->pass_again_coalesced = false;
                 manager_request_pass(m, "queued request");

@@ -81,6 +81,7 @@ typedef struct Manager {
         /* MIG management (agent/mig/, stage-mig.c). */
         struct MigManager *mig;          /* owned by agent/mig; NULL until the mig stage first runs */
         LabelSet *labels;                /* last written label set, NULL when none */
+        struct Health *health;           /* GPU health (health.c): event worker, checks, per-GPU faults */
 
         /* Remote configuration (manager-remote.c, config-remote.c). */
         struct ConfigRemoteFetcher *remote_fetcher;

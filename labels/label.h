@@ -61,6 +61,9 @@ typedef struct LabelInput {
         const char *mig_config;    /* mig.config: the selected MIG geometry's name, NULL = none */
         const char *mig_config_state; /* mig.config.state, NULL = none */
         uint64_t timestamp_sec;    /* gfd.timestamp, 0 = not written */
+        const char *gpu_health;    /* gpu.health: "ok" / "degraded" / "failed", NULL = not watched (no
+                                    * gpu.health nor gpu-node-agent.unhealthy-gpus label) */
+        unsigned unhealthy_gpus;   /* gpu-node-agent.unhealthy-gpus, with gpu_health */
 } LabelInput;
 
 /* Computes the label set. With no GPU returns 0 and an empty set. Warnings (e.g. heterogeneous node:
