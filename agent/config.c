@@ -148,6 +148,7 @@ static const ConfigKey config_keys[] = {
         { "health.xid.fatal", CONFIG_XIDS,      CONFIG_OFF(health.xid_fatal), "" },
         { "health.on-unhealthy", CONFIG_STRING, CONFIG_OFF(health.on_unhealthy), "" },
         { "health.recheck-delay", CONFIG_DURATION, CONFIG_OFF(health.recheck_delay_usec), "10s" },
+        { "metrics.textfile", CONFIG_STRING,   CONFIG_OFF(metrics.textfile), "" },
         { "engine.retry-min", CONFIG_DURATION,  CONFIG_OFF(engine.retry_min_usec), "1s" },
         { "engine.retry-max", CONFIG_DURATION,  CONFIG_OFF(engine.retry_max_usec), "5min" },
         { "log.level",        CONFIG_ENUM,      CONFIG_OFF(log_level),      "info", .values = log_level_names },
@@ -692,6 +693,14 @@ static int config_verify(const Config *c, const Node *tree, char **error) {
                                                  "sharing.replicas is %u but sharing.strategy is none: set "
                                                  "sharing.strategy to time-slicing or mps", c->sharing.replicas);
         }
+        n = config_node_find(tree, "metrics.textfile");
+        if (!isempty(c->metrics.textfile) && (c->metrics.textfile[0] != '/' || strlen(c->metrics.textfile) < 6 ||
+                                            !streq(c->metrics.textfile + strlen(c->metrics.textfile) - 5, ".prom")))
+                return config_yaml_located_error(error, n->file, n->line, n->column,
+                                                 "metrics.textfile: '%s' is not an absolute path ending in .prom; "
+                                                 "node_exporter's textfile collector reads only *.prom files, e.g. "
+                                                 "/var/lib/prometheus/node-exporter/gpu-node-agent.prom",
+                                                 c->metrics.textfile);
         n = config_node_find(tree, "config.remote.timeout");
         if (c->remote.timeout_usec == 0) {
                 assert(n);

@@ -82,6 +82,8 @@
  *                                                  GPU_NODE_AGENT_GPU, _GPU_PCI_ADDRESS, _GPU_UUID, _HEALTH,
  *                                                  _REASON, _HOSTNAME in its environment
  *     recheck-delay: 10s                           a recoverable fault is re-checked this long after it
+ *   metrics:
+ *     textfile: ""                                 node_exporter textfile (absolute path ending in .prom), "" = none
  *   engine:
  *     retry-min: 1s                                first retry delay of a failed stage (doubles)
  *     retry-max: 5min                              cap of that delay
@@ -242,6 +244,10 @@ typedef struct ConfigHealth {
         uint64_t recheck_delay_usec;           /* a recoverable fault is re-checked this long after it */
 } ConfigHealth;
 
+typedef struct ConfigMetrics {
+        char *textfile;                        /* node_exporter textfile, "" = none */
+} ConfigMetrics;
+
 typedef struct ConfigRemote {
         char *url;                             /* template, "" = no remote configuration */
         char *ca_file;
@@ -269,6 +275,7 @@ typedef struct Config {
         ConfigKubernetes kubernetes;
         ConfigProbe probe;
         ConfigHealth health;
+        ConfigMetrics metrics;
         char **sources;          /* files that were merged, in order (may be empty) */
 } Config;
 

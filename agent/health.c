@@ -19,6 +19,7 @@
 #include "health.h"
 #include "log.h"
 #include "manager.h"
+#include "metrics.h"
 #include "nvml-abi.h"
 #include "spawn-child.h"
 #include "strv.h"
@@ -44,6 +45,8 @@ typedef struct HealthGpu {
         uint64_t event_usec;       /* when the event fault was set (CLOCK_MONOTONIC) */
         uint64_t xid_count, dbe_count, sbe_count;
         unsigned last_xid;
+        bool remap_known;
+        unsigned remap[4];         /* corrected, uncorrected, pending, failure: the last check's */
 } HealthGpu;
 
 typedef struct HealthPipe {
@@ -63,7 +66,8 @@ struct Health {
         HealthPipe worker_pipe;
         bool armed;
         uint64_t armed_usec;
-        unsigned restarts;
+        unsigned restarts;         /* since the last stable run: drives the backoff */
+        uint64_t restarts_total;
         sd_event_source *restart_timer;
         sd_event_source *arm_timer; /* the worker must say "armed" within nvml.timeout */
 
@@ -299,15 +303,19 @@ static void health_publish(Health *h) {
                 manager_bus_mark_dirty(m, NULL, AGENT_MANAGER_INTERFACE, "UnhealthyGpus");
                 changed = true;
         }
-        /* Labels, the feature file and the node state follow from a pass. */
+        /* Labels, the feature file and the node state follow from a pass; the metrics (counters change
+         * with every event, even one that changes no state) now. */
         if (changed)
                 manager_request_pass(m, "GPU health changed");
+        metrics_update(m);
 }
 
 /* ---- Health check ------------------------------------------------------------------------------------ */
 
 typedef struct CheckResult {
         bool seen;
+        bool remap_known;
+        unsigned remap[4];
         GpuHealthState state;
         char reason[192];
 } CheckResult;
@@ -339,6 +347,8 @@ static void check_line(Health *h, CheckResult *res, char *line) {
                 else if (streq(what, "error"))
                         check_finding(&res[i], GPU_HEALTH_DEGRADED, "NVML does not answer for it: %s", line + off);
         } else if (sscanf(line, "remap %zu %u %u %u %u", &i, &a, &b, &c, &d) == 5 && i < h->n_gpus) {
+                res[i].remap_known = true;
+                res[i].remap[0] = a, res[i].remap[1] = b, res[i].remap[2] = c, res[i].remap[3] = d;
                 if (d)
                         check_finding(&res[i], GPU_HEALTH_FAILED,
                                       "row remapping failed (%u uncorrectable rows): the GPU needs servicing", b);
@@ -377,6 +387,8 @@ static void check_apply(Health *h, const CheckResult *res, bool complete, const 
                         continue;
                 }
                 fault_set(&g->check, res[i].state, res[i].state == GPU_HEALTH_OK ? NULL : res[i].reason);
+                g->remap_known = res[i].remap_known;
+                memcpy(g->remap, res[i].remap, sizeof g->remap);
                 /* Recovery: a recoverable fault ends with a clean re-check. */
                 if (res[i].seen && res[i].state == GPU_HEALTH_OK && g->event.state == GPU_HEALTH_DEGRADED &&
                     h->check_usec >= g->event_usec + h->m->config->health.recheck_delay_usec) {
@@ -602,6 +614,7 @@ static void worker_schedule_restart(Health *h, const char *why) {
         if (delay > HEALTH_RESTART_MAX_USEC)
                 delay = HEALTH_RESTART_MAX_USEC;
         h->restarts++;
+        h->restarts_total++;
         log_warning("GPU event worker %s; restarting it in %.1fs (attempt %u). GPU events are not seen meanwhile.",
                     why, (double) delay / USEC_PER_SEC, h->restarts);
         h->restart_timer = sd_event_source_disable_unref(h->restart_timer);
@@ -777,4 +790,26 @@ bool health_active(const Health *h) {
 
 bool health_armed(const Health *h) {
         return h && h->armed;
+}
+
+uint64_t health_worker_restarts(const Health *h) {
+        return h ? h->restarts_total : 0;
+}
+
+int health_gpu_counters(const Health *h, const char *pci_address, HealthCounters *ret) {
+        const HealthGpu *g = gpu_find(h, pci_address);
+
+        if (!g)
+                return -ENOENT;
+        *ret = (HealthCounters) {
+                .xids = g->xid_count,
+                .sbe = g->sbe_count,
+                .dbe = g->dbe_count,
+                .last_xid = g->last_xid,
+                .remap_known = g->remap_known,
+                .remap_correctable = g->remap[0],
+                .remap_uncorrectable = g->remap[1],
+                .remap_failure = g->remap[3],
+        };
+        return 0;
 }

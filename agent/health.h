@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "macro.h"
 
@@ -65,3 +66,15 @@ unsigned health_unhealthy_gpus(const Health *h);
 bool health_active(const Health *h);
 /* Whether the event worker is registered and waiting. */
 bool health_armed(const Health *h);
+/* Times the event worker was restarted since the agent started. */
+uint64_t health_worker_restarts(const Health *h);
+
+typedef struct HealthCounters {
+        uint64_t xids, sbe, dbe;      /* events seen since the agent started */
+        unsigned last_xid;            /* 0 none */
+        bool remap_known;             /* the last check read remapped rows */
+        unsigned remap_correctable, remap_uncorrectable, remap_failure;
+} HealthCounters;
+
+/* The counters of a GPU health watches; -ENOENT for another. */
+int health_gpu_counters(const Health *h, const char *pci_address, HealthCounters *ret);

@@ -10,6 +10,7 @@
 #include "fileio.h"
 #include "log.h"
 #include "health.h"
+#include "metrics.h"
 #include "manager.h"
 #include "strv.h"
 
@@ -275,6 +276,7 @@ static void manager_finish_pass(Manager *m) {
 
         manager_schedule_retry(m);
         health_pass_done(m->health);
+        metrics_update(m);
         if (m->pass_again) {
                 m->pass_again = m->pass_again_coalesced = false;
                 manager_request_pass(m, "queued request");

@@ -17,6 +17,7 @@
 #include "kube-node.h"
 #include "log.h"
 #include "health.h"
+#include "metrics.h"
 #include "manager.h"
 #include "mig-manager.h"
 #include "strv.h"
@@ -61,6 +62,9 @@ int manager_new(const ManagerOptions *o, Manager **ret) {
         r = health_new(m, &m->health);
         if (r < 0)
                 return r;
+        r = metrics_new(&m->metrics);
+        if (r < 0)
+                return r;
 
         *ret = TAKE_PTR(m);
         return 0;
@@ -73,6 +77,7 @@ Manager *manager_free(Manager *m) {
         /* An apply in flight holds fabric ops, event sources, a reset child and the NVML handle. */
         mig_manager_free(m->mig);
         health_free(m->health);
+        metrics_free(m->metrics);
         manager_remote_done(m);
         kube_node_free(m->kube);
         free(m->kube_mig_config);

@@ -82,6 +82,7 @@ typedef struct Manager {
         struct MigManager *mig;          /* owned by agent/mig; NULL until the mig stage first runs */
         LabelSet *labels;                /* last written label set, NULL when none */
         struct Health *health;           /* GPU health (health.c): event worker, checks, per-GPU faults */
+        struct Metrics *metrics;         /* the node_exporter textfile (metrics.c) */
 
         /* Remote configuration (manager-remote.c, config-remote.c). */
         struct ConfigRemoteFetcher *remote_fetcher;

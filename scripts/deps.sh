@@ -26,11 +26,12 @@ GNA_BUILD_PACKAGES=(
 #                     only recommends the latter)
 #   consumers:        slurmd (the real slurmd parses the gres.conf we write: slurmd -G)
 #   docs:             man-db
+#   metrics:          prometheus-node-exporter (the real textfile collector scrapes the file we write)
 GNA_TEST_PACKAGES=(
         python3-dbus python3-jsonschema procps util-linux valgrind
         systemd systemd-container
         qemu-system-x86 busybox-static cpio file dkms linux-headers-amd64
-        rpm fakeroot man-db slurmd openssl
+        rpm fakeroot man-db slurmd openssl prometheus-node-exporter
         clang-14 libclang-rt-14-dev
 )
 

@@ -304,7 +304,7 @@ static void test_errors(void **state) {
                          "2:3: unknown key 'labels.fo' (valid keys under 'labels': enabled, directory, file, "
                          "expiry, mig-strategy, timestamp)");
         check_main_error(root, "log:\n  level: info\nlabel:\n  file: x\n", -EINVAL,
-                         "3:1: unknown key 'label' (valid top-level keys: paths, nvml, labels, sharing, driver, devices, fabric, mig, cdi, gres, validations, probe, health, engine, log, kubernetes, config)");
+                         "3:1: unknown key 'label' (valid top-level keys: paths, nvml, labels, sharing, driver, devices, fabric, mig, cdi, gres, validations, probe, health, metrics, engine, log, kubernetes, config)");
         check_main_error(root, "labels:\n  enabled: maybe\n", -EINVAL,
                          "2:12: labels.enabled: expected a boolean (true/false), got 'maybe'");
         check_main_error(root, "labels:\n  enabled:\n    - true\n", -EINVAL,
