@@ -29,6 +29,7 @@
 #include "ctl-output.h"
 #include "fileio.h"
 #include "gpu-nvml-internal.h"
+#include "module.h"
 #include "probe.h"
 #include "strv.h"
 
@@ -64,6 +65,9 @@ typedef struct Doctor {
         const char *probe_error;
         char *kver;
         char *loaded_version;    /* /proc/driver/nvidia/version, NULL not loaded */
+        char *installed_version; /* modinfo of the nvidia module for the running kernel, NULL none found */
+        bool installed_signed;
+        char *installed_error;   /* why none was found */
         bool nvml_ok;
         char *nvml_error;
         char *nvml_version;
@@ -283,12 +287,24 @@ static void check_modules(Doctor *d) {
                                          d->nvml_version),
                                strdup("the driver was upgraded without a reload: stop its users and reload it "
                                       "(gpunodectl driver unload, then gpunodectl reconcile), or reboot"));
+        if (d->installed_version && !streq(d->installed_version, d->loaded_version))
+                return verdict(d, "modules", VERDICT_WARNING,
+                               strprintf("kernel module %s loaded, but the installed module for %s is %s", d->loaded_version,
+                                         strna(d->kver), d->installed_version),
+                               strdup("the next boot (or reload) switches drivers: reload now to test it (gpunodectl "
+                                      "driver unload, then gpunodectl reconcile) or reinstall the loaded version"));
+        if (!d->installed_version)
+                return verdict(d, "modules", VERDICT_WARNING,
+                               strprintf("nvidia %s is loaded, but no nvidia module is installed for kernel %s: %s",
+                                         d->loaded_version, strna(d->kver), strna(d->installed_error)),
+                               strprintf("the next boot will have no driver: install it for %s (DKMS: dkms autoinstall "
+                                         "-k %s)", strna(d->kver), strna(d->kver)));
         if (!isempty(d->c->driver.version) && !streq(d->c->driver.version, d->loaded_version))
                 return verdict(d, "modules", VERDICT_WARNING,
                                strprintf("kernel module %s loaded, driver.version asks for %s", d->loaded_version,
                                          d->c->driver.version),
                                strdup("install that version, or change driver.version"));
-        verdict(d, "modules", VERDICT_OK, strprintf("nvidia %s loaded%s%s", d->loaded_version,
+        verdict(d, "modules", VERDICT_OK, strprintf("nvidia %s loaded and installed%s%s", d->loaded_version,
                                                    d->nvml_version ? ", libnvidia-ml " : "", d->nvml_version ?: ""),
                 NULL);
 }
@@ -304,6 +320,12 @@ static void check_secure_boot(Doctor *d) {
                 enforcing = true;
         if (!enforcing)
                 return verdict(d, "secure-boot", VERDICT_OK, strdup("module signatures not enforced"), NULL);
+        if (d->installed_version && !d->installed_signed)
+                return verdict(d, "secure-boot", d->loaded_version ? VERDICT_WARNING : VERDICT_FAILED,
+                               strprintf("module signatures are enforced (lockdown %s) and the installed nvidia module "
+                                         "is not signed", strna(lock)),
+                               strdup("it will not load: have DKMS sign it (it does so with /var/lib/dkms/mok.key) "
+                                      "and enroll the key: mokutil --import /var/lib/dkms/mok.pub, then reboot"));
         if (!d->loaded_version)
                 return verdict(d, "secure-boot", VERDICT_FAILED,
                                strprintf("module signatures are enforced (lockdown %s) and nvidia is not loaded",
@@ -670,6 +692,8 @@ static void doctor_done(Doctor *d) {
         inventory_free(d->inv);
         free(d->kver);
         free(d->loaded_version);
+        free(d->installed_version);
+        free(d->installed_error);
         free(d->nvml_error);
         free(d->nvml_version);
         for (size_t i = 0; i < d->n_gpus; i++) {
@@ -681,6 +705,34 @@ static void doctor_done(Doctor *d) {
                 free(d->layers[i].message);
                 free(d->layers[i].fix);
         }
+}
+
+static void read_installed(Doctor *d) {
+        _cleanup_(module_context_freep) ModuleContext *ctx = NULL;
+        _cleanup_(module_info_freep) ModuleInfo *info = NULL;
+        _cleanup_free_ char *dir = d->kver ? path_join(d->c->paths.modules, d->kver) : NULL;
+        const char *const none[] = { NULL };
+        int r;
+
+        if (!dir) {
+                d->installed_error = strdup("the kernel release is unknown");
+                return;
+        }
+        const ModuleContextConfig cc = { .modules_dir = dir, .config_paths = none, .sys_dir = d->c->paths.sys,
+                                         .kernel_release = d->kver };
+        r = module_context_new(&cc, &ctx);
+        if (r < 0) {
+                d->installed_error = strprintf("cannot read %s: %s", dir, strerror(-r));
+                return;
+        }
+        r = module_lookup(ctx, "nvidia", &info, &d->installed_error);
+        if (r < 0) {
+                if (!d->installed_error)
+                        d->installed_error = strprintf("no nvidia module under %s", dir);
+                return;
+        }
+        d->installed_version = strdup(info->version ?: "unknown");
+        d->installed_signed = info->signer != NULL;
 }
 
 static char *read_loaded_version(const char *proc) {
@@ -726,6 +778,7 @@ int ctl_doctor(const CtlDoctorOptions *o) {
         (void) probe_pci(c->paths.sys, c->paths.pci_ids, &d.inv, &probe_error);
         d.probe_error = probe_error;
         d.loaded_version = read_loaded_version(c->paths.proc);
+        read_installed(&d);
         if (d.inv && d.inv->n_gpus > 0)
                 nvml_read(&d);
 

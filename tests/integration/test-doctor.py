@@ -17,7 +17,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import AGENT, CTL, FAKE_NVML, NODES, PCI_IDS, Fail, TempDir, busctl, check, tap_main  # noqa: E402
+from harness import AGENT, BUILD, CTL, FAKE_NVML, NODES, PCI_IDS, Fail, TempDir, busctl, check, tap_main  # noqa: E402
 
 _spec = importlib.util.spec_from_file_location("test_devfab", os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                                                           "test-devfab.py"))
@@ -27,6 +27,9 @@ _spec2 = importlib.util.spec_from_file_location("test_nvml", os.path.join(os.pat
                                                                          "test-nvml.py"))
 test_nvml = importlib.util.module_from_spec(_spec2)
 _spec2.loader.exec_module(test_nvml)
+
+KMOD_TREES = os.environ.get("GNA_KMOD_FIXTURES", os.path.join(BUILD, "tests/kmod/trees"))
+VERSION = "550.54.15"  # the nvidia module of the kmod fixture trees (tests/kmod), made the loaded one too
 
 ORDER = ["pci", "iommu", "modules", "secure-boot", "device-nodes", "persistenced", "fabricmanager", "fabric", "nvml",
          "mig", "cdi", "runtime", "nfd", "health"]
@@ -39,10 +42,23 @@ def note(fmt, *args):
 class Sim:
     """A writable copy of a fixture node, prepared by the agent's --oneshot run."""
 
-    def __init__(self, tmp, node="dgx-h100", dropin=""):
+    def __init__(self, tmp, node="dgx-h100", dropin="", tree="debian"):
         self.tmp = tmp
         self.node = os.path.join(tmp, "node")
         shutil.copytree(os.path.join(NODES, node), self.node, symlinks=True)
+        # One driver everywhere: the kernel release and installed module of a kmod fixture tree, that
+        # module's version loaded (/proc, /sys) and answered by the fake NVML.
+        with open(os.path.join(KMOD_TREES, "KVER")) as f:
+            kver = f.read().strip()
+        with open(os.path.join(self.node, "proc/sys/kernel/osrelease"), "w") as f:
+            f.write(kver + "\n")
+        for rel in ("proc/driver/nvidia/version", "sys/module/nvidia/version", "nvml.yaml"):
+            path = os.path.join(self.node, rel)
+            with open(path) as f:
+                text = f.read()
+            with open(path, "w") as f:
+                f.write(text.replace("550.127.05", VERSION))
+        modules = os.path.join(KMOD_TREES, tree, "lib/modules")
         self.dev = os.path.join(tmp, "dev")
         self.run = os.path.join(tmp, "run")
         self.features = os.path.join(tmp, "features.d")
@@ -52,9 +68,9 @@ class Sim:
         self.config = os.path.join(tmp, "agent.yaml")
         with open(self.config, "w") as f:
             f.write("paths:\n  sys: %s/sys\n  proc: %s/proc\n  dev: %s\n  etc: %s/etc\n  run: %s\n  state: %s/state\n"
-                    "  pci-ids: %s\nnvml:\n  library: %s\n  timeout: 5s\nlabels:\n  directory: %s\ncdi:\n"
-                    "  driver-root: %s\n" % (self.node, self.node, self.dev, self.node, self.run, tmp, PCI_IDS,
-                                             FAKE_NVML, self.features, self.node))
+                    "  modules: %s\n  pci-ids: %s\nnvml:\n  library: %s\n  timeout: 5s\nlabels:\n  directory: %s\n"
+                    "cdi:\n  driver-root: %s\n" % (self.node, self.node, self.dev, self.node, self.run, tmp, modules,
+                                                   PCI_IDS, FAKE_NVML, self.features, self.node))
         if dropin:
             with open(os.path.join(self.confd, "50-test.yaml"), "w") as f:
                 f.write(dropin)
@@ -105,7 +121,7 @@ def test_healthy_node_without_agent():
         rc, out, v = sim.verdicts()
         check(rc == 0, "a healthy node: doctor exit %d:\n%s" % (rc, json.dumps(out, indent=1)))
         check(out["agent_running"] is False, "agent_running on a node without the agent")
-        for name in ("pci", "iommu", "modules", "device-nodes", "nvml", "cdi", "nfd"):
+        for name in ("pci", "iommu", "modules", "secure-boot", "device-nodes", "fabric", "nvml", "cdi", "nfd"):
             check(v[name]["verdict"] == "ok", "healthy node: %s is %s (%s)" % (name, v[name]["verdict"], v[name]["message"]))
         check(v["health"]["verdict"] == "skipped" and "not running" in v["health"]["message"], "health without agent")
         p = sim.doctor()
@@ -127,8 +143,40 @@ def test_version_mismatch():
         with open(desc) as f:
             text = f.read()
         with open(desc, "w") as f:
-            f.write(text.replace('driver_version: "550.127.05"', 'driver_version: "550.54.15"'))
-        expect_broken(sim, "modules", "version mismatch: kernel module 550.127.05, libnvidia-ml 550.54.15")
+            f.write(text.replace('driver_version: "%s"' % VERSION, 'driver_version: "550.127.05"'))
+        expect_broken(sim, "modules", "version mismatch: kernel module %s, libnvidia-ml 550.127.05" % VERSION)
+
+
+def test_installed_module_differs():
+    """The loaded module is not the one installed for the running kernel (535 in the wrong-version tree): a
+    warning, exit 1 — the next boot switches drivers."""
+    with TempDir() as tmp:
+        sim = Sim(tmp, tree="wrong-version")
+        rc, out, v = sim.verdicts()
+        check(rc == 1 and v["modules"]["verdict"] == "warning", "exit %d, modules %r" % (rc, v["modules"]))
+        check("the installed module for 6.1.0-18-amd64 is 535.161.07" in v["modules"]["message"],
+              "modules says %r" % v["modules"]["message"])
+        note("modules: %s", v["modules"]["message"])
+
+
+def test_secure_boot_not_loaded():
+    """Signatures enforced (sig_enforce): with the (DKMS-signed) module loaded the signature was accepted;
+    with it not loaded, the key is the suspect — a failure with the enrolment steps."""
+    with TempDir() as tmp:
+        sim = Sim(tmp)
+        param = os.path.join(sim.node, "sys/module/module/parameters")
+        os.makedirs(param, exist_ok=True)
+        with open(os.path.join(param, "sig_enforce"), "w") as f:
+            f.write("Y\n")
+        rc, out, v = sim.verdicts()
+        check(rc == 0 and v["secure-boot"]["verdict"] == "ok" and "accepted" in v["secure-boot"]["message"],
+              "loaded, enforced: exit %d, %r" % (rc, v["secure-boot"]))
+        shutil.rmtree(os.path.join(sim.node, "proc/driver/nvidia"))
+        shutil.rmtree(os.path.join(sim.node, "sys/module/nvidia"))
+        rc, out, v = sim.verdicts(env={"FAKE_NVML_FAIL_INIT": "DRIVER_NOT_LOADED"})
+        check(rc == 2 and v["secure-boot"]["verdict"] == "failed" and "mokutil --import" in v["secure-boot"]["fix"],
+              "not loaded, enforced: exit %d, %r" % (rc, v["secure-boot"]))
+        note("secure-boot: %s", v["secure-boot"]["message"])
 
 
 def test_missing_device_node():
@@ -225,6 +273,17 @@ def test_fabric_not_registered():
         expect_broken(sim, "fabric", "fabric registration not complete on 0000:1b:00.0")
 
 
+def test_nvml_hang_and_crash():
+    """NVML is read in a child: a call that never returns costs nvml.timeout (5 s here), then the nvml layer
+    fails naming the hang; a crash inside the library fails it naming the signal. The doctor survives both."""
+    with TempDir() as tmp:
+        sim = Sim(tmp)
+        t0 = time.monotonic()
+        expect_broken(sim, "nvml", "did not return within nvml.timeout (5 s)", env={"FAKE_NVML_HANG": "nvmlInit_v2:1"})
+        note("doctor runs (JSON and text) with NVML hung: %.1f s", time.monotonic() - t0)
+        expect_broken(sim, "nvml", "libnvidia-ml crashed (signal 11)", env={"FAKE_NVML_CRASH": "nvmlDeviceGetCount_v2:1"})
+
+
 def test_with_agent_running():
     with TempDir() as tmp:
         events = os.path.join(tmp, "events")
@@ -256,6 +315,8 @@ def test_with_agent_running():
 
 
 if __name__ == "__main__":
-    tap_main([test_healthy_node_without_agent, test_module_missing, test_version_mismatch, test_missing_device_node,
+    tap_main([test_healthy_node_without_agent, test_module_missing, test_version_mismatch, test_installed_module_differs,
+              test_secure_boot_not_loaded, test_missing_device_node,
               test_fabric_manager_dead, test_cdi_stale, test_runtime_without_cdi, test_nfd_absent,
-              test_gpu_missing_from_bus, test_fabric_not_registered, test_with_agent_running], sys.argv[1:])
+              test_gpu_missing_from_bus, test_fabric_not_registered, test_nvml_hang_and_crash,
+              test_with_agent_running], sys.argv[1:])
