@@ -261,7 +261,9 @@ def test_timed_event_and_idle():
             idle = switches() - before
             note("main loop wakeups in 1 s with events armed: %d", idle)
             check(h.gpu_health(3) == "ok", "GPU 3 unhealthy before its timed XID")
-            check(idle <= 2, "the daemon woke up %d times in 1 s of idle" % idle)
+            # 0 on the daemon itself; valgrind (GNA_WRAPPER) adds wakeups of its own.
+            limit = 5 if os.environ.get("GNA_WRAPPER") else 0
+            check(idle <= limit, "the daemon woke up %d times in 1 s of idle (limit %d)" % (idle, limit))
             h.wait("timed XID 48 on GPU 3", lambda: h.gpu_health(3).startswith("failed: XID 48"), 5)
         finally:
             h.close()
