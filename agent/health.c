@@ -426,16 +426,19 @@ static void check_finish(Health *h, bool complete, const char *failure) {
                 check_apply(h, results, complete, failure);
 }
 
-static void handle_event(Health *h, HealthGpu *g, unsigned long long type, unsigned long long data) {
+static void handle_event(Health *h, HealthGpu *g, unsigned long long type, unsigned long long data, unsigned gi) {
         const ConfigHealth *c = &h->m->config->health;
-        char text[256];
+        char text[256], where[48] = "";
+
+        if (gi != 0xFFFFFFFFu)
+                snprintf(where, sizeof where, " in MIG GPU instance %u", gi);
 
         if (type == nvmlEventTypeXidCriticalError) {
                 const char *desc;
                 XidAction a = health_xid_classify((unsigned) data, c->xid_ignore, c->xid_fatal, &desc);
                 g->xid_count++;
                 g->last_xid = (unsigned) data;
-                snprintf(text, sizeof text, "XID %llu: %s", data, desc);
+                snprintf(text, sizeof text, "XID %llu%s: %s", data, where, desc);
                 gpu_add_event(g, text);
                 log_info("GPU %s: XID %llu (%s; class %s).", g->pci_address, data, desc, xid_action_to_string(a));
                 switch (a) {
@@ -463,7 +466,8 @@ static void handle_event(Health *h, HealthGpu *g, unsigned long long type, unsig
                 }
         } else if (type == nvmlEventTypeDoubleBitEccError) {
                 g->dbe_count++;
-                gpu_add_event(g, "double-bit ECC error");
+                snprintf(text, sizeof text, "double-bit ECC error%s", where);
+                gpu_add_event(g, text);
                 fault_set(&g->event, GPU_HEALTH_FAILED, "double-bit ECC error; reset the GPU (nvidia-smi -r)");
         } else if (type == nvmlEventTypeSingleBitEccError) {
                 g->sbe_count++;
@@ -478,6 +482,7 @@ static void handle_event(Health *h, HealthGpu *g, unsigned long long type, unsig
 
 static void worker_line(Health *h, char *line) {
         unsigned long long type, data;
+        unsigned gi = 0xFFFFFFFFu, ci = 0xFFFFFFFFu;
         size_t i;
 
         if (h->results && (startswith(line, "count ") || startswith(line, "gpu ") || startswith(line, "remap ") ||
@@ -494,9 +499,9 @@ static void worker_line(Health *h, char *line) {
                 log_debug("GPU event worker armed on %s GPU(s).", line + 6);
                 if (h->check_again)
                         check_send(h);
-        } else if (sscanf(line, "event %zu %llu %llu", &i, &type, &data) == 3) {
+        } else if (sscanf(line, "event %zu %llu %llu %u %u", &i, &type, &data, &gi, &ci) >= 3) {
                 if (i < h->n_gpus)
-                        handle_event(h, &h->gpus[i], type, data);
+                        handle_event(h, &h->gpus[i], type, data, gi);
         } else if (startswith(line, "unsupported "))
                 log_info("GPU event worker: no events for GPU #%s.", line + 12);
         else if (startswith(line, "error "))

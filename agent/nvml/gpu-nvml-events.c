@@ -80,11 +80,14 @@ static void *wait_thread(void *userdata) {
                 for (i = 0; i < c->n_gpus; i++)
                         if (c->handles[i] && c->handles[i] == data.device)
                                 break;
+                /* On a GPU in MIG mode the event names the parent and the GPU/compute instance it
+                 * happened in (0xFFFFFFFF: the whole GPU). A handle we did not register: no GPU of ours. */
                 if (i == c->n_gpus)
-                        /* A MIG device's event: reported against no GPU rather than guessed. */
-                        say(c, "event - %llu %llu", data.eventType, data.eventData);
+                        say(c, "event - %llu %llu %u %u", data.eventType, data.eventData, data.gpuInstanceId,
+                            data.computeInstanceId);
                 else
-                        say(c, "event %zu %llu %llu", i, data.eventType, data.eventData);
+                        say(c, "event %zu %llu %llu %u %u", i, data.eventType, data.eventData, data.gpuInstanceId,
+                            data.computeInstanceId);
         }
         return NULL;
 }

@@ -5,7 +5,8 @@
  * agent runs:
  *
  *   FAKE_NVML_EVENT_FILE  a file tests append lines to, one fault each (GPU = NVML index):
- *                           xid GPU CODE          an XID (critical error) event, eventData = CODE
+ *                           xid GPU CODE [GI]     an XID (critical error) event, eventData = CODE; with GI,
+ *                                                 in that MIG GPU instance (gpuInstanceId, computeInstanceId 0)
  *                           dbe GPU / sbe GPU     a double-/single-bit ECC event
  *                           lost GPU              the GPU falls off the bus: an XID 79 event, and from then
  *                                                 on its remapped-rows query answers GPU_IS_LOST
@@ -45,7 +46,7 @@ FAKE_DECLARE(nvmlDeviceGetRemappedRows, gna_nvmlDeviceGetRemappedRows_fn);
 #define FAKE_MAX_TIMED 64
 
 typedef struct FakeTimed {
-        unsigned gpu;
+        unsigned gpu, gi;
         unsigned long long type, data;
         uint64_t due_ms;
         bool fired;
@@ -69,16 +70,18 @@ static uint64_t now_ms(void) {
 }
 
 /* One line of the event file: 1 and the event for xid/dbe/sbe/lost, 0 for a state line or junk. */
-static int parse_event(const char *line, unsigned *gpu, unsigned long long *type, unsigned long long *data) {
+static int parse_event(const char *line, unsigned *gpu, unsigned long long *type, unsigned long long *data,
+                       unsigned *gi) {
         char kind[16];
-        unsigned g, code;
-        int n = sscanf(line, "%15s %u %u", kind, &g, &code);
+        unsigned g, code, instance;
+        int n = sscanf(line, "%15s %u %u %u", kind, &g, &code, &instance);
 
         if (n < 2)
                 return 0;
         *gpu = g;
         *data = 0;
-        if (streq(kind, "xid") && n == 3) {
+        *gi = n == 4 ? instance : 0xFFFFFFFFu;
+        if (streq(kind, "xid") && n >= 3) {
                 *type = nvmlEventTypeXidCriticalError;
                 *data = code;
         } else if (streq(kind, "lost")) {
@@ -115,7 +118,7 @@ static void parse_timed(nvmlEventSet_t set) {
                         continue;
                 }
                 snprintf(line, sizeof line, "%s %u %u", kind, g, code);
-                if (parse_event(line, &x->gpu, &x->type, &x->data) <= 0) {
+                if (parse_event(line, &x->gpu, &x->type, &x->data, &x->gi) <= 0) {
                         fprintf(stderr, "fake-nvml: FAKE_NVML_EVENTS: unknown kind '%s' (xid, dbe, sbe, lost); ignored\n",
                                 kind);
                         continue;
@@ -208,15 +211,15 @@ nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t device, unsigned long long ty
 }
 
 static bool deliver(nvmlEventSet_t set, unsigned gpu, unsigned long long type, unsigned long long data,
-                    nvmlEventData_t *out) {
+                    unsigned gi, nvmlEventData_t *out) {
         if (gpu >= set->n_gpus || !(set->mask[gpu] & type))
                 return false;
         *out = (nvmlEventData_t) {
                 .device = &fake_ctx.handles[gpu].dev,
                 .eventType = type,
                 .eventData = data,
-                .gpuInstanceId = 0xFFFFFFFFu,
-                .computeInstanceId = 0xFFFFFFFFu,
+                .gpuInstanceId = gi,
+                .computeInstanceId = gi == 0xFFFFFFFFu ? 0xFFFFFFFFu : 0,
         };
         return true;
 }
@@ -237,14 +240,14 @@ static bool next_from_file(nvmlEventSet_t set, nvmlEventData_t *out) {
         }
         while (!found && fgets(line, sizeof line, f)) {
                 size_t n = strlen(line);
-                unsigned gpu;
+                unsigned gpu, gi;
                 unsigned long long type, data;
 
                 if (n == 0 || line[n - 1] != '\n')
                         break; /* a line still being written */
                 set->offset += (off_t) n;
-                if (parse_event(line, &gpu, &type, &data) > 0)
-                        found = deliver(set, gpu, type, data, out);
+                if (parse_event(line, &gpu, &type, &data, &gi) > 0)
+                        found = deliver(set, gpu, type, data, gi, out);
         }
         fclose(f);
         return found;
@@ -260,7 +263,7 @@ static bool next_timed(nvmlEventSet_t set, nvmlEventData_t *out, uint64_t *next_
                         continue;
                 if (t->due_ms <= now) {
                         t->fired = true;
-                        if (deliver(set, t->gpu, t->type, t->data, out))
+                        if (deliver(set, t->gpu, t->type, t->data, t->gi, out))
                                 return true;
                         continue;
                 }

@@ -191,6 +191,8 @@ def test_xid_classes_and_configuration():
             h.wait("GPU 1 failed on XID 31", lambda: h.gpu_health(1).startswith("failed: XID 31"))
             h.inject("dbe 6")
             h.wait("GPU 6 failed on a DBE", lambda: h.gpu_health(6).startswith("failed: double-bit ECC"))
+            h.inject("xid 4 43 2")  # in MIG GPU instance 2 (NVML names the parent and the instance)
+            h.wait("XID 43 in a GPU instance", lambda: any("XID 43 in MIG GPU instance 2" in e for e in h.gpu_events(4)))
             h.inject("sbe 7")
             h.wait("SBE recorded", lambda: any("single-bit" in e for e in h.gpu_events(7)))
             check(h.gpu_health(7) == "ok", "after an SBE GPU 7 is %r" % h.gpu_health(7))
