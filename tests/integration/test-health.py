@@ -210,6 +210,29 @@ def test_xid_classes_and_configuration():
             d.close()
 
 
+def test_gpu_vanishes():
+    """A GPU falls off the bus: the XID 79 event fails it at once, the next check finds NVML has lost it (both
+    reasons shown); ResetGpuHealth() while it is still lost keeps it failed; once it answers again and the
+    operator says it was reset, it is ok."""
+    with TempDir() as tmp:
+        h = Health(tmp)
+        try:
+            h.inject("lost 6")
+            h.wait("GPU 6 failed", lambda: h.gpu_health(6).startswith("failed: XID 79"))
+            h.d.reconcile()
+            h.wait("the check to find it lost", lambda: "NVML: GPU is lost" in h.gpu_health(6), 5)
+            busctl(h.d.bus, "call", AGENT_NAME, AGENT_PATH, MANAGER, "ResetGpuHealth", "u", "6")
+            time.sleep(0.5 * SCALE)
+            check(h.gpu_health(6).startswith("failed: lost"), "reset while lost: %r" % h.gpu_health(6))
+            h.inject("back 6")
+            busctl(h.d.bus, "call", AGENT_NAME, AGENT_PATH, MANAGER, "ResetGpuHealth", "u", "6")
+            h.wait("GPU 6 ok once it answers", lambda: h.gpu_health(6) == "ok", 5)
+            p = busctl(h.d.bus, "call", AGENT_NAME, AGENT_PATH, MANAGER, "ResetGpuHealth", "u", "42", check_rc=None)
+            check(p.returncode != 0 and "There is no GPU 42" in p.stderr, "ResetGpuHealth(42): %r" % p.stderr)
+        finally:
+            h.close()
+
+
 def test_expect_gpus_and_fabric():
     with TempDir() as tmp:
         h = Health(tmp, dropin="probe:\n  expect-gpus: 9\n")
@@ -311,5 +334,5 @@ def test_worker_crash_and_hang():
 
 if __name__ == "__main__":
     tap_main([test_fatal_xid_reaches_everything_and_sticks, test_recoverable_fault_clears_after_recheck,
-              test_xid_classes_and_configuration, test_expect_gpus_and_fabric, test_timed_event_and_idle,
+              test_xid_classes_and_configuration, test_gpu_vanishes, test_expect_gpus_and_fabric, test_timed_event_and_idle,
               test_worker_crash_and_hang], sys.argv[1:])
