@@ -179,6 +179,17 @@ def test_secure_boot_not_loaded():
         note("secure-boot: %s", v["secure-boot"]["message"])
 
 
+def test_vfio_passthrough():
+    """A GPU bound to vfio-pci belongs to a VM: a warning naming it (exit 1), the rest of the node ok."""
+    with TempDir() as tmp:
+        sim = Sim(tmp, node="vfio")
+        rc, out, v = sim.verdicts()
+        check(rc == 1 and v["iommu"]["verdict"] == "warning" and "vfio-pci" in v["iommu"]["message"],
+              "vfio node: exit %d, iommu %r" % (rc, v["iommu"]))
+        check(v["nvml"]["verdict"] == "ok", "vfio node: nvml %r" % v["nvml"])
+        note("iommu: %s", v["iommu"]["message"])
+
+
 def test_missing_device_node():
     with TempDir() as tmp:
         sim = Sim(tmp)
@@ -316,7 +327,8 @@ def test_with_agent_running():
 
 if __name__ == "__main__":
     tap_main([test_healthy_node_without_agent, test_module_missing, test_version_mismatch, test_installed_module_differs,
-              test_secure_boot_not_loaded, test_missing_device_node,
+              test_secure_boot_not_loaded, test_vfio_passthrough,
+              test_missing_device_node,
               test_fabric_manager_dead, test_cdi_stale, test_runtime_without_cdi, test_nfd_absent,
               test_gpu_missing_from_bus, test_fabric_not_registered, test_nvml_hang_and_crash,
               test_with_agent_running], sys.argv[1:])
