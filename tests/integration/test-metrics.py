@@ -239,5 +239,43 @@ def test_mig_labels_and_bad_path():
             d.close()
 
 
+def test_dkms_build_seconds():
+    """A DKMS build (tests/fakes-dkms, 1 s, the kmod trap) ends up as gpu_node_agent_dkms_build_seconds."""
+    spec = importlib.util.spec_from_file_location("test_driver", os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                                                             "test-driver.py"))
+    td = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(td)
+    from harness import Agent, Bus, Notify
+    with TempDir() as tmp:
+        c = td.Case(tmp, tree="stale")
+        c.headers()
+        c.dkms_add()
+        src = os.path.join(tmp, "ko-src")
+        shutil.copytree(os.path.join(td.TREES, "upstream/lib/modules", td.KVER, "updates/dkms"), src)
+        c.env.update({"GNA_FAKE_DKMS_KO_SRC": src, "GNA_FAKE_DKMS_DURATION": "1"})
+        prom = os.path.join(tmp, "prom", "agent.prom")
+        with open(os.path.join(c.node.confd, "70-metrics.yaml"), "w") as f:
+            f.write("metrics:\n  textfile: %s\n" % prom)
+        bus, notify = Bus(tmp), Notify(tmp)
+        agent = Agent(c.node, bus, notify, extra_env=c.env, wrapper=[])
+        try:
+            notify.wait_for("READY=1", 30 * SCALE)
+            wait_until("the DKMS build in the textfile", lambda: os.path.exists(prom) and
+                       "gpu_node_agent_dkms_build_seconds" in open(prom).read(), 5)
+            with open(prom) as f:
+                samples, _ = parse(f.read(), prom)
+            v = find(samples, "gpu_node_agent_dkms_build_seconds", result="success")
+            check(len(v) == 1 and 1.0 <= v[0] < 30, "dkms_build_seconds %r" % v)
+            note("DKMS build: %.2f s", v[0])
+            check(agent.stop() == 0, "agent exit")
+        finally:
+            if agent.proc.poll() is None:
+                agent.proc.kill()
+                agent.proc.wait()
+            notify.close()
+            bus.stop()
+
+
 if __name__ == "__main__":
-    tap_main([test_textfile_scraped_by_node_exporter, test_mig_labels_and_bad_path], sys.argv[1:])
+    tap_main([test_textfile_scraped_by_node_exporter, test_mig_labels_and_bad_path, test_dkms_build_seconds],
+             sys.argv[1:])
