@@ -79,6 +79,9 @@ struct Health {
         char *check_node_reason;   /* node-wide finding of the last check, NULL none */
         bool active;
 
+        Spawn **hooks;             /* health.on-unhealthy runs not finished yet */
+        size_t n_hooks;
+
         GpuHealthState node_published;
         char *node_published_reason;
 };
@@ -169,6 +172,10 @@ Health *health_free(Health *h) {
         if (!h)
                 return NULL;
         worker_stop(h);
+        /* A hook still running is ended (its process group killed from the loop's background reaper). */
+        for (size_t i = 0; i < h->n_hooks; i++)
+                spawn_free(h->hooks[i]);
+        free(h->hooks);
         sd_event_source_disable_unref(h->restart_timer);
         sd_event_source_disable_unref(h->recheck_timer);
         for (size_t i = 0; i < h->n_gpus; i++)
@@ -191,6 +198,13 @@ static int inventory_index(const Manager *m, const char *pci_address) {
 }
 
 static void hook_exited(Spawn *s, const SpawnResult *res, void *userdata) {
+        Health *h = userdata;
+
+        for (size_t i = 0; i < h->n_hooks; i++)
+                if (h->hooks[i] == s) {
+                        h->hooks[i] = h->hooks[--h->n_hooks];
+                        break;
+                }
         if (res->timed_out)
                 log_warning("health.on-unhealthy hook timed out and was killed.");
         else if (res->signal > 0)
@@ -222,10 +236,16 @@ static void run_hook(Health *h, const HealthGpu *g, GpuHealthState s, const char
             strv_extendf(&env, "GPU_NODE_AGENT_HOSTNAME=%s", host) < 0)
                 return (void) log_oom();
         char *argv[] = { (char *) "/bin/sh", (char *) "-c", (char *) cmd, NULL };
-        SpawnOptions o = { .env = env, .timeout_usec = HEALTH_HOOK_TIMEOUT_USEC, .on_exit = hook_exited };
+        SpawnOptions o = { .env = env, .timeout_usec = HEALTH_HOOK_TIMEOUT_USEC, .on_exit = hook_exited,
+                           .userdata = h };
+        Spawn **l = reallocarray(h->hooks, h->n_hooks + 1, sizeof *l);
+        if (!l)
+                return (void) log_oom();
+        h->hooks = l;
         r = spawn_start(h->m->event, argv, &o, &child);
         if (r < 0)
-                log_warning_errno(r, "Failed to run the health.on-unhealthy hook: %s", strerror(-r));
+                return (void) log_warning_errno(r, "Failed to run the health.on-unhealthy hook: %s", strerror(-r));
+        h->hooks[h->n_hooks++] = child;
 }
 
 static char *node_reason_text(const Health *h, GpuHealthState *ret) {

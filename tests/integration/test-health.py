@@ -43,12 +43,12 @@ class Health:
     """A daemon on dgx-h100 with an event file, a hook that appends its environment to a file, and a fast
     re-check."""
 
-    def __init__(self, tmp, dropin="", env=None, node="dgx-h100"):
+    def __init__(self, tmp, dropin="", env=None, node="dgx-h100", hook=None):
         self.events = os.path.join(tmp, "nvml-events")
         open(self.events, "w").close()
         self.hook_out = os.path.join(tmp, "hook.out")
-        dropin = ("health:\n  recheck-delay: 200ms\n  on-unhealthy: 'env | grep ^GPU_NODE_AGENT_ >> %s; echo --- >> %s'\n"
-                  % (self.hook_out, self.hook_out)) + dropin
+        hook = hook or "env | grep ^GPU_NODE_AGENT_ >> %s; echo --- >> %s" % (self.hook_out, self.hook_out)
+        dropin = ("health:\n  recheck-delay: 200ms\n  on-unhealthy: '%s'\n" % hook) + dropin
         e = {"FAKE_NVML_EVENT_FILE": self.events}
         e.update(env or {})
         self.d = Daemon(tmp, node, dropin=dropin, env=e)
@@ -210,6 +210,30 @@ def test_xid_classes_and_configuration():
             d.close()
 
 
+def test_slow_hook_ended_with_the_agent():
+    """A hook that is still running when the agent stops does not keep it (or itself) alive."""
+    with TempDir() as tmp:
+        pidfile = os.path.join(tmp, "hook.pid")
+        h = Health(tmp, hook="echo $$ > %s; exec sleep 60" % pidfile)
+        try:
+            h.inject("xid 1 79")
+            h.wait("the hook to start", lambda: os.path.exists(pidfile) and open(pidfile).read().strip(), 5)
+            pid = int(open(pidfile).read())
+            t0 = time.monotonic()
+            h.d.stop_clean()
+            note("agent exit with a hook running: %.0f ms", (time.monotonic() - t0) * 1e3)
+
+            def gone():
+                try:
+                    with open("/proc/%d/stat" % pid) as f:
+                        return f.read().split()[2] == "Z"
+                except FileNotFoundError:
+                    return True
+            wait_until("the hook process to end", gone, 5)
+        finally:
+            h.d.close()
+
+
 def test_gpu_vanishes():
     """A GPU falls off the bus: the XID 79 event fails it at once, the next check finds NVML has lost it (both
     reasons shown); ResetGpuHealth() while it is still lost keeps it failed; once it answers again and the
@@ -334,5 +358,5 @@ def test_worker_crash_and_hang():
 
 if __name__ == "__main__":
     tap_main([test_fatal_xid_reaches_everything_and_sticks, test_recoverable_fault_clears_after_recheck,
-              test_xid_classes_and_configuration, test_gpu_vanishes, test_expect_gpus_and_fabric, test_timed_event_and_idle,
+              test_xid_classes_and_configuration, test_slow_hook_ended_with_the_agent, test_gpu_vanishes, test_expect_gpus_and_fabric, test_timed_event_and_idle,
               test_worker_crash_and_hang], sys.argv[1:])
