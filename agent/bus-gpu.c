@@ -242,6 +242,9 @@ static const sd_bus_vtable gpu_vtable[] = {
         SD_BUS_PROPERTY("MigModePending", "s", property_get_nvml_string, 0, SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
         SD_BUS_PROPERTY("MigDevices", "a(ssuu)", property_get_mig_devices, 0,
                         SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
+        SD_BUS_PROPERTY("Health", "s", bus_health_property_get_gpu, 0, SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
+        SD_BUS_PROPERTY("HealthEvents", "as", bus_health_property_get_gpu_events, 0,
+                        SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
 
         SD_BUS_VTABLE_END,
 };

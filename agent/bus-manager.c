@@ -252,10 +252,16 @@ static const sd_bus_vtable manager_vtable[] = {
         SD_BUS_PROPERTY("MigConfigState", "s", bus_mig_property_get_config_state, 0,
                         SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
 
+        SD_BUS_PROPERTY("Health", "s", bus_health_property_get_node, 0, SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
+        SD_BUS_PROPERTY("UnhealthyGpus", "u", bus_health_property_get_unhealthy, 0,
+                        SD_BUS_VTABLE_PROPERTY_EMITS_CHANGE),
+
         SD_BUS_METHOD_WITH_ARGS("Reload", SD_BUS_NO_ARGS, SD_BUS_NO_RESULT, method_reload,
                                 SD_BUS_VTABLE_UNPRIVILEGED),
         SD_BUS_METHOD_WITH_ARGS("Reconcile", SD_BUS_NO_ARGS, SD_BUS_NO_RESULT, method_reconcile,
                                 SD_BUS_VTABLE_UNPRIVILEGED),
+        SD_BUS_METHOD_WITH_ARGS("ResetGpuHealth", SD_BUS_ARGS("u", index), SD_BUS_NO_RESULT,
+                                bus_health_method_reset_gpu, SD_BUS_VTABLE_UNPRIVILEGED),
         SD_BUS_METHOD_WITH_ARGS("GetLabels", SD_BUS_NO_ARGS, SD_BUS_RESULT("a{ss}", labels), method_get_labels,
                                 SD_BUS_VTABLE_UNPRIVILEGED),
         SD_BUS_METHOD_WITH_ARGS("Unload", SD_BUS_NO_ARGS, SD_BUS_RESULT("as", units, "as", modules), method_unload,

@@ -9,6 +9,7 @@
 
 #include "bus-mig.h"
 #include "bus.h"
+#include "metrics.h"
 #include "driver-unload.h"
 #include "label.h"
 #include "log.h"
@@ -93,6 +94,7 @@ static void on_applied(MigManager *mm, const MigApplyOutcome *o, void *userdata)
         _cleanup_(sd_bus_message_unrefp) sd_bus_message *request = slot ? TAKE_PTR(*slot) : NULL;
         int r;
 
+        metrics_count_mig_apply(m, o->state, o->changed);
         follow_up(m, o->changed, "ApplyMigConfig() finished");
         if (!request)
                 return;

@@ -27,6 +27,18 @@ void manager_bus_gpus_changed(Manager *m, const Inventory *old);
  * CudaVersion and the per-GPU NVML properties that differ. */
 void manager_bus_nvml_changed(Manager *m, const NvmlSnapshot *old);
 
+/* The health members (bus-health.c). */
+int bus_health_property_get_node(sd_bus *bus, const char *path, const char *interface, const char *property,
+                                 sd_bus_message *reply, void *userdata, sd_bus_error *error);
+int bus_health_property_get_unhealthy(sd_bus *bus, const char *path, const char *interface, const char *property,
+                                      sd_bus_message *reply, void *userdata, sd_bus_error *error);
+int bus_health_property_get_gpu(sd_bus *bus, const char *path, const char *interface, const char *property,
+                                sd_bus_message *reply, void *userdata, sd_bus_error *error);
+int bus_health_property_get_gpu_events(sd_bus *bus, const char *path, const char *interface,
+                                       const char *property, sd_bus_message *reply, void *userdata,
+                                       sd_bus_error *error);
+int bus_health_method_reset_gpu(sd_bus_message *msg, void *userdata, sd_bus_error *error);
+
 /* Emits StageChanged(s stage, s state, s message). */
 void manager_bus_emit_stage_changed(Manager *m, StageId id);
 

@@ -35,6 +35,7 @@ typedef enum ConfigType {
         CONFIG_ENUM,      /* stored as the index into .values */
         CONFIG_UNITS,     /* a list of systemd unit names (char **), replaced whole by a later file */
         CONFIG_FLAGS,     /* a comma-separated, non-empty set of .values, stored as unsigned bits (bit i = values[i]) */
+        CONFIG_XIDS,      /* a list of XID numbers (char **, decimal), replaced whole by a later file */
 } ConfigType;
 
 typedef enum PathBase {
@@ -148,6 +149,13 @@ static const ConfigKey config_keys[] = {
         { "gres.slurm.file",  CONFIG_PATH,      CONFIG_OFF(gres.slurm_file), "slurm/gres-gpu-node-agent.conf", BASE_ETC },
         { "validations.operator-compat", CONFIG_BOOL, CONFIG_OFF(validations.operator_compat), "false" },
         { "validations.directory", CONFIG_PATH, CONFIG_OFF(validations.directory), "nvidia/validations", BASE_RUN },
+        { "probe.expect-gpus", CONFIG_UINT,     CONFIG_OFF(probe.expect_gpus), "0" },
+        { "health.enabled",   CONFIG_BOOL,      CONFIG_OFF(health.enabled), "true" },
+        { "health.xid.ignore", CONFIG_XIDS,     CONFIG_OFF(health.xid_ignore), "" },
+        { "health.xid.fatal", CONFIG_XIDS,      CONFIG_OFF(health.xid_fatal), "" },
+        { "health.on-unhealthy", CONFIG_STRING, CONFIG_OFF(health.on_unhealthy), "" },
+        { "health.recheck-delay", CONFIG_DURATION, CONFIG_OFF(health.recheck_delay_usec), "10s" },
+        { "metrics.textfile", CONFIG_STRING,   CONFIG_OFF(metrics.textfile), "" },
         { "engine.retry-min", CONFIG_DURATION,  CONFIG_OFF(engine.retry_min_usec), "1s" },
         { "engine.retry-max", CONFIG_DURATION,  CONFIG_OFF(engine.retry_max_usec), "5min" },
         { "log.level",        CONFIG_ENUM,      CONFIG_OFF(log_level),      "info", .values = log_level_names },
@@ -160,6 +168,10 @@ static const ConfigKey config_keys[] = {
         { "config.remote.interval", CONFIG_DURATION, CONFIG_OFF(remote.interval_usec), "5min" },
         { "config.remote.timeout", CONFIG_DURATION, CONFIG_OFF(remote.timeout_usec), "30s" },
 };
+
+static bool config_type_is_list(ConfigType t) {
+        return t == CONFIG_UNITS || t == CONFIG_XIDS;
+}
 
 static bool config_type_is_string(ConfigType t) {
         return t == CONFIG_STRING || t == CONFIG_PATH || t == CONFIG_FILE_NAME || t == CONFIG_LIBRARY;
@@ -385,6 +397,17 @@ static int value_parse(const ConfigKey *k, const char *s, Config *c, char **ret_
                         *(unsigned *) dst = bits;
                 return 0;
         }
+        case CONFIG_XIDS: {
+                /* One list item: an XID as NVIDIA's catalog numbers them. */
+                char *end;
+                errno = 0;
+                unsigned long v = isdigit((unsigned char) s[0]) ? strtoul(s, &end, 10) : 0;
+                if (!isdigit((unsigned char) s[0]) || s[0] == '0' || *end || errno != 0 || v > 65535)
+                        return config_yaml_set_error(ret_msg, -EINVAL,
+                                                     "'%s' is not an XID; write the number from NVIDIA's XID "
+                                                     "catalog, such as 13 or 79", s);
+                return 0;
+        }
         case CONFIG_ENUM:
                 for (size_t i = 0; k->values[i]; i++)
                         if (strcasecmp(s, k->values[i]) == 0) {
@@ -415,15 +438,18 @@ static int units_apply(const ConfigKey *k, const Node *item, const char *path, C
 
         if (item->type != NODE_SEQUENCE)
                 return config_yaml_located_error(error, item->file, item->line, item->column,
-                                                 "%s: expected a list such as [nvidia-dcgm.service, kubelet.service], "
-                                                 "got %s", path, config_node_kind(item));
+                                                 "%s: expected a list such as %s, got %s", path,
+                                                 k->type == CONFIG_XIDS ? "[13, 31, 43]"
+                                                                        : "[nvidia-dcgm.service, kubelet.service]",
+                                                 config_node_kind(item));
         for (size_t j = 0; j < item->n_items; j++) {
                 const Node *e = item->items[j];
                 _cleanup_free_ char *msg = NULL;
 
                 if (e->type != NODE_SCALAR || e->null)
                         return config_yaml_located_error(error, e->file, e->line, e->column,
-                                                         "%s: each item must be a unit name, got %s", path,
+                                                         "%s: each item must be %s, got %s", path,
+                                                         k->type == CONFIG_XIDS ? "an XID number" : "a unit name",
                                                          config_node_kind(e));
                 r = value_parse(k, e->value, NULL, &msg);
                 if (r == -EINVAL && msg)
@@ -458,7 +484,7 @@ static int tree_apply(const Node *n, const char *section, Config *c, char **erro
                         return -ENOMEM;
 
                 const ConfigKey *k = config_key_find(path);
-                if (k && k->type == CONFIG_UNITS) {
+                if (k && config_type_is_list(k->type)) {
                         if (item->null)
                                 continue;
                         r = units_apply(k, item, path, c, error);
@@ -635,7 +661,7 @@ static int config_defaults(Config **ret) {
                 const ConfigKey *k = config_keys + i;
                 _cleanup_free_ char *msg = NULL;
 
-                if (k->base != BASE_NONE || k->type == CONFIG_UNITS)
+                if (k->base != BASE_NONE || config_type_is_list(k->type))
                         continue; /* derived after merging, from the final root or etc; lists start empty */
                 int r = value_parse(k, k->def, c, &msg);
                 assert(r != -EINVAL);
@@ -705,6 +731,14 @@ static int config_verify(const Config *c, const Node *tree, char **error) {
                                                  "sharing.replicas is %u but sharing.strategy is none: set "
                                                  "sharing.strategy to time-slicing or mps", c->sharing.replicas);
         }
+        n = config_node_find(tree, "metrics.textfile");
+        if (!isempty(c->metrics.textfile) && (c->metrics.textfile[0] != '/' || strlen(c->metrics.textfile) < 6 ||
+                                            !streq(c->metrics.textfile + strlen(c->metrics.textfile) - 5, ".prom")))
+                return config_yaml_located_error(error, n->file, n->line, n->column,
+                                                 "metrics.textfile: '%s' is not an absolute path ending in .prom; "
+                                                 "node_exporter's textfile collector reads only *.prom files, e.g. "
+                                                 "/var/lib/prometheus/node-exporter/gpu-node-agent.prom",
+                                                 c->metrics.textfile);
         n = config_node_find(tree, "config.remote.timeout");
         if (c->remote.timeout_usec == 0) {
                 assert(n);
@@ -870,7 +904,7 @@ Config *config_free(Config *c) {
         for (size_t i = 0; i < ELEMENTSOF(config_keys); i++)
                 if (config_type_is_string(config_keys[i].type))
                         free(*(char **) config_field(c, config_keys + i));
-                else if (config_keys[i].type == CONFIG_UNITS)
+                else if (config_type_is_list(config_keys[i].type))
                         strv_free(*(char ***) config_field(c, config_keys + i));
         strv_free(c->sources);
         free(c);
@@ -965,6 +999,7 @@ int config_dump(const Config *c, FILE *f) {
                                 }
                         break;
                 case CONFIG_UNITS:
+                case CONFIG_XIDS:
                         fputc('[', f);
                         STRV_FOREACH(u, *(char **const *) v) {
                                 if (u != *(char **const *) v)

@@ -71,6 +71,20 @@
  *   validations:
  *     operator-compat: false                       write the GPU Operator's driver-ready file
  *     directory: <run>/nvidia/validations
+ *   probe:
+ *     expect-gpus: 0                               GPUs this node should have; fewer on the PCI bus makes
+ *                                                  the node's health degraded (0 = no expectation)
+ *   health:                                        GPU health (health.c): NVML events + checks
+ *     enabled: true
+ *     xid:
+ *       ignore: []                                 XIDs to treat as application errors (e.g. [13, 31, 43])
+ *       fatal: []                                  XIDs that fail the GPU until it is reset
+ *     on-unhealthy: ""                             /bin/sh -c command run when a GPU turns unhealthy, with
+ *                                                  GPU_NODE_AGENT_GPU, _GPU_PCI_ADDRESS, _GPU_UUID, _HEALTH,
+ *                                                  _REASON, _HOSTNAME in its environment
+ *     recheck-delay: 10s                           a recoverable fault is re-checked this long after it
+ *   metrics:
+ *     textfile: ""                                 node_exporter textfile (absolute path ending in .prom), "" = none
  *   engine:
  *     retry-min: 1s                                first retry delay of a failed stage (doubles)
  *     retry-max: 5min                              cap of that delay
@@ -229,6 +243,22 @@ typedef struct ConfigEngine {
         uint64_t retry_max_usec;
 } ConfigEngine;
 
+typedef struct ConfigProbe {
+        unsigned expect_gpus;                  /* GPUs this node should have, 0 = no expectation */
+} ConfigProbe;
+
+typedef struct ConfigHealth {
+        bool enabled;                          /* watch NVML events and run health checks */
+        char **xid_ignore;                     /* decimal XIDs treated as application errors */
+        char **xid_fatal;                      /* decimal XIDs that fail the GPU until it is reset */
+        char *on_unhealthy;                    /* /bin/sh -c command run when a GPU turns unhealthy, "" none */
+        uint64_t recheck_delay_usec;           /* a recoverable fault is re-checked this long after it */
+} ConfigHealth;
+
+typedef struct ConfigMetrics {
+        char *textfile;                        /* node_exporter textfile, "" = none */
+} ConfigMetrics;
+
 typedef struct ConfigRemote {
         char *url;                             /* template, "" = no remote configuration */
         char *ca_file;
@@ -254,6 +284,9 @@ typedef struct Config {
         int log_level;           /* LOG_* from syslog.h */
         ConfigRemote remote;
         ConfigKubernetes kubernetes;
+        ConfigProbe probe;
+        ConfigHealth health;
+        ConfigMetrics metrics;
         char **sources;          /* files that were merged, in order (may be empty) */
 } Config;
 

@@ -9,6 +9,8 @@
 #include "bus.h"
 #include "fileio.h"
 #include "log.h"
+#include "health.h"
+#include "metrics.h"
 #include "manager.h"
 #include "strv.h"
 
@@ -46,6 +48,9 @@ static AgentState manager_compute_state(const Manager *m) {
                 return AGENT_STARTING;
         if (m->stages[STAGE_PROBE].state == STAGE_FAILED)
                 return AGENT_FAILED;
+        /* An unhealthy GPU (or one missing from the bus) degrades the node without failing a stage. */
+        if (health_node_state(m->health, NULL) != GPU_HEALTH_OK)
+                return AGENT_DEGRADED;
         return manager_is_ready(m) ? AGENT_READY : AGENT_DEGRADED;
 }
 
@@ -270,6 +275,8 @@ static void manager_finish_pass(Manager *m) {
         }
 
         manager_schedule_retry(m);
+        health_pass_done(m->health);
+        metrics_update(m);
         if (m->pass_again) {
                 m->pass_again = m->pass_again_coalesced = false;
                 manager_request_pass(m, "queued request");

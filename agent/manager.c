@@ -16,6 +16,8 @@
 #include "gpu-nvml-worker.h"
 #include "kube-node.h"
 #include "log.h"
+#include "health.h"
+#include "metrics.h"
 #include "manager.h"
 #include "mig-manager.h"
 #include "strv.h"
@@ -57,6 +59,12 @@ int manager_new(const ManagerOptions *o, Manager **ret) {
         r = sd_event_new(&m->event);
         if (r < 0)
                 return r;
+        r = health_new(m, &m->health);
+        if (r < 0)
+                return r;
+        r = metrics_new(&m->metrics);
+        if (r < 0)
+                return r;
 
         *ret = TAKE_PTR(m);
         return 0;
@@ -68,6 +76,8 @@ Manager *manager_free(Manager *m) {
 
         /* An apply in flight holds fabric ops, event sources, a reset child and the NVML handle. */
         mig_manager_free(m->mig);
+        health_free(m->health);
+        metrics_free(m->metrics);
         manager_remote_done(m);
         kube_node_free(m->kube);
         free(m->kube_mig_config);

@@ -86,6 +86,8 @@ typedef struct Manager {
         LabelKnownProduct *known_products; /* NVML's last product name per GPU (gpu-products.c) */
         size_t n_known_products;
         bool known_products_loaded;      /* read from the state directory (or found missing) */
+        struct Health *health;           /* GPU health (health.c): event worker, checks, per-GPU faults */
+        struct Metrics *metrics;         /* the node_exporter textfile (metrics.c) */
 
         /* Remote configuration (manager-remote.c, config-remote.c). */
         struct ConfigRemoteFetcher *remote_fetcher;

@@ -16,6 +16,7 @@
 #include "driver-state.h"
 #include "driver-unload.h"
 #include "driver.h"
+#include "metrics.h"
 #include "fileio.h"
 #include "log.h"
 #include "spawn-child.h"
@@ -318,6 +319,7 @@ static void on_dkms_done(DkmsRun *run, int error, const char *message, void *use
         int r;
 
         m->dkms_run = dkms_run_free(run);
+        metrics_dkms_finished(m, error >= 0);
         if (error < 0) {
                 ModuleContext *ctx;
                 _cleanup_strv_free_ char **rows = NULL;
@@ -354,6 +356,8 @@ static int driver_start_dkms(Manager *m, const char *reason, char **ret_message)
         log_info("%s Building it with DKMS (%s %s -k %s).", reason, o.program, o.module ? "install" : "autoinstall",
                  m->kernel_release);
         r = dkms_run_start(m->event, m->kernel_release, &o, &cb, m, &m->dkms_run, &error);
+        if (r >= 0)
+                metrics_dkms_started(m);
         if (r < 0) {
                 _cleanup_free_ char *state = strprintf("failed: %s", strna(error));
                 driver_set_dkms_state(m, state ?: "failed");

@@ -7,6 +7,7 @@
 #include "bus.h"
 #include "fileio.h"
 #include "gpu-products.h"
+#include "health.h"
 #include "log.h"
 #include "manager.h"
 #include "mig-manager.h"
@@ -24,6 +25,8 @@ static const char *labels_agent_state(const Manager *m) {
         for (int i = 0; i < _STAGE_MAX; i++)
                 if (i != STAGE_LABELS && m->stages[i].state == STAGE_FAILED)
                         return i == STAGE_PROBE ? "failed" : "degraded";
+        if (health_node_state(m->health, NULL) != GPU_HEALTH_OK)
+                return "degraded";
         return "ready";
 }
 
@@ -159,6 +162,9 @@ int stage_labels_run(Manager *m, char **ret_message) {
                 .mig_config_state = mig_manager_state(m->mig),
                 .known_products = m->known_products,
                 .n_known_products = m->n_known_products,
+                .gpu_health = health_active(m->health) ? gpu_health_to_string(health_node_state(m->health, NULL))
+                                                       : NULL,
+                .unhealthy_gpus = health_unhealthy_gpus(m->health),
         };
         r = labels_compute(&in, &labels, &warnings);
         if (r < 0) {

@@ -7,6 +7,7 @@
 #include "devices.h"
 #include "log.h"
 #include "manager.h"
+#include "metrics.h"
 #include "mig-manager.h"
 #include "strv.h"
 
@@ -48,6 +49,7 @@ static void on_applied(MigManager *mm, const MigApplyOutcome *o, void *userdata)
                                              problems ? "; " : "", problems ? problems : ""));
         if (streq(o->state, "failed") && r >= 0)
                 r = -EIO;
+        metrics_count_mig_apply(m, o->state, o->changed);
         manager_stage_complete(m, STAGE_MIG, r < 0 ? r : STAGE_DONE, message);
 }
 

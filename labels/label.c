@@ -537,6 +537,11 @@ int labels_compute(const LabelInput *in, LabelSet **ret, char ***warnings) {
                 r = put_optional(s, LABEL_PREFIX "mig.config.state", in->mig_config_state, warnings);
         if (r >= 0 && in->timestamp_sec > 0)
                 r = label_put_uint(s, LABEL_PREFIX "gfd.timestamp", in->timestamp_sec);
+        if (r >= 0 && in->gpu_health) {
+                r = put_optional(s, LABEL_PREFIX "gpu.health", in->gpu_health, warnings);
+                if (r >= 0)
+                        r = label_put_uint(s, LABEL_PREFIX "gpu-node-agent.unhealthy-gpus", in->unhealthy_gpus);
+        }
         if (r < 0)
                 return r;
 

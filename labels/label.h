@@ -81,6 +81,9 @@ typedef struct LabelInput {
          * instead of the pci.ids name, so that nodeSelectors do not change with NVML's state. */
         const LabelKnownProduct *known_products;
         size_t n_known_products;
+        const char *gpu_health;    /* gpu.health: "ok" / "degraded" / "failed", NULL = not watched (no
+                                    * gpu.health nor gpu-node-agent.unhealthy-gpus label) */
+        unsigned unhealthy_gpus;   /* gpu-node-agent.unhealthy-gpus, with gpu_health */
 } LabelInput;
 
 /* Computes the label set. With no GPU returns 0 and an empty set. Warnings (e.g. heterogeneous node:

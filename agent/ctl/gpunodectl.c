@@ -11,6 +11,7 @@
 #include "bus.h"
 #include "config.h"
 #include "ctl-agent.h"
+#include "ctl-doctor.h"
 #include "ctl-driver.h"
 #include "ctl-mig.h"
 #include "ctl-output.h"
@@ -29,6 +30,9 @@ static bool arg_timeout_set = false;
 static const char *arg_mig_config = NULL;
 static bool arg_force = false;
 static bool arg_no_block = false;
+static const char *arg_agent_config = NULL;
+static const char *arg_agent_config_dir = NULL;
+static const char *arg_root = NULL;
 
 static const char *agent_state_color(const char *state) {
         if (streq_ptr(state, "ready"))
@@ -562,7 +566,11 @@ static int help(void) {
                "                        for the result (root)\n"
                "  mig assert [NAME]     Check whether the GPUs match a MIG config (default: the\n"
                "                        selected one); exit status 1 when they do not\n"
-               "  mig export            Print the current MIG layout as a mig-parted config\n\n"
+               "  mig export            Print the current MIG layout as a mig-parted config\n"
+               "  doctor                Check every layer of the node bottom up (PCI, IOMMU, modules,\n"
+               "                        Secure Boot, device nodes, persistenced, fabric manager, NVML,\n"
+               "                        MIG, CDI, container runtimes, NFD, health) and say how to fix\n"
+               "                        what is broken; works without the agent\n\n"
                "Options:\n"
                "  -h --help             Show this help\n"
                "     --version          Show the version\n"
@@ -576,7 +584,11 @@ static int help(void) {
                "     --config=FILE      mig apply, mig assert: read the MIG config from FILE instead\n"
                "                        of mig.config-file (assert: root only)\n"
                "     --force            mig apply: even while GPUs to change run compute processes\n"
-               "     --no-block         mig apply: return once the agent has accepted the apply\n\n"
+               "     --no-block         mig apply: return once the agent has accepted the apply\n"
+               "     --agent-config=FILE  doctor: the agent's agent.yaml (default\n"
+               "                        /etc/gpu-node-agent/agent.yaml)\n"
+               "     --agent-config-dir=DIR  doctor: a conf.d directory instead of the default two\n"
+               "     --root=DIR         doctor: the host root the configuration resolves under\n\n"
                "Exit status:\n"
                "  0  success (wait-ready: the agent is ready; mig apply: also when a GPU waits for\n"
                "     a reset, \"reboot required\"; mig assert: the GPUs match)\n"
@@ -584,7 +596,8 @@ static int help(void) {
                "     match the config (mig assert)\n"
                "  2  invalid command line\n"
                "  3  the agent is not running or the system bus is unreachable\n"
-               "  4  permission denied\n\n"
+               "  4  permission denied\n"
+               "  doctor: 0 every layer ok, 1 warnings, 2 a layer failed\n\n"
                "The system bus address is taken from $DBUS_SYSTEM_BUS_ADDRESS when set.\n"
                "See gpunodectl(1) for details.\n");
         return 0;
@@ -599,6 +612,9 @@ enum {
         ARG_CONFIG,
         ARG_FORCE,
         ARG_NO_BLOCK,
+        ARG_AGENT_CONFIG,
+        ARG_AGENT_CONFIG_DIR,
+        ARG_ROOT,
 };
 
 /* Returns 1 to go on, 0 to exit successfully (help, version), or CTL_EXIT_USAGE negated. */
@@ -613,6 +629,9 @@ static int parse_argv(int argc, char **argv) {
                 { "config", required_argument, NULL, ARG_CONFIG },
                 { "force", no_argument, NULL, ARG_FORCE },
                 { "no-block", no_argument, NULL, ARG_NO_BLOCK },
+                { "agent-config", required_argument, NULL, ARG_AGENT_CONFIG },
+                { "agent-config-dir", required_argument, NULL, ARG_AGENT_CONFIG_DIR },
+                { "root", required_argument, NULL, ARG_ROOT },
                 {},
         };
         int c, r;
@@ -652,6 +671,15 @@ static int parse_argv(int argc, char **argv) {
                         break;
                 case ARG_NO_BLOCK:
                         arg_no_block = true;
+                        break;
+                case ARG_AGENT_CONFIG:
+                        arg_agent_config = optarg;
+                        break;
+                case ARG_AGENT_CONFIG_DIR:
+                        arg_agent_config_dir = optarg;
+                        break;
+                case ARG_ROOT:
+                        arg_root = optarg;
                         break;
                 case '?':
                         if (optopt >= ARG_VERSION)
@@ -702,7 +730,7 @@ static int verb_mig(sd_bus *bus, char **args) {
 static const Verb verbs[] = {
         { "status", verb_status },       { "gpus", verb_gpus },           { "labels", verb_labels },
         { "reload", verb_reload },       { "reconcile", verb_reconcile }, { "wait-ready", verb_wait_ready },
-        { "driver", verb_driver },       { "mig", verb_mig },
+        { "driver", verb_driver },       { "mig", verb_mig },             { "doctor", NULL },
 };
 
 int main(int argc, char **argv) {
@@ -722,6 +750,28 @@ int main(int argc, char **argv) {
         if (!verb) {
                 fprintf(stderr, "gpunodectl: Unknown command '%s'. See gpunodectl --help.\n", name);
                 return CTL_EXIT_USAGE;
+        }
+        if ((arg_agent_config || arg_agent_config_dir || arg_root) && verb->run) {
+                fprintf(stderr, "gpunodectl: --agent-config, --agent-config-dir and --root only apply to doctor.\n");
+                return CTL_EXIT_USAGE;
+        }
+        if (!verb->run) {
+                /* doctor: works without the agent and without a bus; uses them when they are there. */
+                if (optind + 1 < argc) {
+                        fprintf(stderr, "gpunodectl: 'doctor' takes no arguments, got '%s'. See gpunodectl --help.\n",
+                                argv[optind + 1]);
+                        return CTL_EXIT_USAGE;
+                }
+                if (arg_timeout_set || arg_mig_config || arg_force || arg_no_block) {
+                        fprintf(stderr, "gpunodectl: doctor takes none of --timeout, --config, --force, --no-block.\n");
+                        return CTL_EXIT_USAGE;
+                }
+                if (sd_bus_open_system(&bus) < 0)
+                        bus = NULL;
+                CtlDoctorOptions o = { .json = arg_json, .legend = arg_legend, .root = arg_root,
+                                       .config_file = arg_agent_config, .config_dir = arg_agent_config_dir,
+                                       .bus = bus };
+                return ctl_doctor(&o);
         }
         if (verb->run == verb_driver) {
                 r = ctl_driver_check_args(optind + 1 < argc ? argv + optind + 1 : NULL);

@@ -70,6 +70,7 @@ typedef enum GNA_NVML(nvmlReturn_enum) {
 typedef struct GNA_NVML(nvmlDevice_st) *GNA_NVML(nvmlDevice_t);
 typedef struct GNA_NVML(nvmlGpuInstance_st) *GNA_NVML(nvmlGpuInstance_t);
 typedef struct GNA_NVML(nvmlComputeInstance_st) *GNA_NVML(nvmlComputeInstance_t);
+typedef struct GNA_NVML(nvmlEventSet_st) *GNA_NVML(nvmlEventSet_t);
 
 /* ---- Buffer sizes and plain constants ----------------------------------------------------------------- */
 
@@ -154,6 +155,16 @@ typedef enum GNA_NVML(nvmlEnableState_enum) {
         GNA_NVML(NVML_FEATURE_DISABLED) = 0,
         GNA_NVML(NVML_FEATURE_ENABLED) = 1,
 } GNA_NVML(nvmlEnableState_t);
+
+/* Event types (nvmlDeviceRegisterEvents' mask, nvmlEventData_t.eventType): a 64-bit mask in nvml.h
+ * (unsigned long long); these fit an int. eventData of an XID event is the XID. */
+enum {
+        GNA_NVML(nvmlEventTypeSingleBitEccError) = 0x1,
+        GNA_NVML(nvmlEventTypeDoubleBitEccError) = 0x2,
+        GNA_NVML(nvmlEventTypePState) = 0x4,
+        GNA_NVML(nvmlEventTypeXidCriticalError) = 0x8,
+        GNA_NVML(nvmlEventTypeClock) = 0x10,
+};
 
 /* ---- Structs ------------------------------------------------------------------------------------------ */
 
@@ -291,6 +302,17 @@ typedef struct GNA_NVML(nvmlGpuFabricInfo_st) {
         GNA_NVML(nvmlGpuFabricState_t) state;
 } GNA_NVML(nvmlGpuFabricInfo_t);
 
+/* What nvmlEventSetWait_v2 fills in: the device (a MIG device handle for an event inside one), the type
+ * bit, the data (the XID for nvmlEventTypeXidCriticalError) and, on MIG, the GI/CI ids (0xFFFFFFFF on a
+ * whole GPU). */
+typedef struct GNA_NVML(nvmlEventData_st) {
+        GNA_NVML(nvmlDevice_t) device;
+        unsigned long long eventType;
+        unsigned long long eventData;
+        unsigned int gpuInstanceId;
+        unsigned int computeInstanceId;
+} GNA_NVML(nvmlEventData_t);
+
 /* Struct version words, as NVML builds them: the struct's size in the low bits, the version in the top
  * byte. NVML_STRUCT_VERSION itself is only defined under its own name in unprefixed builds. */
 #define GNA_NVML_STRUCT_VERSION(type, ver) ((unsigned int) (sizeof(type) | ((unsigned int) (ver) << 24U)))
@@ -402,3 +424,19 @@ typedef GNA_NVML(nvmlReturn_t) (*gna_nvmlDeviceGetAttributes_v2_fn)(GNA_NVML(nvm
 typedef GNA_NVML(nvmlReturn_t) (*gna_nvmlDeviceGetGpuInstanceId_fn)(GNA_NVML(nvmlDevice_t) device, unsigned int *id);
 typedef GNA_NVML(nvmlReturn_t) (*gna_nvmlDeviceGetComputeInstanceId_fn)(GNA_NVML(nvmlDevice_t) device,
                                                                        unsigned int *id);
+
+/* Health (agent/nvml/gpu-nvml-events.c): the event set a worker process blocks on, and row remapping. */
+typedef GNA_NVML(nvmlReturn_t) (*gna_nvmlEventSetCreate_fn)(GNA_NVML(nvmlEventSet_t) *set);
+typedef GNA_NVML(nvmlReturn_t) (*gna_nvmlEventSetFree_fn)(GNA_NVML(nvmlEventSet_t) set);
+typedef GNA_NVML(nvmlReturn_t) (*gna_nvmlDeviceRegisterEvents_fn)(GNA_NVML(nvmlDevice_t) device,
+                                                                 unsigned long long eventTypes,
+                                                                 GNA_NVML(nvmlEventSet_t) set);
+typedef GNA_NVML(nvmlReturn_t) (*gna_nvmlDeviceGetSupportedEventTypes_fn)(GNA_NVML(nvmlDevice_t) device,
+                                                                         unsigned long long *eventTypes);
+typedef GNA_NVML(nvmlReturn_t) (*gna_nvmlEventSetWait_v2_fn)(GNA_NVML(nvmlEventSet_t) set,
+                                                            GNA_NVML(nvmlEventData_t) *data,
+                                                            unsigned int timeoutms); /* also nvmlEventSetWait */
+typedef GNA_NVML(nvmlReturn_t) (*gna_nvmlDeviceGetRemappedRows_fn)(GNA_NVML(nvmlDevice_t) device,
+                                                                  unsigned int *corrRows, unsigned int *uncRows,
+                                                                  unsigned int *isPending,
+                                                                  unsigned int *failureOccurred);

@@ -72,6 +72,13 @@ CHECK_FN(gna_nvmlDeviceGetAttributes_v2_fn, nvmlDeviceGetAttributes_v2);
 CHECK_FN(gna_nvmlDeviceGetAttributes_v2_fn, nvmlDeviceGetAttributes);
 CHECK_FN(gna_nvmlDeviceGetGpuInstanceId_fn, nvmlDeviceGetGpuInstanceId);
 CHECK_FN(gna_nvmlDeviceGetComputeInstanceId_fn, nvmlDeviceGetComputeInstanceId);
+CHECK_FN(gna_nvmlEventSetCreate_fn, nvmlEventSetCreate);
+CHECK_FN(gna_nvmlEventSetFree_fn, nvmlEventSetFree);
+CHECK_FN(gna_nvmlDeviceRegisterEvents_fn, nvmlDeviceRegisterEvents);
+CHECK_FN(gna_nvmlDeviceGetSupportedEventTypes_fn, nvmlDeviceGetSupportedEventTypes);
+CHECK_FN(gna_nvmlEventSetWait_v2_fn, nvmlEventSetWait_v2);
+CHECK_FN(gna_nvmlEventSetWait_v2_fn, nvmlEventSetWait);
+CHECK_FN(gna_nvmlDeviceGetRemappedRows_fn, nvmlDeviceGetRemappedRows);
 
 /* Linked into the same program as nvml-abi-types.c, which has main. */
 void nvml_abi_functions_report(void);

@@ -52,6 +52,7 @@ CHECK_CONST(NVML_ERROR_UNKNOWN);
 CHECK_SIZE(nvmlDevice_t);
 CHECK_SIZE(nvmlGpuInstance_t);
 CHECK_SIZE(nvmlComputeInstance_t);
+CHECK_SIZE(nvmlEventSet_t);
 
 /* ---- Constants ---- */
 CHECK_CONST(NVML_VALUE_NOT_AVAILABLE);
@@ -135,6 +136,18 @@ CHECK_FIELD(nvmlPciInfo_t, device);
 CHECK_FIELD(nvmlPciInfo_t, pciDeviceId);
 CHECK_FIELD(nvmlPciInfo_t, pciSubSystemId);
 CHECK_FIELD(nvmlPciInfo_t, busId);
+
+CHECK_CONST(nvmlEventTypeSingleBitEccError);
+CHECK_CONST(nvmlEventTypeDoubleBitEccError);
+CHECK_CONST(nvmlEventTypePState);
+CHECK_CONST(nvmlEventTypeXidCriticalError);
+CHECK_CONST(nvmlEventTypeClock);
+CHECK_SIZE(nvmlEventData_t);
+CHECK_FIELD(nvmlEventData_t, device);
+CHECK_FIELD(nvmlEventData_t, eventType);
+CHECK_FIELD(nvmlEventData_t, eventData);
+CHECK_FIELD(nvmlEventData_t, gpuInstanceId);
+CHECK_FIELD(nvmlEventData_t, computeInstanceId);
 
 CHECK_SIZE(nvmlMemory_t);
 CHECK_FIELD(nvmlMemory_t, total);

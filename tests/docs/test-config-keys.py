@@ -27,7 +27,7 @@ def code_keys():
         if base in ("BASE_ROOT", "BASE_ETC", "BASE_RUN"):
             prefix = "<" + base[5:].lower() + ">"
             default = prefix + ("/" + default if default else "")
-        elif ctype == "CONFIG_UNITS" and default == "":
+        elif ctype in ("CONFIG_UNITS", "CONFIG_XIDS") and default == "":
             default = "[]"
         keys[key] = default
     return keys
@@ -52,7 +52,7 @@ def man_keys():
     for line in read("docs/man/gpu-node-agent.yaml.5").splitlines():
         if not line.startswith(".BR ") or "default" not in line:
             continue
-        line = line.replace("\\fI", "").replace("\\fB", "").replace("\\fR", "")
+        line = line.replace("\\(dq\\(dq", '""').replace("\\fI", "").replace("\\fB", "").replace("\\fR", "")
         head, _, tail = line[4:].partition(" (")
         names = re.findall(r'[a-z][a-z0-9-]*(?:\.[a-z0-9-]+)+', head)
         m = re.search(r'default(?: empty\)"|"? "? ?(\S+) ?\)?)', '(' + tail)
@@ -75,7 +75,7 @@ def main():
         for k in sorted(set(got) - set(code)):
             errors.append(f"{where}: documents key '{k}', which agent/config.c does not accept")
         for k in sorted(set(code) & set(got)):
-            if got[k] != code[k] and not (code[k] == "" and got[k] in ("", "empty", "unset")):
+            if got[k] != code[k] and not (code[k] == "" and got[k] in ("", '""', "empty", "unset")):
                 errors.append(f"{where}: key '{k}' default is '{got[k]}', agent/config.c says '{code[k]}'")
     for e in errors:
         print("FAIL:", e)

@@ -243,6 +243,20 @@ static void test_mapping_merge_scalar_replace(void **state) {
         assert_int_equal(strv_length(c->mig.stop_units), 0);
         config_free(c);
 
+        /* The health keys: lists of XIDs, the hook, the expected GPU count. */
+        free(put(root, ADMIN "/16-health.yaml", "probe:\n  expect-gpus: 8\nhealth:\n  xid:\n    ignore: [13, 31]\n"
+                                               "    fatal: [79]\n  on-unhealthy: \"true\"\n  recheck-delay: 2s\n"));
+        c = load_root(root);
+        assert_int_equal(c->probe.expect_gpus, 8);
+        assert_true(c->health.enabled);
+        assert_int_equal(strv_length(c->health.xid_ignore), 2);
+        assert_string_equal(c->health.xid_ignore[1], "31");
+        assert_string_equal(c->health.xid_fatal[0], "79");
+        assert_string_equal(c->health.on_unhealthy, "true");
+        assert_int_equal(c->health.recheck_delay_usec, 2 * USEC_PER_SEC);
+        config_free(c);
+        free(put(root, ADMIN "/16-health.yaml", "health: ~\nprobe: ~\n"));
+
         /* A null replaces the whole mapping: the section is back to its defaults. */
         free(put(root, ADMIN "/20-reset.yaml", "labels: ~\nlog:\n  level: null\n"));
         c = load_root(root);
@@ -290,7 +304,7 @@ static void test_errors(void **state) {
                          "2:3: unknown key 'labels.fo' (valid keys under 'labels': enabled, directory, file, "
                          "expiry, mig-strategy, timestamp)");
         check_main_error(root, "log:\n  level: info\nlabel:\n  file: x\n", -EINVAL,
-                         "3:1: unknown key 'label' (valid top-level keys: paths, nvml, labels, sharing, driver, devices, fabric, mig, cdi, gres, validations, engine, log, kubernetes, config)");
+                         "3:1: unknown key 'label' (valid top-level keys: paths, nvml, labels, sharing, driver, devices, fabric, mig, cdi, gres, validations, probe, health, metrics, engine, log, kubernetes, config)");
         check_main_error(root, "labels:\n  enabled: maybe\n", -EINVAL,
                          "2:12: labels.enabled: expected a boolean (true/false), got 'maybe'");
         check_main_error(root, "labels:\n  enabled:\n    - true\n", -EINVAL,
@@ -353,6 +367,14 @@ static void test_errors(void **state) {
                          "type, such as nvidia-dcgm.service");
         check_main_error(root, "mig:\n  hooks:\n    stop-units: [a.service, a.service]\n", -EINVAL,
                          "3:29: mig.hooks.stop-units: 'a.service' is listed twice");
+        check_main_error(root, "health:\n  xid:\n    fatal: 79\n", -EINVAL,
+                         "3:12: health.xid.fatal: expected a list such as [13, 31, 43], got a plain value");
+        check_main_error(root, "health:\n  xid:\n    ignore: [13, x1]\n", -EINVAL,
+                         "3:18: health.xid.ignore: 'x1' is not an XID; write the number from NVIDIA's XID catalog, "
+                         "such as 13 or 79");
+        check_main_error(root, "health:\n  xid:\n    ignore: [013]\n", -EINVAL,
+                         "3:14: health.xid.ignore: '013' is not an XID; write the number from NVIDIA's XID catalog, "
+                         "such as 13 or 79");
         check_main_error(root, "driver:\n  parameters:\n    nvidia-foo: x\n", -EINVAL,
                          "3:5: unknown key 'driver.parameters.nvidia-foo' (valid keys under 'driver.parameters': "
                          "nvidia, nvidia-uvm, nvidia-modeset, nvidia-peermem)");

@@ -698,6 +698,24 @@ static void test_mig_mode_unknown(void **state) {
         free(n);
 }
 
+static void test_health_labels(void **state) {
+        /* Written only when health is watched (gpu_health set), the count along with it. */
+        Node *n = node_new("550.54.15", 12040);
+        node_add_gpu(n, "0000:18:00.0", &H100, GPU_MIG_DISABLED);
+        _cleanup_(label_set_freep) LabelSet *s = NULL, *t = NULL;
+        _cleanup_strv_free_ char **warnings = NULL, **warnings2 = NULL;
+
+        assert_int_equal(labels_compute(&n->in, &s, &warnings), 0);
+        assert_null(label_set_get(s, "nvidia.com/gpu.health"));
+        assert_null(label_set_get(s, "nvidia.com/gpu-node-agent.unhealthy-gpus"));
+        n->in.gpu_health = "failed";
+        n->in.unhealthy_gpus = 1;
+        assert_int_equal(labels_compute(&n->in, &t, &warnings2), 0);
+        assert_string_equal(label_set_get(t, "nvidia.com/gpu.health"), "failed");
+        assert_string_equal(label_set_get(t, "nvidia.com/gpu-node-agent.unhealthy-gpus"), "1");
+        free(n);
+}
+
 static void test_unknown_family(void **state) {
         /* A compute capability the table does not know (11.0) is "undefined", not left out. */
         Node *n = node_new("580.65.06", 13000);
@@ -794,6 +812,7 @@ int main(void) {
                 cmocka_unit_test(test_garbage_name_other_ids),
                 cmocka_unit_test(test_mig_mode_unknown),
                 cmocka_unit_test(test_unknown_family),
+                cmocka_unit_test(test_health_labels),
                 cmocka_unit_test(test_clique),
                 cmocka_unit_test(test_clique_disagreed),
                 cmocka_unit_test(test_long_product),

@@ -1,0 +1,87 @@
+/* SPDX-License-Identifier: MIT */
+/* Owns the XID classification: which XIDs are the application's fault (ignored), which make a GPU
+ * degraded until a health re-check passes, which need a GPU reset, and which a reboot. From NVIDIA's
+ * "XID Errors" catalog (docs.nvidia.com/deploy/xid-errors, the "XID Error Listing" table and its
+ * "Possible causes"/"Action" columns, R535-R570) and the GPU Debug Guidelines
+ * (docs.nvidia.com/deploy/gpu-debug-guidelines). The configuration overrides a code either way
+ * (health.xid.ignore, health.xid.fatal). */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "health.h"
+#include "strv.h"
+
+typedef struct XidEntry {
+        unsigned xid;
+        XidAction action;
+        const char *text;
+} XidEntry;
+
+static const XidEntry xid_table[] = {
+        /* Application errors: the catalog lists user application faults as the cause; the GPU is fine. */
+        { 13, XID_APPLICATION, "graphics engine exception (application error)" },
+        { 31, XID_APPLICATION, "GPU memory page fault (application error)" },
+        { 43, XID_APPLICATION, "GPU stopped processing (application error)" },
+        { 45, XID_APPLICATION, "preemptive cleanup after a previous error (application ended)" },
+        { 68, XID_APPLICATION, "NVDEC0 exception (video decoder, application error)" },
+        /* Recoverable: the catalog's action is to restart the application or that the driver recovered;
+         * the GPU stays usable once a re-check (remapped rows, registration) is clean. */
+        { 63, XID_RECOVERABLE, "ECC page retirement or row remapping recording event" },
+        { 92, XID_RECOVERABLE, "high single-bit ECC error rate" },
+        { 94, XID_RECOVERABLE, "contained ECC error (the affected application must restart)" },
+        { 74, XID_RECOVERABLE, "NVLink error" },
+        /* Need a GPU reset (catalog action: "reset the GPU" / drain and reset). */
+        { 48, XID_RESET, "double-bit ECC error" },
+        { 64, XID_RESET, "ECC page retirement or row remapper recording failure" },
+        { 95, XID_RESET, "uncontained ECC error" },
+        { 119, XID_RESET, "GSP RPC timeout" },
+        { 120, XID_RESET, "GSP error" },
+        { 140, XID_RESET, "unrecovered ECC error" },
+        /* Need a reboot (or a node power cycle): the GPU is gone from the driver. */
+        { 79, XID_REBOOT, "GPU has fallen off the bus" },
+        { 154, XID_REBOOT, "GPU recovery action changed: node reboot required" },
+};
+
+static bool xid_listed(char *const *l, unsigned xid) {
+        char buf[16];
+
+        snprintf(buf, sizeof buf, "%u", xid);
+        return strv_contains(l, buf);
+}
+
+XidAction health_xid_classify(unsigned xid, char *const *ignore, char *const *fatal, const char **ret_text) {
+        const XidEntry *e = NULL;
+
+        for (size_t i = 0; i < ELEMENTSOF(xid_table); i++)
+                if (xid_table[i].xid == xid)
+                        e = &xid_table[i];
+        if (ret_text)
+                *ret_text = e ? e->text : "not in the XID table";
+        if (xid_listed(fatal, xid))
+                return e && e->action == XID_REBOOT ? XID_REBOOT : XID_RESET;
+        if (xid_listed(ignore, xid))
+                return XID_APPLICATION;
+        /* An XID we do not know: not the application's by default, but no reason to fail the GPU. */
+        return e ? e->action : XID_RECOVERABLE;
+}
+
+static const char *const xid_action_names[_XID_ACTION_MAX] = {
+        [XID_APPLICATION] = "application",
+        [XID_RECOVERABLE] = "recoverable",
+        [XID_RESET] = "reset",
+        [XID_REBOOT] = "reboot",
+};
+
+const char *xid_action_to_string(XidAction a) {
+        return a >= 0 && a < _XID_ACTION_MAX ? xid_action_names[a] : NULL;
+}
+
+static const char *const gpu_health_names[_GPU_HEALTH_MAX] = {
+        [GPU_HEALTH_OK] = "ok",
+        [GPU_HEALTH_DEGRADED] = "degraded",
+        [GPU_HEALTH_FAILED] = "failed",
+};
+
+const char *gpu_health_to_string(GpuHealthState s) {
+        return s >= 0 && s < _GPU_HEALTH_MAX ? gpu_health_names[s] : NULL;
+}

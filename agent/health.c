@@ -1,0 +1,851 @@
+/* SPDX-License-Identifier: MIT */
+/* Owns GPU health on the loop side: the event worker (a spawn_fork() child blocked in
+ * nvmlEventSetWait_v2; a crash or a hung start is reported and it is restarted with backoff), the health
+ * check child, the per-GPU fault records and what is published from them (D-Bus, labels through a pass,
+ * node state, the health.on-unhealthy hook). Nothing here waits: both children talk through pipes that
+ * the loop reads when they have a line, so an armed worker costs the loop no wakeup at all. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "bus.h"
+#include "gpu-nvml-events.h"
+#include "health.h"
+#include "log.h"
+#include "manager.h"
+#include "metrics.h"
+#include "nvml-abi.h"
+#include "spawn-child.h"
+#include "strv.h"
+
+#define HEALTH_EVENTS_KEPT 8
+#define HEALTH_RESTART_MIN_USEC (1 * USEC_PER_SEC)
+#define HEALTH_RESTART_MAX_USEC (5 * 60 * USEC_PER_SEC)
+#define HEALTH_STABLE_USEC (60 * USEC_PER_SEC)  /* armed this long: the next crash starts backoff over */
+#define HEALTH_HOOK_TIMEOUT_USEC (60 * USEC_PER_SEC)
+
+typedef struct HealthFault {
+        GpuHealthState state;
+        char *reason;
+} HealthFault;
+
+typedef struct HealthGpu {
+        char pci_address[32];
+        HealthFault event;         /* from the last bad event; sticky when failed */
+        HealthFault check;         /* from the last health check, replaced by each */
+        GpuHealthState published;  /* what D-Bus and the hook saw last */
+        char *published_reason;
+        char **events;             /* the last HEALTH_EVENTS_KEPT, newest last */
+        uint64_t event_usec;       /* when the event fault was set (CLOCK_MONOTONIC) */
+        uint64_t xid_count, dbe_count, sbe_count;
+        unsigned last_xid;
+        bool remap_known;
+        unsigned remap[4];         /* corrected, uncorrected, pending, failure: the last check's */
+} HealthGpu;
+
+typedef struct HealthPipe {
+        int fd;
+        sd_event_source *io;
+        char buf[4096];
+        size_t len;
+} HealthPipe;
+
+struct Health {
+        Manager *m;
+        HealthGpu *gpus;
+        size_t n_gpus;
+        char **addresses;          /* the GPUs the children watch, in our order */
+
+        Spawn *worker;
+        HealthPipe worker_pipe;
+        bool armed;
+        uint64_t armed_usec;
+        unsigned restarts;         /* since the last stable run: drives the backoff */
+        uint64_t restarts_total;
+        sd_event_source *restart_timer;
+        sd_event_source *arm_timer; /* the worker must say "armed" within nvml.timeout */
+
+        struct CheckResult *results; /* a check in flight: its findings so far, else NULL */
+        uint64_t check_usec;       /* when it was asked for */
+        bool check_again;          /* one more asked for while one ran, or before the worker armed */
+        sd_event_source *check_timer; /* the check must say "done" within nvml.timeout */
+        sd_event_source *recheck_timer;
+        char *check_node_reason;   /* node-wide finding of the last check, NULL none */
+        bool active;
+
+        Spawn **hooks;             /* health.on-unhealthy runs not finished yet */
+        size_t n_hooks;
+
+        GpuHealthState node_published;
+        char *node_published_reason;
+};
+
+static void fault_set(HealthFault *f, GpuHealthState s, const char *reason) {
+        f->state = s;
+        free(f->reason);
+        f->reason = reason ? strdup(reason) : NULL;
+}
+
+static void pipe_close(HealthPipe *p) {
+        p->io = sd_event_source_disable_unref(p->io);
+        if (p->fd >= 0)
+                close(p->fd);
+        p->fd = -1;
+        p->len = 0;
+}
+
+static HealthGpu *gpu_find(const Health *h, const char *pci_address) {
+        for (size_t i = 0; h && i < h->n_gpus; i++)
+                if (streq(h->gpus[i].pci_address, pci_address))
+                        return &h->gpus[i];
+        return NULL;
+}
+
+static void gpu_done(HealthGpu *g) {
+        free(g->event.reason);
+        free(g->check.reason);
+        free(g->published_reason);
+        strv_free(g->events);
+}
+
+/* The worse of the two faults; the reason names both when both are bad (an event whose re-check
+ * failed: "XID 63: …; row remapping pending: …"). *ret_reason is allocated, NULL when ok. */
+static GpuHealthState gpu_effective(const HealthGpu *g, char **ret_reason) {
+        GpuHealthState s = g->event.state >= g->check.state ? g->event.state : g->check.state;
+
+        if (s == GPU_HEALTH_OK)
+                *ret_reason = NULL;
+        else if (g->event.state != GPU_HEALTH_OK && g->check.state != GPU_HEALTH_OK)
+                *ret_reason = strprintf("%s; %s", strna(g->event.reason), strna(g->check.reason));
+        else
+                *ret_reason = strdup(strna(g->event.state != GPU_HEALTH_OK ? g->event.reason : g->check.reason));
+        return s;
+}
+
+static void gpu_add_event(HealthGpu *g, const char *text) {
+        char stamp[32];
+        time_t t = time(NULL);
+        struct tm tm;
+
+        strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&t, &tm));
+        if (strv_extendf(&g->events, "%s %s", stamp, text) < 0)
+                return (void) log_oom();
+        size_t n = strv_length(g->events);
+        if (n > HEALTH_EVENTS_KEPT) {
+                for (size_t i = 0; i < n - HEALTH_EVENTS_KEPT; i++)
+                        free(g->events[i]);
+                memmove(g->events, g->events + (n - HEALTH_EVENTS_KEPT),
+                        (HEALTH_EVENTS_KEPT + 1) * sizeof(char *));
+        }
+}
+
+int health_new(Manager *m, Health **ret) {
+        Health *h = calloc(1, sizeof *h);
+        if (!h)
+                return -ENOMEM;
+        h->m = m;
+        h->worker_pipe.fd = -1;
+        *ret = h;
+        return 0;
+}
+
+static void check_cancel(Health *h) {
+        h->check_timer = sd_event_source_disable_unref(h->check_timer);
+        h->results = mfree(h->results);
+}
+
+static void worker_stop(Health *h) {
+        check_cancel(h);
+        pipe_close(&h->worker_pipe);
+        h->worker = spawn_free(h->worker);
+        h->arm_timer = sd_event_source_disable_unref(h->arm_timer);
+        h->armed = false;
+}
+
+Health *health_free(Health *h) {
+        if (!h)
+                return NULL;
+        worker_stop(h);
+        /* A hook still running is ended (its process group killed from the loop's background reaper). */
+        for (size_t i = 0; i < h->n_hooks; i++)
+                spawn_free(h->hooks[i]);
+        free(h->hooks);
+        sd_event_source_disable_unref(h->restart_timer);
+        sd_event_source_disable_unref(h->recheck_timer);
+        for (size_t i = 0; i < h->n_gpus; i++)
+                gpu_done(&h->gpus[i]);
+        free(h->gpus);
+        strv_free(h->addresses);
+        free(h->check_node_reason);
+        free(h->node_published_reason);
+        free(h);
+        return NULL;
+}
+
+/* ---- Publishing -------------------------------------------------------------------------------------- */
+
+static int inventory_index(const Manager *m, const char *pci_address) {
+        for (size_t i = 0; m->inventory && i < m->inventory->n_gpus; i++)
+                if (streq(m->inventory->gpus[i].address, pci_address))
+                        return (int) i;
+        return -1;
+}
+
+static void hook_exited(Spawn *s, const SpawnResult *res, void *userdata) {
+        Health *h = userdata;
+
+        for (size_t i = 0; i < h->n_hooks; i++)
+                if (h->hooks[i] == s) {
+                        h->hooks[i] = h->hooks[--h->n_hooks];
+                        break;
+                }
+        if (res->timed_out)
+                log_warning("health.on-unhealthy hook timed out and was killed.");
+        else if (res->signal > 0)
+                log_warning("health.on-unhealthy hook was killed by signal %d.", res->signal);
+        else if (res->exit_status != 0)
+                log_warning("health.on-unhealthy hook exited with status %d.", res->exit_status);
+        spawn_free(s);
+}
+
+static void run_hook(Health *h, const HealthGpu *g, GpuHealthState s, const char *reason) {
+        extern char **environ;
+        const char *cmd = h->m->config->health.on_unhealthy;
+        _cleanup_strv_free_ char **env = NULL;
+        char host[256] = "";
+        int idx = inventory_index(h->m, g->pci_address);
+        const GpuInfo *info = h->m->nvml_snapshot ? nvml_snapshot_find(h->m->nvml_snapshot, g->pci_address) : NULL;
+        Spawn *child = NULL;
+        int r;
+
+        if (isempty(cmd))
+                return;
+        (void) gethostname(host, sizeof host - 1);
+        env = strv_copy(environ);
+        if (!env || strv_extendf(&env, "GPU_NODE_AGENT_GPU=%d", idx) < 0 ||
+            strv_extendf(&env, "GPU_NODE_AGENT_GPU_PCI_ADDRESS=%s", g->pci_address) < 0 ||
+            strv_extendf(&env, "GPU_NODE_AGENT_GPU_UUID=%s", info && info->uuid ? info->uuid : "") < 0 ||
+            strv_extendf(&env, "GPU_NODE_AGENT_HEALTH=%s", gpu_health_to_string(s)) < 0 ||
+            strv_extendf(&env, "GPU_NODE_AGENT_REASON=%s", reason ?: "") < 0 ||
+            strv_extendf(&env, "GPU_NODE_AGENT_HOSTNAME=%s", host) < 0)
+                return (void) log_oom();
+        char *argv[] = { (char *) "/bin/sh", (char *) "-c", (char *) cmd, NULL };
+        SpawnOptions o = { .env = env, .timeout_usec = HEALTH_HOOK_TIMEOUT_USEC, .on_exit = hook_exited,
+                           .userdata = h };
+        Spawn **l = reallocarray(h->hooks, h->n_hooks + 1, sizeof *l);
+        if (!l)
+                return (void) log_oom();
+        h->hooks = l;
+        r = spawn_start(h->m->event, argv, &o, &child);
+        if (r < 0)
+                return (void) log_warning_errno(r, "Failed to run the health.on-unhealthy hook: %s", strerror(-r));
+        h->hooks[h->n_hooks++] = child;
+}
+
+static char *node_reason_text(const Health *h, GpuHealthState *ret) {
+        GpuHealthState worst = GPU_HEALTH_OK;
+        unsigned n_bad = 0;
+        const HealthGpu *first = NULL;
+
+        for (size_t i = 0; i < h->n_gpus; i++) {
+                _cleanup_free_ char *why = NULL;
+                GpuHealthState s = gpu_effective(&h->gpus[i], &why);
+                if (s == GPU_HEALTH_OK)
+                        continue;
+                n_bad++;
+                if (s > worst) {
+                        worst = s;
+                        first = &h->gpus[i];
+                }
+        }
+        if (h->check_node_reason && worst < GPU_HEALTH_DEGRADED)
+                worst = GPU_HEALTH_DEGRADED;
+        *ret = worst;
+        if (worst == GPU_HEALTH_OK)
+                return NULL;
+        if (n_bad == 0)
+                return strdup(h->check_node_reason);
+        _cleanup_free_ char *why = NULL;
+        (void) gpu_effective(first, &why);
+        return strprintf("%u GPU%s unhealthy; GPU %d (%s) %s: %s%s%s", n_bad, n_bad == 1 ? "" : "s",
+                         inventory_index(h->m, first->pci_address), first->pci_address, gpu_health_to_string(worst),
+                         why ?: "unknown reason", h->check_node_reason ? "; " : "", h->check_node_reason ?: "");
+}
+
+/* Compares what is now with what was published; tells D-Bus, the hook and (through a pass: labels,
+ * node state) everything else about each difference. */
+static void health_publish(Health *h) {
+        Manager *m = h->m;
+        bool changed = false;
+
+        for (size_t i = 0; i < h->n_gpus; i++) {
+                HealthGpu *g = &h->gpus[i];
+                _cleanup_free_ char *why = NULL;
+                GpuHealthState s = gpu_effective(g, &why);
+
+                if (s == g->published && streq_ptr(why, g->published_reason))
+                        continue;
+                if (s == GPU_HEALTH_OK)
+                        log_info("GPU %s is healthy again%s%s.", g->pci_address,
+                                 g->published_reason ? " (was: " : "", g->published_reason ? g->published_reason : "");
+                else
+                        log_warning("GPU %s is %s: %s.", g->pci_address, gpu_health_to_string(s), strna(why));
+                if (s != GPU_HEALTH_OK && (s > g->published || !streq_ptr(why, g->published_reason)))
+                        run_hook(h, g, s, why);
+                g->published = s;
+                free(g->published_reason);
+                g->published_reason = why ? strdup(why) : NULL;
+                changed = true;
+
+                int idx = inventory_index(m, g->pci_address);
+                if (idx >= 0) {
+                        _cleanup_free_ char *path = strprintf("%s/%d", AGENT_GPU_PATH_PREFIX, idx);
+                        if (path) {
+                                manager_bus_mark_dirty(m, path, AGENT_GPU_INTERFACE, "Health");
+                                manager_bus_mark_dirty(m, path, AGENT_GPU_INTERFACE, "HealthEvents");
+                        }
+                }
+        }
+
+        GpuHealthState node;
+        _cleanup_free_ char *reason = node_reason_text(h, &node);
+        if (node != h->node_published || !streq_ptr(reason, h->node_published_reason)) {
+                h->node_published = node;
+                free(h->node_published_reason);
+                h->node_published_reason = TAKE_PTR(reason);
+                manager_bus_mark_dirty(m, NULL, AGENT_MANAGER_INTERFACE, "Health");
+                manager_bus_mark_dirty(m, NULL, AGENT_MANAGER_INTERFACE, "UnhealthyGpus");
+                changed = true;
+        }
+        /* Labels, the feature file and the node state follow from a pass; the metrics (counters change
+         * with every event, even one that changes no state) now. */
+        if (changed)
+                manager_request_pass(m, "GPU health changed");
+        metrics_update(m);
+}
+
+/* ---- Health check ------------------------------------------------------------------------------------ */
+
+typedef struct CheckResult {
+        bool seen;
+        bool remap_known;
+        unsigned remap[4];
+        GpuHealthState state;
+        char reason[192];
+} CheckResult;
+
+static void check_finding(CheckResult *c, GpuHealthState s, const char *fmt, ...) _printf_(3, 4);
+static void check_finding(CheckResult *c, GpuHealthState s, const char *fmt, ...) {
+        va_list ap;
+
+        if (s < c->state)
+                return;
+        c->state = s;
+        va_start(ap, fmt);
+        vsnprintf(c->reason, sizeof c->reason, fmt, ap);
+        va_end(ap);
+}
+
+static void check_line(Health *h, CheckResult *res, char *line) {
+        unsigned a, b, c, d;
+        size_t i;
+        char what[16];
+        int off = 0;
+
+        if (sscanf(line, "gpu %zu %15s %n", &i, what, &off) >= 2 && i < h->n_gpus) {
+                res[i].seen = true;
+                if (streq(what, "missing"))
+                        check_finding(&res[i], GPU_HEALTH_FAILED, "not visible to NVML (fell off the bus?)");
+                else if (streq(what, "lost"))
+                        check_finding(&res[i], GPU_HEALTH_FAILED, "lost (NVML: GPU is lost): reset the GPU or reboot");
+                else if (streq(what, "error"))
+                        check_finding(&res[i], GPU_HEALTH_DEGRADED, "NVML does not answer for it: %s", line + off);
+        } else if (sscanf(line, "remap %zu %u %u %u %u", &i, &a, &b, &c, &d) == 5 && i < h->n_gpus) {
+                res[i].remap_known = true;
+                res[i].remap[0] = a, res[i].remap[1] = b, res[i].remap[2] = c, res[i].remap[3] = d;
+                if (d)
+                        check_finding(&res[i], GPU_HEALTH_FAILED,
+                                      "row remapping failed (%u uncorrectable rows): the GPU needs servicing", b);
+                else if (c)
+                        check_finding(&res[i], GPU_HEALTH_DEGRADED,
+                                      "row remapping pending: reset the GPU to apply it");
+        } else if (sscanf(line, "fabric %zu %u %u", &i, &a, &b) == 3 && i < h->n_gpus) {
+                static const char *const states[] = { "not supported", "not started", "in progress", "completed" };
+                if (a != NVML_GPU_FABRIC_STATE_COMPLETED)
+                        check_finding(&res[i], GPU_HEALTH_DEGRADED,
+                                      "fabric registration not complete (%s): not ready for NVLink work",
+                                      a < ELEMENTSOF(states) ? states[a] : "unknown state");
+                else if (b != NVML_SUCCESS)
+                        check_finding(&res[i], GPU_HEALTH_DEGRADED,
+                                      "fabric registration failed (NVML status %u): check nvidia-fabricmanager", b);
+        } else if (startswith(line, "error "))
+                log_warning("GPU health check: %s", line + 6);
+}
+
+static void check_apply(Health *h, const CheckResult *res, bool complete, const char *failure) {
+        const Manager *m = h->m;
+        unsigned expect = m->config->probe.expect_gpus;
+        size_t found = m->inventory ? m->inventory->n_gpus : 0;
+
+        free(h->check_node_reason);
+        h->check_node_reason = NULL;
+        if (expect > 0 && found < expect)
+                h->check_node_reason = strprintf("expected %u GPUs (probe.expect-gpus), found %zu on the PCI bus: a "
+                                                 "GPU fell off the bus or is not seated", expect, found);
+        for (size_t i = 0; i < h->n_gpus; i++) {
+                HealthGpu *g = &h->gpus[i];
+                if (!complete) {
+                        /* A check that hung or crashed says nothing good: keep what was known. */
+                        if (failure && g->check.state == GPU_HEALTH_OK)
+                                fault_set(&g->check, GPU_HEALTH_DEGRADED, failure);
+                        continue;
+                }
+                fault_set(&g->check, res[i].state, res[i].state == GPU_HEALTH_OK ? NULL : res[i].reason);
+                g->remap_known = res[i].remap_known;
+                memcpy(g->remap, res[i].remap, sizeof g->remap);
+                /* Recovery: a recoverable fault ends with a clean re-check. */
+                if (res[i].seen && res[i].state == GPU_HEALTH_OK && g->event.state == GPU_HEALTH_DEGRADED &&
+                    h->check_usec >= g->event_usec + h->m->config->health.recheck_delay_usec) {
+                        log_info("GPU %s passed its health re-check.", g->pci_address);
+                        gpu_add_event(g, "health re-check passed");
+                        fault_set(&g->event, GPU_HEALTH_OK, NULL);
+                }
+        }
+        health_publish(h);
+}
+
+
+/* ---- Event worker ------------------------------------------------------------------------------------ */
+
+typedef struct HealthChildArgs {
+        const char *library;
+        char *const *addresses;
+} HealthChildArgs;
+
+static int worker_body(int fd, void *userdata) {
+        const HealthChildArgs *a = userdata;
+        return gpu_nvml_events_run(fd, a->library, a->addresses);
+}
+
+static void worker_schedule_restart(Health *h, const char *why);
+static void check_send(Health *h);
+
+static void check_finish(Health *h, bool complete, const char *failure) {
+        _cleanup_free_ CheckResult *results = TAKE_PTR(h->results);
+
+        h->check_timer = sd_event_source_disable_unref(h->check_timer);
+        if (failure)
+                log_warning("GPU health: %s.", failure);
+        if (results)
+                check_apply(h, results, complete, failure);
+}
+
+static void handle_event(Health *h, HealthGpu *g, unsigned long long type, unsigned long long data, unsigned gi) {
+        const ConfigHealth *c = &h->m->config->health;
+        char text[256], where[48] = "";
+
+        if (gi != 0xFFFFFFFFu)
+                snprintf(where, sizeof where, " in MIG GPU instance %u", gi);
+
+        if (type == nvmlEventTypeXidCriticalError) {
+                const char *desc;
+                XidAction a = health_xid_classify((unsigned) data, c->xid_ignore, c->xid_fatal, &desc);
+                g->xid_count++;
+                g->last_xid = (unsigned) data;
+                snprintf(text, sizeof text, "XID %llu%s: %s", data, where, desc);
+                gpu_add_event(g, text);
+                log_info("GPU %s: XID %llu (%s; class %s).", g->pci_address, data, desc, xid_action_to_string(a));
+                switch (a) {
+                case XID_APPLICATION:
+                        break;
+                case XID_RECOVERABLE:
+                        if (g->event.state < GPU_HEALTH_FAILED) {
+                                fault_set(&g->event, GPU_HEALTH_DEGRADED, text);
+                                (void) sd_event_now(h->m->event, CLOCK_MONOTONIC, &g->event_usec);
+                        }
+                        /* Clears once a re-check passes. */
+                        health_check_now(h);
+                        break;
+                case XID_RESET:
+                        snprintf(text + strlen(text), sizeof text - strlen(text), "; reset the GPU (nvidia-smi -r)");
+                        fault_set(&g->event, GPU_HEALTH_FAILED, text);
+                        break;
+                case XID_REBOOT:
+                        snprintf(text + strlen(text), sizeof text - strlen(text), "; reboot the node");
+                        fault_set(&g->event, GPU_HEALTH_FAILED, text);
+                        break;
+                case _XID_ACTION_MAX:
+                case _XID_ACTION_INVALID:
+                        break;
+                }
+        } else if (type == nvmlEventTypeDoubleBitEccError) {
+                g->dbe_count++;
+                snprintf(text, sizeof text, "double-bit ECC error%s", where);
+                gpu_add_event(g, text);
+                fault_set(&g->event, GPU_HEALTH_FAILED, "double-bit ECC error; reset the GPU (nvidia-smi -r)");
+        } else if (type == nvmlEventTypeSingleBitEccError) {
+                g->sbe_count++;
+                gpu_add_event(g, "single-bit ECC error (corrected)");
+        } else if (type == nvmlEventTypeClock) {
+                gpu_add_event(g, "clock change (throttling)");
+        } else
+                return;
+        health_publish(h);
+}
+
+
+static void worker_line(Health *h, char *line) {
+        unsigned long long type, data;
+        unsigned gi = 0xFFFFFFFFu, ci = 0xFFFFFFFFu;
+        size_t i;
+
+        if (h->results && (startswith(line, "count ") || startswith(line, "gpu ") || startswith(line, "remap ") ||
+                           startswith(line, "fabric ")))
+                check_line(h, h->results, line);
+        else if (h->results && streq(line, "done")) {
+                check_finish(h, true, NULL);
+                if (h->check_again)
+                        check_send(h);
+        } else if (startswith(line, "armed ")) {
+                h->armed = true;
+                (void) sd_event_now(h->m->event, CLOCK_MONOTONIC, &h->armed_usec);
+                h->arm_timer = sd_event_source_disable_unref(h->arm_timer);
+                log_debug("GPU event worker armed on %s GPU(s).", line + 6);
+                if (h->check_again)
+                        check_send(h);
+        } else if (sscanf(line, "event %zu %llu %llu %u %u", &i, &type, &data, &gi, &ci) >= 3) {
+                if (i < h->n_gpus)
+                        handle_event(h, &h->gpus[i], type, data, gi);
+        } else if (startswith(line, "unsupported "))
+                log_info("GPU event worker: no events for GPU #%s.", line + 12);
+        else if (startswith(line, "error "))
+                log_warning("GPU event worker: %s", line + 6);
+}
+
+/* Reads what is there and hands over every complete line. 0 at EOF. */
+static int pipe_drain(Health *h, HealthPipe *p) {
+        for (;;) {
+                ssize_t n = read(p->fd, p->buf + p->len, sizeof p->buf - p->len - 1);
+                if (n < 0)
+                        return errno == EAGAIN || errno == EINTR ? 1 : -errno;
+                if (n == 0)
+                        return 0;
+                p->len += (size_t) n;
+                p->buf[p->len] = 0;
+                char *start = p->buf, *nl;
+                while ((nl = strchr(start, '\n'))) {
+                        *nl = 0;
+                        worker_line(h, start);
+                        if (p->fd < 0)
+                                return 0; /* the line stopped the worker */
+                        start = nl + 1;
+                }
+                p->len -= (size_t) (start - p->buf);
+                memmove(p->buf, start, p->len);
+                if (p->len == sizeof p->buf - 1)
+                        p->len = 0; /* a line longer than the buffer is not ours: drop it */
+        }
+}
+
+static int on_worker_io(sd_event_source *s, int fd, uint32_t revents, void *userdata) {
+        Health *h = userdata;
+        int r = pipe_drain(h, &h->worker_pipe);
+        if (r <= 0 && h->worker_pipe.fd == fd)
+                h->worker_pipe.io = sd_event_source_disable_unref(h->worker_pipe.io);
+        return 0;
+}
+
+static void on_worker_exit(Spawn *s, const SpawnResult *res, void *userdata) {
+        Health *h = userdata;
+        char why[128];
+
+        if (h->worker != s)
+                return;
+        if (h->worker_pipe.fd >= 0)
+                (void) pipe_drain(h, &h->worker_pipe);
+        if (res->signal > 0)
+                snprintf(why, sizeof why, "crashed with signal %s", sigabbrev_np(res->signal) ?: "?");
+        else
+                snprintf(why, sizeof why, "exited with status %d", res->exit_status);
+        if (h->results)
+                check_finish(h, false, "the event worker ended during a health check");
+        worker_schedule_restart(h, why);
+}
+
+static int on_arm_timeout(sd_event_source *s, uint64_t usec, void *userdata) {
+        worker_schedule_restart(userdata, "did not register for events within nvml.timeout (hung in NVML)");
+        return 0;
+}
+
+static int on_restart(sd_event_source *s, uint64_t usec, void *userdata);
+
+static void worker_start(Health *h) {
+        SpawnOptions o = { .on_exit = on_worker_exit, .userdata = h, .kill_grace_usec = 1 * USEC_PER_SEC };
+        HealthChildArgs args = { .library = h->m->config->nvml.library, .addresses = h->addresses };
+        int sv[2], r;
+
+        worker_stop(h);
+        h->restart_timer = sd_event_source_disable_unref(h->restart_timer);
+        if (!h->active || strv_length(h->addresses) == 0)
+                return;
+        /* A fork must not inherit an initialised libnvidia-ml (docs/HACKING.md): release the daemon's own
+         * handle (reopened on demand); while a MIG apply holds it, try again in a moment. */
+        manager_nvml_close(h->m);
+        if (h->m->nvml) {
+                if (sd_event_add_time_relative(h->m->event, &h->restart_timer, CLOCK_MONOTONIC,
+                                               HEALTH_RESTART_MIN_USEC, 0, on_restart, h) < 0)
+                        log_warning("Cannot defer the GPU event worker's start; it starts after the next pass.");
+                return;
+        }
+        if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0) {
+                log_warning_errno(errno, "Failed to start the GPU event worker: %m");
+                return worker_schedule_restart(h, "could not be started");
+        }
+        /* The child is a fork: args on our stack is its copy. Its end blocks: it has nothing else to do. */
+        r = spawn_fork(h->m->event, sv[1], worker_body, &args, &o, &h->worker);
+        close(sv[1]);
+        if (r < 0) {
+                close(sv[0]);
+                log_warning_errno(r, "Failed to start the GPU event worker: %s", strerror(-r));
+                return worker_schedule_restart(h, "could not be started");
+        }
+        (void) fcntl(sv[0], F_SETFL, O_NONBLOCK);
+        h->worker_pipe.fd = sv[0];
+        h->worker_pipe.len = 0;
+        r = sd_event_add_io(h->m->event, &h->worker_pipe.io, sv[0], EPOLLIN, on_worker_io, h);
+        if (r >= 0) {
+                (void) sd_event_source_set_description(h->worker_pipe.io, "health-events");
+                r = sd_event_add_time_relative(h->m->event, &h->arm_timer, CLOCK_MONOTONIC,
+                                               h->m->config->nvml.timeout_usec, 0, on_arm_timeout, h);
+        }
+        if (r < 0) {
+                log_warning_errno(r, "Failed to watch the GPU event worker: %s", strerror(-r));
+                worker_schedule_restart(h, "could not be watched");
+        }
+}
+
+static int on_restart(sd_event_source *s, uint64_t usec, void *userdata) {
+        worker_start(userdata);
+        return 0;
+}
+
+static void worker_schedule_restart(Health *h, const char *why) {
+        uint64_t now = 0, delay = HEALTH_RESTART_MIN_USEC;
+        int r;
+
+        (void) sd_event_now(h->m->event, CLOCK_MONOTONIC, &now);
+        if (h->armed && now - h->armed_usec > HEALTH_STABLE_USEC)
+                h->restarts = 0;
+        worker_stop(h);
+        if (!h->active)
+                return;
+        for (unsigned i = 0; i < h->restarts && delay < HEALTH_RESTART_MAX_USEC; i++)
+                delay *= 2;
+        if (delay > HEALTH_RESTART_MAX_USEC)
+                delay = HEALTH_RESTART_MAX_USEC;
+        h->restarts++;
+        h->restarts_total++;
+        log_warning("GPU event worker %s; restarting it in %.1fs (attempt %u). GPU events are not seen meanwhile.",
+                    why, (double) delay / USEC_PER_SEC, h->restarts);
+        h->restart_timer = sd_event_source_disable_unref(h->restart_timer);
+        r = sd_event_add_time_relative(h->m->event, &h->restart_timer, CLOCK_MONOTONIC, delay, 0, on_restart, h);
+        if (r < 0)
+                log_warning_errno(r, "Failed to arm the event worker restart timer: %m");
+}
+
+/* ---- Running checks ------------------------------------------------------------------------------------ */
+
+static int on_check_timeout(sd_event_source *s, uint64_t usec, void *userdata) {
+        Health *h = userdata;
+        check_finish(h, false, "the health check hung in NVML");
+        worker_schedule_restart(h, "hung in a health check and was killed");
+        return 0;
+}
+
+/* Asks the armed worker for a check; one is pending until it is armed. */
+static void check_send(Health *h) {
+        int r;
+
+        h->check_again = true;
+        if (!h->active || !h->armed || h->results || h->worker_pipe.fd < 0)
+                return;
+        h->results = calloc(h->n_gpus + 1, sizeof(CheckResult));
+        if (!h->results)
+                return (void) log_oom();
+        if (write(h->worker_pipe.fd, "check\n", 6) != 6) {
+                h->results = mfree(h->results);
+                return worker_schedule_restart(h, "does not take requests");
+        }
+        h->check_again = false;
+        (void) sd_event_now(h->m->event, CLOCK_MONOTONIC, &h->check_usec);
+        r = sd_event_add_time_relative(h->m->event, &h->check_timer, CLOCK_MONOTONIC, h->m->config->nvml.timeout_usec,
+                                       0, on_check_timeout, h);
+        if (r < 0)
+                log_warning_errno(r, "Failed to arm the health check timeout: %m");
+}
+
+static int on_recheck(sd_event_source *s, uint64_t usec, void *userdata) {
+        check_send(userdata);
+        return 0;
+}
+
+void health_check_now(Health *h) {
+        uint64_t delay = h->m->config->health.recheck_delay_usec;
+        int r;
+
+        if (!h->active)
+                return;
+        if (delay == 0)
+                return check_send(h);
+        if (h->recheck_timer) {
+                r = sd_event_source_set_time_relative(h->recheck_timer, delay);
+                if (r >= 0)
+                        r = sd_event_source_set_enabled(h->recheck_timer, SD_EVENT_ONESHOT);
+        } else
+                r = sd_event_add_time_relative(h->m->event, &h->recheck_timer, CLOCK_MONOTONIC, delay, 0, on_recheck, h);
+        if (r < 0)
+                check_send(h);
+}
+
+/* ---- Following the node -------------------------------------------------------------------------------- */
+
+static void health_set_gpus(Health *h, char **addresses) {
+        _cleanup_free_ HealthGpu *gpus = calloc(strv_length(addresses) + 1, sizeof *gpus);
+        size_t n = 0;
+
+        if (!gpus)
+                return (void) log_oom();
+        STRV_FOREACH(a, addresses) {
+                HealthGpu *old = gpu_find(h, *a);
+                if (old) {
+                        gpus[n] = *old;
+                        *old = (HealthGpu) {};
+                } else
+                        snprintf(gpus[n].pci_address, sizeof gpus[n].pci_address, "%s", *a);
+                n++;
+        }
+        for (size_t i = 0; i < h->n_gpus; i++)
+                gpu_done(&h->gpus[i]);
+        free(h->gpus);
+        h->gpus = TAKE_PTR(gpus);
+        h->n_gpus = n;
+        strv_free(h->addresses);
+        h->addresses = strv_copy(addresses);
+}
+
+void health_pass_done(Health *h) {
+        const Manager *m = h->m;
+        _cleanup_strv_free_ char **addresses = NULL;
+        bool active = m->config->health.enabled && m->nvml_snapshot && !m->options.oneshot;
+
+        if (!active) {
+                if (h->active) {
+                        h->active = false;
+                        worker_stop(h);
+                        check_cancel(h);
+                        h->restart_timer = sd_event_source_disable_unref(h->restart_timer);
+                        h->recheck_timer = sd_event_source_disable_unref(h->recheck_timer);
+                        health_set_gpus(h, NULL);
+                        free(h->check_node_reason);
+                        h->check_node_reason = NULL;
+                        health_publish(h);
+                }
+                return;
+        }
+        for (size_t i = 0; i < m->nvml_snapshot->n_gpus; i++)
+                if (strv_extend(&addresses, m->nvml_snapshot->gpus[i].pci_address) < 0)
+                        return (void) log_oom();
+        h->active = true;
+        if (!strv_equal(addresses, h->addresses) || !h->addresses) {
+                health_set_gpus(h, addresses);
+                h->restarts = 0;
+                h->restart_timer = sd_event_source_disable_unref(h->restart_timer);
+                worker_start(h);
+        } else if (!h->worker && !h->restart_timer)
+                worker_start(h);
+        check_send(h);
+}
+
+int health_reset_gpu(Health *h, const char *pci_address) {
+        HealthGpu *g = gpu_find(h, pci_address);
+
+        if (!g)
+                return -ENOENT;
+        gpu_add_event(g, "reset reported by an operator");
+        fault_set(&g->event, GPU_HEALTH_OK, NULL);
+        health_publish(h);
+        check_send(h);
+        return 0;
+}
+
+/* ---- Queries ------------------------------------------------------------------------------------------- */
+
+GpuHealthState health_gpu_state(const Health *h, const char *pci_address, const char **ret_reason) {
+        const HealthGpu *g = gpu_find(h, pci_address);
+
+        if (!g) {
+                if (ret_reason)
+                        *ret_reason = NULL;
+                return GPU_HEALTH_OK;
+        }
+        if (ret_reason)
+                *ret_reason = g->published_reason;
+        return g->published;
+}
+
+char *const *health_gpu_events(const Health *h, const char *pci_address) {
+        const HealthGpu *g = gpu_find(h, pci_address);
+        return g ? g->events : NULL;
+}
+
+GpuHealthState health_node_state(const Health *h, const char **ret_reason) {
+        if (ret_reason)
+                *ret_reason = h ? h->node_published_reason : NULL;
+        return h ? h->node_published : GPU_HEALTH_OK;
+}
+
+unsigned health_unhealthy_gpus(const Health *h) {
+        unsigned n = 0;
+        for (size_t i = 0; h && i < h->n_gpus; i++)
+                if (h->gpus[i].published != GPU_HEALTH_OK)
+                        n++;
+        return n;
+}
+
+bool health_active(const Health *h) {
+        /* From the facts rather than h->active, which follows at the end of the pass whose labels
+         * already ask. */
+        return h && h->m->config && h->m->config->health.enabled && h->m->nvml_snapshot && !h->m->options.oneshot;
+}
+
+bool health_armed(const Health *h) {
+        return h && h->armed;
+}
+
+uint64_t health_worker_restarts(const Health *h) {
+        return h ? h->restarts_total : 0;
+}
+
+int health_gpu_counters(const Health *h, const char *pci_address, HealthCounters *ret) {
+        const HealthGpu *g = gpu_find(h, pci_address);
+
+        if (!g)
+                return -ENOENT;
+        *ret = (HealthCounters) {
+                .xids = g->xid_count,
+                .sbe = g->sbe_count,
+                .dbe = g->dbe_count,
+                .last_xid = g->last_xid,
+                .remap_known = g->remap_known,
+                .remap_correctable = g->remap[0],
+                .remap_uncorrectable = g->remap[1],
+                .remap_failure = g->remap[3],
+        };
+        return 0;
+}

@@ -1,0 +1,34 @@
+/* SPDX-License-Identifier: MIT */
+/* Owns the node_exporter textfile (metrics.textfile): DCGM exporter–compatible series where a DCGM field
+ * exists (DCGM_FI_DEV_XID_ERRORS, ECC and remapped-row counters, with dcgm-exporter's labels gpu, UUID,
+ * pci_bus_id, device, modelName, Hostname and, for MIG devices, GPU_I_PROFILE and GPU_I_ID) and our own
+ * gpu_node_agent_* gauges and counters (node and stage state, stage durations, passes, health per GPU,
+ * the event worker, MIG applies, the last DKMS build). Written atomically and only when the text
+ * changed, after every pass and on every health change. */
+#pragma once
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "macro.h"
+
+struct Manager;
+typedef struct Metrics Metrics;
+
+int metrics_new(Metrics **ret);
+Metrics *metrics_free(Metrics *x);
+DEFINE_CLEANUP_FUNC(Metrics *, metrics_free);
+
+/* Renders the textfile from m (NULL text on -ENOMEM). */
+int metrics_format(const struct Manager *m, char **ret);
+
+/* Writes metrics.textfile when configured and the text changed. Logs a failure once per distinct
+ * error; never fails the caller. */
+void metrics_update(struct Manager *m);
+
+/* Counted for the gpu_node_agent_mig_* counters: an apply finished with state ("success", "rebooting",
+ * "failed"), changed = the MIG devices changed. */
+void metrics_count_mig_apply(struct Manager *m, const char *state, bool changed);
+/* A DKMS build started / ended (the gpu_node_agent_dkms_build_seconds gauge: the last build's time). */
+void metrics_dkms_started(struct Manager *m);
+void metrics_dkms_finished(struct Manager *m, bool ok);

@@ -1,0 +1,362 @@
+#!/usr/bin/python3
+# SPDX-License-Identifier: MIT
+"""GPU health (issue 11): the real daemon on a simulated node with faults injected into the fake NVML's
+event set (tests/fakes/fake-nvml-events.c: FAKE_NVML_EVENT_FILE, FAKE_NVML_EVENTS). An injected XID
+reaches the GPU's Health property, the Manager's Health/UnhealthyGpus/State, the nvidia.com/gpu.health
+labels and the health.on-unhealthy hook within 1 s; a recoverable fault clears after a clean re-check, one
+whose re-check fails stays until the check passes; a fatal one stays failed across re-checks until
+ResetGpuHealth(); application XIDs are recorded but leave the GPU ok, and the configuration moves codes
+either way; a GPU missing against probe.expect-gpus and an incomplete fabric registration degrade; an event
+worker that crashes or hangs is restarted while D-Bus keeps answering. TAP output, figures as comments."""
+import importlib.util
+import json
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import Fail, TempDir, busctl, check, tap_main  # noqa: E402
+
+_spec = importlib.util.spec_from_file_location("test_nvml", os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                                                        "test-nvml.py"))
+test_nvml = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(test_nvml)
+Daemon, wait_until = test_nvml.Daemon, test_nvml.wait_until
+
+SCALE = float(os.environ.get("GNA_TIMEOUT_SCALE", "1"))
+AGENT_NAME = "org.gpunodeagent.Agent1"
+AGENT_PATH = "/org/gpunodeagent/Agent1"
+MANAGER = "org.gpunodeagent.Agent1.Manager"
+GPU = "org.gpunodeagent.Agent1.Gpu"
+LIMIT = 1.0 * SCALE
+
+
+def note(fmt, *args):
+    print("# " + fmt % args, flush=True)
+
+
+def gpu_path(i):
+    return "%s/gpu/%d" % (AGENT_PATH, i)
+
+
+class Health:
+    """A daemon on dgx-h100 with an event file, a hook that appends its environment to a file, and a fast
+    re-check."""
+
+    def __init__(self, tmp, dropin="", env=None, node="dgx-h100", hook=None):
+        self.events = os.path.join(tmp, "nvml-events")
+        open(self.events, "w").close()
+        self.hook_out = os.path.join(tmp, "hook.out")
+        hook = hook or "env | grep ^GPU_NODE_AGENT_ >> %s; echo --- >> %s" % (self.hook_out, self.hook_out)
+        dropin = ("health:\n  recheck-delay: 200ms\n  on-unhealthy: '%s'\n" % hook) + dropin
+        e = {"FAKE_NVML_EVENT_FILE": self.events}
+        e.update(env or {})
+        self.d = Daemon(tmp, node, dropin=dropin, env=e)
+        self.d.reconcile()  # health is watched from the end of the first pass on: let it settle
+
+    def inject(self, line):
+        with open(self.events, "a") as f:
+            f.write(line + "\n")
+        return time.monotonic()
+
+    def labels(self):
+        try:
+            with open(self.d.node.feature_file()) as f:
+                return dict(line.strip().split("=", 1) for line in f if "=" in line and not line.startswith("#"))
+        except FileNotFoundError:
+            return {}
+
+    def hook_runs(self):
+        try:
+            with open(self.hook_out) as f:
+                text = f.read()
+        except FileNotFoundError:
+            return []
+        runs = []
+        for block in text.split("---\n"):
+            env = dict(line.split("=", 1) for line in block.splitlines() if "=" in line)
+            if env:
+                runs.append(env)
+        return runs
+
+    def gpu_health(self, i):
+        return json.loads(busctl(self.d.bus, "--json=short", "get-property", AGENT_NAME, gpu_path(i), GPU,
+                                 "Health").stdout)["data"]
+
+    def gpu_events(self, i):
+        return json.loads(busctl(self.d.bus, "--json=short", "get-property", AGENT_NAME, gpu_path(i), GPU,
+                                 "HealthEvents").stdout)["data"]
+
+    def node_health(self):
+        return json.loads(busctl(self.d.bus, "--json=short", "get-property", AGENT_NAME, AGENT_PATH, MANAGER,
+                                 "Health").stdout)["data"]
+
+    def wait(self, what, fn, timeout=LIMIT):
+        try:
+            wait_until(what, fn, timeout / SCALE)
+        except Fail as e:
+            raise Fail("%s\nagent output:\n%s" % (e, self.d.agent.output()[-4000:]))
+
+    def close(self):
+        self.d.stop_clean()
+        self.d.close()
+
+
+def test_fatal_xid_reaches_everything_and_sticks():
+    with TempDir() as tmp:
+        h = Health(tmp)
+        try:
+            check(h.gpu_health(3) == "ok", "GPU 3 Health before any fault: %r" % h.gpu_health(3))
+            lab = h.labels()
+            check(lab.get("nvidia.com/gpu.health") == "ok" and lab.get("nvidia.com/gpu-node-agent.unhealthy-gpus") == "0",
+                  "health labels on a healthy node: %r" % {k: v for k, v in lab.items() if "health" in k})
+            t0 = h.inject("xid 3 79")
+            h.wait("GPU 3 Health failed", lambda: h.gpu_health(3).startswith("failed: XID 79"))
+            t_bus = time.monotonic() - t0
+            h.wait("gpu.health=failed label", lambda: h.labels().get("nvidia.com/gpu.health") == "failed")
+            t_label = time.monotonic() - t0
+            h.wait("the hook to run", lambda: h.hook_runs())
+            t_hook = time.monotonic() - t0
+            note("XID 79 on GPU 3: D-Bus %.0f ms, label %.0f ms, hook %.0f ms", t_bus * 1e3, t_label * 1e3, t_hook * 1e3)
+            check(t_label <= LIMIT and t_hook <= LIMIT, "later than 1 s")
+            lab = h.labels()
+            check(lab.get("nvidia.com/gpu-node-agent.unhealthy-gpus") == "1", "unhealthy-gpus label %r" % lab)
+            check(lab.get("nvidia.com/gpu-node-agent.state") == "degraded", "state label %r" % lab)
+            h.d.expect("UnhealthyGpus", "u 1")
+            h.d.expect("State", 's "degraded"')
+            check("GPU 3 (0000:61:00.0) failed: XID 79" in h.node_health(), "Manager Health %r" % h.node_health())
+            check(any("XID 79: GPU has fallen off the bus" in e for e in h.gpu_events(3)), "HealthEvents %r" % h.gpu_events(3))
+            run = h.hook_runs()[0]
+            check(run.get("GPU_NODE_AGENT_GPU") == "3" and run.get("GPU_NODE_AGENT_HEALTH") == "failed" and
+                  run.get("GPU_NODE_AGENT_GPU_PCI_ADDRESS") == "0000:61:00.0" and
+                  run.get("GPU_NODE_AGENT_GPU_UUID", "").startswith("GPU-") and
+                  "XID 79" in run.get("GPU_NODE_AGENT_REASON", ""), "hook environment %r" % run)
+            # A re-check (each pass runs one) does not clear a fatal fault.
+            h.d.reconcile()
+            time.sleep(0.5 * SCALE)
+            check(h.gpu_health(3).startswith("failed"), "after a re-check GPU 3 is %r" % h.gpu_health(3))
+            for i in (0, 1, 2, 4, 5, 6, 7):
+                check(h.gpu_health(i) == "ok", "GPU %d Health %r" % (i, h.gpu_health(i)))
+            # Only root may say the GPU was reset.
+            p = busctl(h.d.bus, "call", AGENT_NAME, AGENT_PATH, MANAGER, "ResetGpuHealth", "u", "3", user="nobody",
+                       check_rc=None)
+            check(p.returncode != 0 and h.gpu_health(3).startswith("failed"), "nobody could reset GPU health")
+            busctl(h.d.bus, "call", AGENT_NAME, AGENT_PATH, MANAGER, "ResetGpuHealth", "u", "3")
+            h.wait("GPU 3 ok after ResetGpuHealth", lambda: h.gpu_health(3) == "ok", 5)
+            h.wait("gpu.health=ok label", lambda: h.labels().get("nvidia.com/gpu.health") == "ok", 5)
+            h.wait("State ready", lambda: h.d.prop("State") == 's "ready"', 5)
+            h.d.expect("Health", 's "ok"')
+        finally:
+            h.close()
+
+
+def test_recoverable_fault_clears_after_recheck():
+    with TempDir() as tmp:
+        h = Health(tmp)
+        try:
+            t0 = h.inject("xid 5 94")
+            h.wait("GPU 5 degraded", lambda: h.gpu_health(5).startswith("degraded: XID 94"))
+            note("XID 94 (recoverable) on GPU 5: degraded after %.0f ms", (time.monotonic() - t0) * 1e3)
+            h.wait("GPU 5 ok after its re-check", lambda: h.gpu_health(5) == "ok", 5)
+            note("re-check passed %.0f ms after the XID (health.recheck-delay 200ms)", (time.monotonic() - t0) * 1e3)
+            check(any("re-check passed" in e for e in h.gpu_events(5)), "events %r" % h.gpu_events(5))
+            h.wait("gpu.health back to ok", lambda: h.labels().get("nvidia.com/gpu.health") == "ok", 5)
+            # A recoverable fault whose re-check fails (row remapping pending) stays until it passes.
+            h.inject("remap 2 0 1 1 0")
+            h.inject("xid 2 63")
+            h.wait("GPU 2 degraded", lambda: h.gpu_health(2).startswith("degraded"))
+            time.sleep(1.0 * SCALE)
+            check("row remapping pending" in h.gpu_health(2), "GPU 2 after a failing re-check: %r" % h.gpu_health(2))
+            h.inject("remap 2 0 1 0 0")  # the operator reset the GPU: the remap is applied
+            h.d.reconcile()
+            h.wait("GPU 2 ok once the re-check passes", lambda: h.gpu_health(2) == "ok", 5)
+            h.inject("remap 1 0 4 0 1")
+            h.d.reconcile()
+            h.wait("GPU 1 failed on a row remapping failure", lambda: "row remapping failed" in h.gpu_health(1), 5)
+        finally:
+            h.close()
+
+
+def test_xid_classes_and_configuration():
+    with TempDir() as tmp:
+        h = Health(tmp, dropin="  xid:\n    ignore: [48]\n    fatal: [31]\n")
+        try:
+            h.inject("xid 0 13")  # application error: recorded, the GPU stays ok
+            h.wait("XID 13 recorded", lambda: any("XID 13" in e for e in h.gpu_events(0)))
+            check(h.gpu_health(0) == "ok", "after XID 13 GPU 0 is %r" % h.gpu_health(0))
+            h.inject("xid 0 48")  # a reset XID, ignored by configuration
+            h.wait("XID 48 recorded", lambda: any("XID 48" in e for e in h.gpu_events(0)))
+            check(h.gpu_health(0) == "ok", "after ignored XID 48 GPU 0 is %r" % h.gpu_health(0))
+            h.inject("xid 1 31")  # an application XID made fatal by configuration
+            h.wait("GPU 1 failed on XID 31", lambda: h.gpu_health(1).startswith("failed: XID 31"))
+            h.inject("dbe 6")
+            h.wait("GPU 6 failed on a DBE", lambda: h.gpu_health(6).startswith("failed: double-bit ECC"))
+            h.inject("xid 4 43 2")  # in MIG GPU instance 2 (NVML names the parent and the instance)
+            h.wait("XID 43 in a GPU instance", lambda: any("XID 43 in MIG GPU instance 2" in e for e in h.gpu_events(4)))
+            h.inject("sbe 7")
+            h.wait("SBE recorded", lambda: any("single-bit" in e for e in h.gpu_events(7)))
+            check(h.gpu_health(7) == "ok", "after an SBE GPU 7 is %r" % h.gpu_health(7))
+            h.d.expect("UnhealthyGpus", "u 2")
+        finally:
+            h.close()
+    # A bad list entry is an error that names the key and says what to write.
+    with TempDir() as tmp:
+        d = Daemon(tmp, "dgx-h100", dropin="health:\n  xid:\n    fatal: [79, foo]\n", wait_ready=False)
+        try:
+            d.agent.proc.wait(30 * SCALE)
+            out = d.agent.output()
+            check("health.xid.fatal: 'foo' is not an XID" in out, "no clear error for a bad XID:\n" + out[-2000:])
+        finally:
+            d.close()
+
+
+def test_slow_hook_ended_with_the_agent():
+    """A hook that is still running when the agent stops does not keep it (or itself) alive."""
+    with TempDir() as tmp:
+        pidfile = os.path.join(tmp, "hook.pid")
+        h = Health(tmp, hook="echo $$ > %s; exec sleep 60" % pidfile)
+        try:
+            h.inject("xid 1 79")
+            h.wait("the hook to start", lambda: os.path.exists(pidfile) and open(pidfile).read().strip(), 5)
+            pid = int(open(pidfile).read())
+            t0 = time.monotonic()
+            h.d.stop_clean()
+            note("agent exit with a hook running: %.0f ms", (time.monotonic() - t0) * 1e3)
+
+            def gone():
+                try:
+                    with open("/proc/%d/stat" % pid) as f:
+                        return f.read().split()[2] == "Z"
+                except FileNotFoundError:
+                    return True
+            wait_until("the hook process to end", gone, 5)
+        finally:
+            h.d.close()
+
+
+def test_gpu_vanishes():
+    """A GPU falls off the bus: the XID 79 event fails it at once, the next check finds NVML has lost it (both
+    reasons shown); ResetGpuHealth() while it is still lost keeps it failed; once it answers again and the
+    operator says it was reset, it is ok."""
+    with TempDir() as tmp:
+        h = Health(tmp)
+        try:
+            h.inject("lost 6")
+            h.wait("GPU 6 failed", lambda: h.gpu_health(6).startswith("failed: XID 79"))
+            h.d.reconcile()
+            h.wait("the check to find it lost", lambda: "NVML: GPU is lost" in h.gpu_health(6), 5)
+            busctl(h.d.bus, "call", AGENT_NAME, AGENT_PATH, MANAGER, "ResetGpuHealth", "u", "6")
+            time.sleep(0.5 * SCALE)
+            check(h.gpu_health(6).startswith("failed: lost"), "reset while lost: %r" % h.gpu_health(6))
+            h.inject("back 6")
+            busctl(h.d.bus, "call", AGENT_NAME, AGENT_PATH, MANAGER, "ResetGpuHealth", "u", "6")
+            h.wait("GPU 6 ok once it answers", lambda: h.gpu_health(6) == "ok", 5)
+            p = busctl(h.d.bus, "call", AGENT_NAME, AGENT_PATH, MANAGER, "ResetGpuHealth", "u", "42", check_rc=None)
+            check(p.returncode != 0 and "There is no GPU 42" in p.stderr, "ResetGpuHealth(42): %r" % p.stderr)
+        finally:
+            h.close()
+
+
+def test_expect_gpus_and_fabric():
+    with TempDir() as tmp:
+        h = Health(tmp, dropin="probe:\n  expect-gpus: 9\n")
+        try:
+            h.wait("node health degraded", lambda: "expected 9 GPUs (probe.expect-gpus), found 8" in h.node_health(), 5)
+            h.wait("gpu.health=degraded", lambda: h.labels().get("nvidia.com/gpu.health") == "degraded", 5)
+            h.d.expect("State", 's "degraded"')
+            h.d.expect("UnhealthyGpus", "u 0")
+        finally:
+            h.close()
+    with TempDir() as tmp:
+        desc = os.path.join(tmp, "nvml.yaml")
+        src = os.path.join(test_nvml.NODES if hasattr(test_nvml, "NODES") else "", "dgx-h100", "nvml.yaml")
+        from harness import NODES
+        with open(os.path.join(NODES, "dgx-h100", "nvml.yaml")) as f:
+            text = f.read()
+        # GPU 0's fabric registration never completes (as on the B200s whose FM said ready).
+        marker = '  - pci: "0000:1b:00.0"\n'
+        check(marker in text or marker.replace('"', "") in text, "unexpected dgx-h100 nvml.yaml:\n" + text[:400])
+        text = text.replace(marker, marker + '    fabric: {cluster_uuid: "a1b2c3d4-e5f6-0718-293a-4b5c6d7e8f90", clique: 7, '
+                            'state: in-progress}\n', 1)
+        with open(desc, "w") as f:
+            f.write(text)
+        del src
+        h = Health(tmp, env={"FAKE_NVML_DESCRIPTION": desc})
+        try:
+            h.wait("GPU 0 degraded by its fabric", lambda: "fabric registration not complete (in progress)" in h.gpu_health(0), 5)
+        finally:
+            h.close()
+
+
+def test_timed_event_and_idle():
+    """FAKE_NVML_EVENTS: an XID on GPU 3 at T = 1.5 s after the worker armed; before it, the idle daemon
+    does not wake up while the worker blocks in the wait."""
+    with TempDir() as tmp:
+        h = Health(tmp, env={"FAKE_NVML_EVENTS": "3:xid:48@3000"})
+        try:
+            pid = h.d.agent.proc.pid
+            time.sleep(0.3)
+
+            def switches():
+                total = 0
+                for tid in os.listdir("/proc/%d/task" % pid):
+                    with open("/proc/%d/task/%s/status" % (pid, tid)) as f:
+                        for line in f:
+                            if line.startswith(("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches")):
+                                total += int(line.split()[1])
+                return total
+            before = switches()
+            time.sleep(1.0)
+            idle = switches() - before
+            note("main loop wakeups in 1 s with events armed: %d", idle)
+            check(h.gpu_health(3) == "ok", "GPU 3 unhealthy before its timed XID")
+            # 0 on the daemon itself; valgrind (GNA_WRAPPER) adds wakeups of its own.
+            limit = 5 if os.environ.get("GNA_WRAPPER") else 0
+            check(idle <= limit, "the daemon woke up %d times in 1 s of idle (limit %d)" % (idle, limit))
+            h.wait("timed XID 48 on GPU 3", lambda: h.gpu_health(3).startswith("failed: XID 48"), 5)
+        finally:
+            h.close()
+
+
+def test_worker_crash_and_hang():
+    with TempDir() as tmp:
+        crash = os.path.join(tmp, "crash")
+        open(crash, "w").close()
+        h = Health(tmp, env={"FAKE_NVML_CRASH": "nvmlEventSetWait_v2:1", "FAKE_NVML_CRASH_FILE": crash})
+        try:
+            h.wait("the crash to be reported", lambda: "GPU event worker crashed with signal SEGV" in h.d.agent.output(), 5)
+            t = [time.monotonic()]
+            h.d.prop("State")
+            note("D-Bus read while the event worker crash-loops: %.0f ms", (time.monotonic() - t[0]) * 1e3)
+            os.unlink(crash)  # the library works again: the next restart arms
+            h.wait("a restarted worker", lambda: "restarting it in" in h.d.agent.output(), 5)
+            time.sleep(4.5 * SCALE)  # backoff 1 s, 2 s: at most one more restart
+            t0 = h.inject("xid 4 79")
+            h.wait("an XID seen by the restarted worker", lambda: h.gpu_health(4).startswith("failed"), 2)
+            note("after restart: XID seen in %.0f ms", (time.monotonic() - t0) * 1e3)
+        finally:
+            h.close()
+    with TempDir() as tmp:
+        hang = os.path.join(tmp, "hang")
+        open(hang, "w").close()
+        h = Health(tmp, dropin="nvml:\n  timeout: 1s\n",
+                   env={"FAKE_NVML_HANG": "nvmlDeviceRegisterEvents:1", "FAKE_NVML_HANG_FILE": hang})
+        try:
+            h.wait("the hang to be reported", lambda: "did not register for events within nvml.timeout" in h.d.agent.output(), 5)
+            t0 = time.monotonic()
+            h.d.prop("State")
+            read_ms = (time.monotonic() - t0) * 1e3
+            note("D-Bus read while the event worker hangs: %.0f ms", read_ms)
+            check(read_ms < 100 * SCALE, "a D-Bus read took %.0f ms while the worker hung" % read_ms)
+            os.unlink(hang)
+            time.sleep(4.5 * SCALE)
+            h.inject("xid 2 95")
+            h.wait("an XID seen by the worker after the hang", lambda: h.gpu_health(2).startswith("failed: XID 95"), 2)
+        finally:
+            h.close()
+
+
+if __name__ == "__main__":
+    tap_main([test_fatal_xid_reaches_everything_and_sticks, test_recoverable_fault_clears_after_recheck,
+              test_xid_classes_and_configuration, test_slow_hook_ended_with_the_agent, test_gpu_vanishes, test_expect_gpus_and_fabric, test_timed_event_and_idle,
+              test_worker_crash_and_hang], sys.argv[1:])
