@@ -18,6 +18,7 @@ void ctl_status_done(AgentStatus *s) {
         free(s->dkms_state);
         free(s->mig_config);
         free(s->mig_config_state);
+        free(s->health);
         strv_free(s->config_sources);
         for (size_t i = 0; i < s->n_modules; i++) {
                 free(s->modules[i].name);
@@ -44,6 +45,7 @@ void ctl_gpu_done(CtlGpu *g) {
         free(g->compute_capability);
         free(g->mig_mode);
         free(g->mig_mode_pending);
+        free(g->health);
         for (size_t i = 0; i < g->n_mig_devices; i++) {
                 free(g->mig_devices[i].uuid);
                 free(g->mig_devices[i].profile);
@@ -154,6 +156,10 @@ int ctl_parse_status(sd_bus_message *m, AgentStatus *st) {
                         r = read_variant_string(m, &st->mig_config);
                 else if (streq(name, "MigConfigState"))
                         r = read_variant_string(m, &st->mig_config_state);
+                else if (streq(name, "Health"))
+                        r = read_variant_string(m, &st->health);
+                else if (streq(name, "UnhealthyGpus"))
+                        r = sd_bus_message_read(m, "v", "u", &st->unhealthy_gpus);
                 else if (streq(name, "Modules"))
                         r = read_modules(m, st);
                 else if (streq(name, "Ready"))
@@ -261,6 +267,8 @@ static int parse_gpu(sd_bus_message *m, CtlGpu *g) {
                         r = read_variant_string(m, &g->mig_mode);
                 else if (streq(name, "MigModePending"))
                         r = read_variant_string(m, &g->mig_mode_pending);
+                else if (streq(name, "Health"))
+                        r = read_variant_string(m, &g->health);
                 else if (streq(name, "MigDevices"))
                         r = read_mig_devices(m, g);
                 else

@@ -34,6 +34,8 @@ typedef struct AgentStatus {
         char *driver_version, *cuda_version;  /* "" or NULL: NVML unavailable / agent too old */
         char *dkms_state;                     /* NULL: agent too old */
         char *mig_config, *mig_config_state;  /* "" or NULL: MIG not managed / agent too old */
+        char *health;                         /* "ok", "degraded: …", "failed: …"; NULL: agent too old */
+        uint32_t unhealthy_gpus;
         int ready;
         uint32_t gpu_count;
         char **config_sources;
@@ -58,6 +60,7 @@ typedef struct CtlGpu {
         int32_t numa_node, iommu_group;
         /* From NVML; "" / NULL / 0 when not known. */
         char *nvml_name, *uuid, *compute_capability, *mig_mode, *mig_mode_pending;
+        char *health;                         /* "ok", "degraded: …", "failed: …"; NULL: agent too old */
         uint64_t memory_mib;
         CtlMigDevice *mig_devices;
         size_t n_mig_devices;

@@ -97,6 +97,8 @@ static void print_status_json(const AgentStatus *st) {
         ctl_json_kv_string_or_null(stdout, &first, "config_error", st->config_error);
         ctl_json_kv_string_or_null(stdout, &first, "mig_config", st->mig_config);
         ctl_json_kv_string_or_null(stdout, &first, "mig_config_state", st->mig_config_state);
+        ctl_json_kv_string_or_null(stdout, &first, "health", st->health);
+        ctl_json_kv_uint(stdout, &first, "unhealthy_gpus", st->unhealthy_gpus);
         ctl_json_key(stdout, &first, "config_sources");
         putchar('[');
         STRV_FOREACH(s, st->config_sources) {
@@ -113,6 +115,15 @@ static void print_status_json(const AgentStatus *st) {
                 json_stage(stdout, &st->stages[i]);
         }
         fputs("]}\n", stdout);
+}
+
+/* Health values begin with their verdict: "ok", "degraded: …", "failed: …". */
+static const char *health_color(const char *health) {
+        if (startswith(health, "failed"))
+                return ANSI_RED;
+        if (startswith(health, "degraded"))
+                return ANSI_YELLOW;
+        return ANSI_GREEN;
 }
 
 static int print_stage_table(const AgentStatus *st) {
@@ -174,6 +185,10 @@ static int verb_status(sd_bus *bus, char **args) {
                 printf("%12s: %s%s%s\n", "Config error", ctl_ansi(ANSI_RED), st.config_error, ctl_ansi(ANSI_NORMAL));
         if (!isempty(st.mig_config))
                 printf("%12s: %s (%s)\n", "MIG config", st.mig_config, strna(st.mig_config_state));
+        if (!isempty(st.health)) {
+                const char *hc = health_color(st.health);
+                printf("%12s: %s%s%s\n", "Health", ctl_ansi(hc), st.health, ctl_ansi(ANSI_NORMAL));
+        }
 
         if (st.n_stages > 0) {
                 putchar('\n');
@@ -237,6 +252,7 @@ static void print_gpus_json(const CtlGpu *gpus, size_t n) {
                 ctl_json_kv_string_or_null(stdout, &first, "compute_capability", g->compute_capability);
                 ctl_json_kv_string_or_null(stdout, &first, "mig_mode", g->mig_mode);
                 ctl_json_kv_string_or_null(stdout, &first, "mig_mode_pending", g->mig_mode_pending);
+                ctl_json_kv_string_or_null(stdout, &first, "health", g->health);
                 ctl_json_mig_devices(stdout, &first, g);
                 putchar('}');
         }
@@ -288,14 +304,14 @@ static int print_gpus_table(const CtlGpu *gpus, size_t n) {
         _cleanup_(ctl_table_freep) CtlTable *t = NULL;
         int r;
 
-        r = ctl_table_new(&t, 10,
+        r = ctl_table_new(&t, 11,
                           (const char *const[]) { "INDEX", "PCI", "NAME", "UUID", "MEMORY", "CC", "MIG", "NUMA",
-                                                  "DRIVER", "LINK" });
+                                                  "DRIVER", "LINK", "HEALTH" });
         if (r < 0)
                 return r;
         for (size_t i = 0; i < n; i++) {
                 const CtlGpu *g = &gpus[i];
-                char index[16], numa[16] = "", link[96] = "", uuid[64], memory[32], mig[64];
+                char index[16], numa[16] = "", link[96] = "", uuid[64], memory[32], mig[64], health[16] = "";
 
                 snprintf(index, sizeof index, "%" PRIu32, g->index);
                 if (g->numa_node >= 0)
@@ -309,16 +325,30 @@ static int print_gpus_table(const CtlGpu *gpus, size_t n) {
                 ctl_shorten_id(g->uuid, uuid, sizeof uuid);
                 ctl_format_mib(g->memory_mib, memory, sizeof memory);
                 format_mig(g, mig, sizeof mig);
+                /* The column holds the verdict ("failed"); the reason follows as a note under the GPU. */
+                if (!isempty(g->health))
+                        snprintf(health, sizeof health, "%.*s", (int) strcspn(g->health, ":"), g->health);
                 /* pci.ids names the chip; NVML's product name fills in when pci.ids does not know it. */
                 r = ctl_table_add_row(t, (const char *const[]) { index, g->pci_address,
                                                                  isempty(g->name) ? g->nvml_name : g->name, uuid,
                                                                  memory, g->compute_capability, mig, numa,
-                                                                 g->driver, link });
+                                                                 g->driver, link, health });
                 if (r < 0)
                         return r;
                 /* A pending change needs a GPU reset before it takes effect: worth noticing. */
                 if (strstr(mig, "→"))
                         ctl_table_set_color(t, 6, ANSI_YELLOW);
+                if (!isempty(g->health)) {
+                        ctl_table_set_color(t, 10, health_color(g->health));
+                        if (!streq(health, "ok")) {
+                                _cleanup_free_ char *why = strprintf("  health: %s", g->health);
+                                if (!why)
+                                        return -ENOMEM;
+                                r = ctl_table_add_note(t, why);
+                                if (r < 0)
+                                        return r;
+                        }
+                }
                 r = add_mig_devices(t, g);
                 if (r < 0)
                         return r;

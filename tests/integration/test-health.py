@@ -126,6 +126,18 @@ def test_fatal_xid_reaches_everything_and_sticks():
             h.d.expect("State", 's "degraded"')
             check("GPU 3 (0000:61:00.0) failed: XID 79" in h.node_health(), "Manager Health %r" % h.node_health())
             check(any("XID 79: GPU has fallen off the bus" in e for e in h.gpu_events(3)), "HealthEvents %r" % h.gpu_events(3))
+            # gpunodectl shows it: the node's health in status, the GPU's verdict as a column and its reason.
+            out = h.d.ctl("status")
+            check("Health: failed: " in out and "XID 79" in out, "gpunodectl status:\n%s" % out)
+            st = json.loads(h.d.ctl("status", "--json"))
+            check(st.get("health", "").startswith("failed") and st.get("unhealthy_gpus") == 1, "status --json %r" % st)
+            out = h.d.ctl("gpus")
+            row = [line for line in out.splitlines() if line.startswith("3 ")]
+            check(row and row[0].rstrip().endswith("failed") and "health: failed: XID 79" in out and
+                  all(line.rstrip().endswith("ok") for line in out.splitlines() if line[:2] in ("0 ", "7 ")),
+                  "gpunodectl gpus:\n%s" % out)
+            gp = json.loads(h.d.ctl("gpus", "--json"))
+            check(gp[3]["health"].startswith("failed: XID 79") and gp[0]["health"] == "ok", "gpus --json %r" % gp[3])
             run = h.hook_runs()[0]
             check(run.get("GPU_NODE_AGENT_GPU") == "3" and run.get("GPU_NODE_AGENT_HEALTH") == "failed" and
                   run.get("GPU_NODE_AGENT_GPU_PCI_ADDRESS") == "0000:61:00.0" and
