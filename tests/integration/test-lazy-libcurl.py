@@ -8,6 +8,7 @@ that the daemon maps it once it fetches. TAP output."""
 import glob
 import os
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import AGENT, Agent, Bus, Fail, Node, Notify, TempDir, check, run, tap_main  # noqa: E402
@@ -61,9 +62,41 @@ def test_daemon_without_remote_does_not_map_libcurl():
             bus.stop()
 
 
+def test_unloadable_libcurl_is_named_with_the_fix():
+    """config.remote set but libcurl.so.4 cannot be loaded (here: an empty file of that name first on
+    LD_LIBRARY_PATH): the daemon says which library and which package, and keeps running."""
+    with TempDir() as tmp:
+        lib = os.path.join(tmp, "lib")
+        os.makedirs(lib)
+        open(os.path.join(lib, "libcurl.so.4"), "w").close()
+        bus = Bus(tmp)
+        notify = Notify(tmp)
+        node = Node(tmp, "gen-1", "config:\n  remote:\n    url: https://127.0.0.1:9/{hostname}.yaml\n"
+                                  "    interval: 1h\n")
+        agent = Agent(node, bus, notify, extra_env={"LD_LIBRARY_PATH": lib})
+        try:
+            try:
+                notify.wait_for("READY=1", 60 * SCALE)
+            except Fail:
+                raise Fail("no READY=1; agent output:\n" + agent.output())
+            want = "Cannot load libcurl.so.4, which the remote configuration (config.remote.url) and the Kubernetes"
+            deadline = time.monotonic() + 10 * SCALE
+            while want not in agent.output() and time.monotonic() < deadline:
+                time.sleep(0.1)
+            out = agent.output()
+            check(want in out and "Install libcurl (Debian: libcurl4, RPM: libcurl)" in out,
+                  "no error naming libcurl.so.4 and its package:\n" + out)
+            check(agent.proc.poll() is None, "the daemon exited:\n" + out)
+        finally:
+            agent.stop()
+            notify.close()
+            bus.stop()
+
+
 TESTS = [
     test_oneshot_does_not_load_libcurl,
     test_daemon_without_remote_does_not_map_libcurl,
+    test_unloadable_libcurl_is_named_with_the_fix,
 ]
 
 if __name__ == "__main__":
