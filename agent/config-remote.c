@@ -5,6 +5,7 @@
  * URL template; and the last-known-good copy. */
 #include <ctype.h>
 #include <curl/curl.h>
+#include <dlfcn.h>
 #include <strings.h>
 #include <sys/epoll.h>
 #include <time.h>
@@ -12,7 +13,82 @@
 #include "build-config.h"
 #include "config-remote.h"
 #include "fileio.h"
+#include "log.h"
 #include "strv.h"
+
+/* libcurl is dlopen'd on first use, not linked: it and its TLS, Kerberos, LDAP, SSH and HTTP/2 libraries
+ * (two dozen shared objects, ~4 MiB resident, their relocations and constructors) would otherwise be
+ * loaded by every start, --oneshot included, although only the remote configuration (config.remote.url)
+ * and the Kubernetes node watch (mig.selected-from: node-label) use it. Loaded once, never unloaded
+ * (curl_global_init's state lives in it). */
+#define LIBCURL_SONAME "libcurl.so.4"
+static typeof(curl_easy_cleanup) *sym_curl_easy_cleanup;
+static typeof(curl_easy_getinfo) *sym_curl_easy_getinfo;
+static typeof(curl_easy_init) *sym_curl_easy_init;
+static typeof(curl_easy_setopt) *sym_curl_easy_setopt;
+static typeof(curl_easy_strerror) *sym_curl_easy_strerror;
+static typeof(curl_global_cleanup) *sym_curl_global_cleanup;
+static typeof(curl_global_init) *sym_curl_global_init;
+static typeof(curl_multi_add_handle) *sym_curl_multi_add_handle;
+static typeof(curl_multi_assign) *sym_curl_multi_assign;
+static typeof(curl_multi_cleanup) *sym_curl_multi_cleanup;
+static typeof(curl_multi_info_read) *sym_curl_multi_info_read;
+static typeof(curl_multi_init) *sym_curl_multi_init;
+static typeof(curl_multi_remove_handle) *sym_curl_multi_remove_handle;
+static typeof(curl_multi_setopt) *sym_curl_multi_setopt;
+static typeof(curl_multi_socket_action) *sym_curl_multi_socket_action;
+static typeof(curl_slist_append) *sym_curl_slist_append;
+static typeof(curl_slist_free_all) *sym_curl_slist_free_all;
+
+static int curl_dlopen(void) {
+        static void *dl = NULL;
+
+        if (dl)
+                return 0;
+        void *h = dlopen(LIBCURL_SONAME, RTLD_NOW | RTLD_LOCAL);
+        if (!h) {
+                const char *e = dlerror();
+                log_error("Cannot load %s, which the remote configuration (config.remote.url) and the Kubernetes "
+                          "node watch (mig.selected-from: node-label) need: %s. Install libcurl (Debian: libcurl4, "
+                          "RPM: libcurl).", LIBCURL_SONAME, e ? e : "dlopen failed");
+                return -EOPNOTSUPP;
+        }
+#define CURL_SYM(n) { #n, (void **) &sym_##n }
+        static const struct {
+                const char *name;
+                void **ptr;
+        } syms[] = {
+                CURL_SYM(curl_easy_cleanup),
+                CURL_SYM(curl_easy_getinfo),
+                CURL_SYM(curl_easy_init),
+                CURL_SYM(curl_easy_setopt),
+                CURL_SYM(curl_easy_strerror),
+                CURL_SYM(curl_global_cleanup),
+                CURL_SYM(curl_global_init),
+                CURL_SYM(curl_multi_add_handle),
+                CURL_SYM(curl_multi_assign),
+                CURL_SYM(curl_multi_cleanup),
+                CURL_SYM(curl_multi_info_read),
+                CURL_SYM(curl_multi_init),
+                CURL_SYM(curl_multi_remove_handle),
+                CURL_SYM(curl_multi_setopt),
+                CURL_SYM(curl_multi_socket_action),
+                CURL_SYM(curl_slist_append),
+                CURL_SYM(curl_slist_free_all),
+        };
+#undef CURL_SYM
+        for (size_t i = 0; i < ELEMENTSOF(syms); i++) {
+                *syms[i].ptr = dlsym(h, syms[i].name);
+                if (!*syms[i].ptr) {
+                        log_error("%s has no %s: not a usable libcurl (the remote configuration and the "
+                                  "Kubernetes node watch need libcurl >= 7.85).", LIBCURL_SONAME, syms[i].name);
+                        dlclose(h);
+                        return -EOPNOTSUPP;
+                }
+        }
+        dl = h;
+        return 0;
+}
 
 static const char *strempty(const char *s) {
         return s ?: "";
@@ -54,11 +130,11 @@ static void fetcher_io_forget(ConfigRemoteFetcher *f, sd_event_source *s) {
 static void fetcher_reset(ConfigRemoteFetcher *f) {
         if (f->easy) {
                 /* Calls the socket function with CURL_POLL_REMOVE for the transfer's sockets. */
-                curl_multi_remove_handle(f->multi, f->easy);
-                curl_easy_cleanup(f->easy);
+                sym_curl_multi_remove_handle(f->multi, f->easy);
+                sym_curl_easy_cleanup(f->easy);
                 f->easy = NULL;
         }
-        curl_slist_free_all(f->headers);
+        sym_curl_slist_free_all(f->headers);
         f->headers = NULL;
         f->body = mfree(f->body);
         f->size = 0;
@@ -94,7 +170,7 @@ static void fetcher_check_done(ConfigRemoteFetcher *f) {
         CURLMsg *msg;
         int left;
 
-        while ((msg = curl_multi_info_read(f->multi, &left))) {
+        while ((msg = sym_curl_multi_info_read(f->multi, &left))) {
                 if (msg->msg != CURLMSG_DONE || msg->easy_handle != f->easy)
                         continue;
                 CURLcode code = msg->data.result;
@@ -102,14 +178,14 @@ static void fetcher_check_done(ConfigRemoteFetcher *f) {
                 char errbuf[CURL_ERROR_SIZE];
                 long status = 0;
 
-                (void) curl_easy_getinfo(f->easy, CURLINFO_RESPONSE_CODE, &status);
+                (void) sym_curl_easy_getinfo(f->easy, CURLINFO_RESPONSE_CODE, &status);
                 if (code != CURLE_OK) {
                         res.error = f->chunk_error < 0 ? f->chunk_error
                                     : f->too_large   ? -EFBIG
                                                      : errno_from_curl(code);
                         snprintf(errbuf, sizeof(errbuf), "%s", f->too_large ? "the document is larger than 1 MiB"
                                                                : f->errbuf[0] ? f->errbuf
-                                                                              : curl_easy_strerror(code));
+                                                                              : sym_curl_easy_strerror(code));
                         res.error_text = errbuf;
                 } else {
                         res.status = status;
@@ -123,7 +199,7 @@ static void fetcher_check_done(ConfigRemoteFetcher *f) {
                 ConfigRemoteDone done = f->done;
                 void *userdata = f->userdata;
                 /* The result points into f until done() returns; reset after. */
-                curl_multi_remove_handle(f->multi, f->easy);
+                sym_curl_multi_remove_handle(f->multi, f->easy);
                 f->done = NULL;
                 done(f, &res, userdata);
                 return;
@@ -136,7 +212,7 @@ static int on_io(sd_event_source *s, int fd, uint32_t revents, void *userdata) {
                     (revents & (EPOLLERR | EPOLLHUP) ? CURL_CSELECT_ERR : 0);
         int running;
 
-        (void) curl_multi_socket_action(f->multi, fd, flags, &running);
+        (void) sym_curl_multi_socket_action(f->multi, fd, flags, &running);
         fetcher_check_done(f);
         return 0;
 }
@@ -145,7 +221,7 @@ static int on_timer(sd_event_source *s, uint64_t usec, void *userdata) {
         ConfigRemoteFetcher *f = userdata;
         int running;
 
-        (void) curl_multi_socket_action(f->multi, CURL_SOCKET_TIMEOUT, 0, &running);
+        (void) sym_curl_multi_socket_action(f->multi, CURL_SOCKET_TIMEOUT, 0, &running);
         fetcher_check_done(f);
         return 0;
 }
@@ -156,7 +232,7 @@ static int on_curl_socket(CURL *easy, curl_socket_t fd, int what, void *userp, v
 
         if (what == CURL_POLL_REMOVE) {
                 if (s) {
-                        curl_multi_assign(f->multi, fd, NULL);
+                        sym_curl_multi_assign(f->multi, fd, NULL);
                         fetcher_io_forget(f, s);
                 }
                 return 0;
@@ -172,7 +248,7 @@ static int on_curl_socket(CURL *easy, curl_socket_t fd, int what, void *userp, v
         if (sd_event_add_io(f->event, &s, fd, events, on_io, f) < 0)
                 return -1;
         f->io[f->n_io++] = s;
-        curl_multi_assign(f->multi, fd, s);
+        sym_curl_multi_assign(f->multi, fd, s);
         return 0;
 }
 
@@ -198,7 +274,7 @@ static size_t on_body(char *p, size_t size, size_t n, void *userdata) {
         size_t len = size * n;
         long status = 0;
 
-        (void) curl_easy_getinfo(f->easy, CURLINFO_RESPONSE_CODE, &status);
+        (void) sym_curl_easy_getinfo(f->easy, CURLINFO_RESPONSE_CODE, &status);
         if (f->on_chunk && status == 200) {
                 int r = f->on_chunk(p, len, f->userdata);
                 if (r < 0) {
@@ -258,22 +334,26 @@ static size_t on_header(char *p, size_t size, size_t n, void *userdata) {
 
 int config_remote_fetcher_new(sd_event *e, ConfigRemoteFetcher **ret) {
         _cleanup_(config_remote_fetcher_freep) ConfigRemoteFetcher *f = NULL;
+        int r;
 
-        if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
+        r = curl_dlopen();
+        if (r < 0)
+                return r;
+        if (sym_curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
                 return -EIO;
         f = calloc(1, sizeof(*f));
         if (!f) {
-                curl_global_cleanup();
+                sym_curl_global_cleanup();
                 return -ENOMEM;
         }
         f->event = sd_event_ref(e);
-        f->multi = curl_multi_init();
+        f->multi = sym_curl_multi_init();
         if (!f->multi)
                 return -ENOMEM;
-        if (curl_multi_setopt(f->multi, CURLMOPT_SOCKETFUNCTION, on_curl_socket) != CURLM_OK ||
-            curl_multi_setopt(f->multi, CURLMOPT_SOCKETDATA, f) != CURLM_OK ||
-            curl_multi_setopt(f->multi, CURLMOPT_TIMERFUNCTION, on_curl_timer) != CURLM_OK ||
-            curl_multi_setopt(f->multi, CURLMOPT_TIMERDATA, f) != CURLM_OK)
+        if (sym_curl_multi_setopt(f->multi, CURLMOPT_SOCKETFUNCTION, on_curl_socket) != CURLM_OK ||
+            sym_curl_multi_setopt(f->multi, CURLMOPT_SOCKETDATA, f) != CURLM_OK ||
+            sym_curl_multi_setopt(f->multi, CURLMOPT_TIMERFUNCTION, on_curl_timer) != CURLM_OK ||
+            sym_curl_multi_setopt(f->multi, CURLMOPT_TIMERDATA, f) != CURLM_OK)
                 return -EIO;
         *ret = TAKE_PTR(f);
         return 0;
@@ -284,14 +364,14 @@ ConfigRemoteFetcher *config_remote_fetcher_free(ConfigRemoteFetcher *f) {
                 return NULL;
         fetcher_reset(f);
         if (f->multi)
-                curl_multi_cleanup(f->multi);
+                sym_curl_multi_cleanup(f->multi);
         for (size_t i = 0; i < f->n_io; i++)
                 sd_event_source_disable_unref(f->io[i]);
         free(f->io);
         sd_event_source_disable_unref(f->timer);
         sd_event_unref(f->event);
         free(f);
-        curl_global_cleanup();
+        sym_curl_global_cleanup();
         return NULL;
 }
 
@@ -313,7 +393,7 @@ static int add_header(struct curl_slist **l, const char *name, const char *value
                 return 0;
         if (asprintf(&h, "%s: %s", name, value) < 0)
                 return -ENOMEM;
-        struct curl_slist *n = curl_slist_append(*l, h);
+        struct curl_slist *n = sym_curl_slist_append(*l, h);
         if (!n)
                 return -ENOMEM;
         *l = n;
@@ -329,7 +409,7 @@ int config_remote_fetch(ConfigRemoteFetcher *f, const ConfigRemoteRequest *req, 
                 return -EBUSY;
         fetcher_reset(f);
 
-        f->easy = curl_easy_init();
+        f->easy = sym_curl_easy_init();
         if (!f->easy)
                 return -ENOMEM;
         r = add_header(&f->headers, "If-None-Match", req->etag);
@@ -350,27 +430,27 @@ int config_remote_fetch(ConfigRemoteFetcher *f, const ConfigRemoteRequest *req, 
         struct curl_blob ca = { (void *) req->ca_pem, req->ca_pem_size, CURL_BLOB_COPY },
                          cert = { (void *) req->cert_pem, req->cert_pem_size, CURL_BLOB_COPY },
                          key = { (void *) req->key_pem, req->key_pem_size, CURL_BLOB_COPY };
-        bool ok = curl_easy_setopt(f->easy, CURLOPT_URL, req->url) == CURLE_OK &&
-                  curl_easy_setopt(f->easy, CURLOPT_PROTOCOLS_STR, "https") == CURLE_OK &&
-                  curl_easy_setopt(f->easy, CURLOPT_NOSIGNAL, 1L) == CURLE_OK &&
+        bool ok = sym_curl_easy_setopt(f->easy, CURLOPT_URL, req->url) == CURLE_OK &&
+                  sym_curl_easy_setopt(f->easy, CURLOPT_PROTOCOLS_STR, "https") == CURLE_OK &&
+                  sym_curl_easy_setopt(f->easy, CURLOPT_NOSIGNAL, 1L) == CURLE_OK &&
                   /* Connections are minutes apart: nothing to gain from keeping one open. */
-                  curl_easy_setopt(f->easy, CURLOPT_FORBID_REUSE, 1L) == CURLE_OK &&
-                  curl_easy_setopt(f->easy, CURLOPT_TIMEOUT_MS, timeout_ms) == CURLE_OK &&
-                  curl_easy_setopt(f->easy, CURLOPT_CONNECTTIMEOUT_MS, 30000L) == CURLE_OK &&
-                  (ca.len == 0 || curl_easy_setopt(f->easy, CURLOPT_CAINFO_BLOB, &ca) == CURLE_OK) &&
-                  (cert.len == 0 || curl_easy_setopt(f->easy, CURLOPT_SSLCERT_BLOB, &cert) == CURLE_OK) &&
-                  (key.len == 0 || curl_easy_setopt(f->easy, CURLOPT_SSLKEY_BLOB, &key) == CURLE_OK) &&
-                  curl_easy_setopt(f->easy, CURLOPT_ERRORBUFFER, f->errbuf) == CURLE_OK &&
-                  curl_easy_setopt(f->easy, CURLOPT_USERAGENT, "gpu-node-agent/" GPU_NODE_AGENT_VERSION) == CURLE_OK &&
-                  curl_easy_setopt(f->easy, CURLOPT_WRITEFUNCTION, on_body) == CURLE_OK &&
-                  curl_easy_setopt(f->easy, CURLOPT_WRITEDATA, f) == CURLE_OK &&
-                  curl_easy_setopt(f->easy, CURLOPT_HEADERFUNCTION, on_header) == CURLE_OK &&
-                  curl_easy_setopt(f->easy, CURLOPT_HEADERDATA, f) == CURLE_OK &&
-                  curl_easy_setopt(f->easy, CURLOPT_HTTPHEADER, f->headers) == CURLE_OK &&
-                  (isempty(req->ca_file) || curl_easy_setopt(f->easy, CURLOPT_CAINFO, req->ca_file) == CURLE_OK) &&
-                  (isempty(req->cert) || curl_easy_setopt(f->easy, CURLOPT_SSLCERT, req->cert) == CURLE_OK) &&
-                  (isempty(req->key) || curl_easy_setopt(f->easy, CURLOPT_SSLKEY, req->key) == CURLE_OK);
-        if (!ok || curl_multi_add_handle(f->multi, f->easy) != CURLM_OK) {
+                  sym_curl_easy_setopt(f->easy, CURLOPT_FORBID_REUSE, 1L) == CURLE_OK &&
+                  sym_curl_easy_setopt(f->easy, CURLOPT_TIMEOUT_MS, timeout_ms) == CURLE_OK &&
+                  sym_curl_easy_setopt(f->easy, CURLOPT_CONNECTTIMEOUT_MS, 30000L) == CURLE_OK &&
+                  (ca.len == 0 || sym_curl_easy_setopt(f->easy, CURLOPT_CAINFO_BLOB, &ca) == CURLE_OK) &&
+                  (cert.len == 0 || sym_curl_easy_setopt(f->easy, CURLOPT_SSLCERT_BLOB, &cert) == CURLE_OK) &&
+                  (key.len == 0 || sym_curl_easy_setopt(f->easy, CURLOPT_SSLKEY_BLOB, &key) == CURLE_OK) &&
+                  sym_curl_easy_setopt(f->easy, CURLOPT_ERRORBUFFER, f->errbuf) == CURLE_OK &&
+                  sym_curl_easy_setopt(f->easy, CURLOPT_USERAGENT, "gpu-node-agent/" GPU_NODE_AGENT_VERSION) == CURLE_OK &&
+                  sym_curl_easy_setopt(f->easy, CURLOPT_WRITEFUNCTION, on_body) == CURLE_OK &&
+                  sym_curl_easy_setopt(f->easy, CURLOPT_WRITEDATA, f) == CURLE_OK &&
+                  sym_curl_easy_setopt(f->easy, CURLOPT_HEADERFUNCTION, on_header) == CURLE_OK &&
+                  sym_curl_easy_setopt(f->easy, CURLOPT_HEADERDATA, f) == CURLE_OK &&
+                  sym_curl_easy_setopt(f->easy, CURLOPT_HTTPHEADER, f->headers) == CURLE_OK &&
+                  (isempty(req->ca_file) || sym_curl_easy_setopt(f->easy, CURLOPT_CAINFO, req->ca_file) == CURLE_OK) &&
+                  (isempty(req->cert) || sym_curl_easy_setopt(f->easy, CURLOPT_SSLCERT, req->cert) == CURLE_OK) &&
+                  (isempty(req->key) || sym_curl_easy_setopt(f->easy, CURLOPT_SSLKEY, req->key) == CURLE_OK);
+        if (!ok || sym_curl_multi_add_handle(f->multi, f->easy) != CURLM_OK) {
                 fetcher_reset(f);
                 return -EIO;
         }

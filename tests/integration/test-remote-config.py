@@ -187,6 +187,9 @@ def test_good_304_change_and_local_wins():
         d = Daemon(tmp, remote_yaml(srv.port, pki))
         try:
             wait_until("replicas=4 from the remote document", lambda: d.replicas(4), 15, d.agent.output)
+            # libcurl is dlopen()ed for the fetch (test-lazy-libcurl.py: not loaded without config.remote).
+            with open("/proc/%d/maps" % d.agent.proc.pid) as f:
+                check("/libcurl.so.4" in f.read(), "libcurl.so.4 is not mapped after a remote fetch")
             path, _ = srv.requests[0]
             check(path == "/nodes/%s.yaml" % socket.gethostname(), "URL not templated: " + path)
             sources = get_property(d.bus, "ConfigSources")

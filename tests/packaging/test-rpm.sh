@@ -22,7 +22,6 @@ mkdir -p "$top/SOURCES" "$top/stage/gpu-node-agent-$version"
 tar -C "$src" --exclude='./build*' --exclude=./.git --exclude=./debian -cf - . |
         tar -C "$top/stage/gpu-node-agent-$version" -xf -
 tar -C "$top/stage" -czf "$top/SOURCES/gpu-node-agent-$version.tar.gz" "gpu-node-agent-$version"
-cp "$src/packaging/rpm/10-hwdata-pci-ids.yaml" "$top/SOURCES/"
 
 if ! rpmbuild -bb --nodeps --define "_topdir $top" --define "_smp_mflags -j2" "$spec" >"$top/rpmbuild.log" 2>&1; then
         tail -n 40 "$top/rpmbuild.log" >&2
@@ -39,7 +38,6 @@ expected=(
         /usr/lib/gpu-node-agent
         /usr/lib/gpu-node-agent/conf.d
         /usr/lib/gpu-node-agent/conf.d/00-defaults.yaml
-        /usr/lib/gpu-node-agent/conf.d/10-hwdata-pci-ids.yaml
         /usr/lib/systemd/system/gpu-node-agent.service
         /usr/lib/tmpfiles.d/gpu-node-agent.conf
         /usr/sbin/gpu-node-agent
@@ -74,9 +72,10 @@ echo "rpm -qlp: the ${#expected[@]} expected paths"
 scripts=$(rpm -qp --scripts "$rpm" 2>/dev/null)
 grep -q 'gpu-node-agent --cleanup' <<<"$scripts" || fail "no --cleanup in the erase scriptlet:\n$scripts"
 grep -q 'rm -rf /var/lib/gpu-node-agent' <<<"$scripts" || fail "the state directory is not removed on erase:\n$scripts"
-# Runtime dependencies as on RHEL: hwdata for pci.ids, dbus, procps-ng for ExecReload=.
+# Runtime dependencies as on RHEL: hwdata for pci.ids, dbus, procps-ng for ExecReload=, and libcurl,
+# which the agent dlopen()s (rpm's automatic dependencies cannot see it).
 reqs=$(rpm -qp --requires "$rpm" 2>/dev/null)
-for r in hwdata dbus procps-ng; do
+for r in hwdata dbus procps-ng 'libcurl.so.4()(64bit)'; do
         grep -qx "$r" <<<"$reqs" || fail "the package does not require $r"
 done
 echo "scriptlets and Requires: as expected"

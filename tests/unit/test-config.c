@@ -628,8 +628,7 @@ static void test_dump_roundtrip(void **state) {
 }
 
 /* The files the packages install must load; the vendor defaults file changes only labels.expiry (1h,
- * so that the labels of a node whose agent stopped for good expire), and the RPM's drop-in only
- * paths.pci-ids. */
+ * so that the labels of a node whose agent stopped for good expire). */
 /* The remote document (config.remote) is merged after agent.yaml and before the administrator's
  * conf.d, is named by its URL in errors and in sources, and may not point the node elsewhere. */
 static void test_remote_layer(void **state) {
@@ -725,13 +724,6 @@ static void test_shipped_files(void **state) {
         if (config_load(&o, &c, &error) < 0)
                 fail_msg("%s", error);
         assert_int_equal(c->labels.expiry_usec, 3600 * USEC_PER_SEC);
-        c = config_free(c);
-
-        _cleanup_free_ char *rpm_dropin = at(src, "packaging/rpm/10-hwdata-pci-ids.yaml");
-        o.main_file = rpm_dropin;
-        if (config_load(&o, &c, &error) < 0)
-                fail_msg("%s", error);
-        assert_string_equal(c->paths.pci_ids, "/usr/share/hwdata/pci.ids");
         config_free(c);
         config_free(d);
 }
