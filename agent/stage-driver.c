@@ -53,6 +53,13 @@ static const char *module_parameters(const Config *c, DriverModule id) {
         return isempty(c->driver.parameters[id]) ? NULL : c->driver.parameters[id];
 }
 
+static DriverModule module_id(const char *name) {
+        for (size_t i = 0; i < ELEMENTSOF(core_modules); i++)
+                if (streq(core_modules[i].name, name))
+                        return core_modules[i].id;
+        return DRIVER_MODULE_PEERMEM;
+}
+
 /* ---- shared helpers (driver.h) ---------------------------------------------------------------- */
 
 static void kmod_log(void *userdata, int priority, const char *message) {
@@ -428,9 +435,15 @@ static int driver_precheck(Manager *m, ModuleContext *ctx, const char *name, boo
                                         strna(info->version), want);
                 return 1;
         }
-        r = module_check_firmware(ctx, info, ret_reason);
-        if (r < 0)
-                return r;
+        {
+                _cleanup_free_ char *options =
+                        module_effective_options(ctx, info, module_parameters(m->config, module_id(name)));
+                if (!options)
+                        return -ENOMEM;
+                r = module_check_firmware(ctx, info, options, ret_reason);
+                if (r < 0)
+                        return r;
+        }
         if (secure_boot)
                 log_info("%s: %s, version %s, signed by %s.", name, info->filename, strna(info->version),
                          info->signer ?: "nobody (unsigned)");

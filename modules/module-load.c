@@ -27,16 +27,44 @@ static char *lockdown_mode(ModuleContext *c) {
         return strndup(lb + 1, rb - lb - 1);
 }
 
-char *module_load_error_message(ModuleContext *c, const ModuleInfo *info, int error, const char *options) {
-        _cleanup_free_ char *display = module_name_display(info->kernel_name), *lockdown = NULL,
-                            *release = NULL;
-        const char *file = info->filename, *kver = c->kernel_release;
+/* EFI global variable GUID: SecureBoot-<guid> holds 4 attribute bytes, then 1 = enabled. */
+#define SECURE_BOOT_EFIVAR "firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c"
 
-        if (!display)
+/* 1 Secure Boot on, 0 off, -ENOENT when there is no EFI variable (legacy boot, or no efivarfs). */
+static int secure_boot_state(ModuleContext *c) {
+        _cleanup_free_ char *p = strprintf("%s/%s", c->sys_dir, SECURE_BOOT_EFIVAR), *var = NULL;
+        size_t n = 0;
+
+        if (!p)
+                return -ENOMEM;
+        if (read_full_file(p, 64, &var, &n) < 0 || n == 0)
+                return -ENOENT;
+        return var[n - 1] == 1;
+}
+
+/* module.sig_enforce as the kernel shows it (<sys>/module/module/parameters/sig_enforce: Y or N). */
+static bool sig_enforce_on(ModuleContext *c) {
+        _cleanup_free_ char *p = strprintf("%s/module/module/parameters/sig_enforce", c->sys_dir), *s = NULL;
+        return p && read_one_line_file(p, &s) >= 0 && (streq(s, "Y") || streq(s, "1"));
+}
+
+/* Why a module's signature was refused, in words: only what is found on (Secure Boot, module.sig_enforce,
+ * lockdown) is blamed. */
+static char *signature_rejected_message(ModuleContext *c, const ModuleInfo *info, const char *display) {
+        _cleanup_free_ char *lockdown = lockdown_mode(c), *signer = NULL;
+        int sb = secure_boot_state(c);
+        bool enforce = sig_enforce_on(c);
+        const char *file = info->filename;
+
+        if (info->signer)
+                signer = strprintf("the module is signed by \"%s\"%s%s%s, a key the kernel does not trust", info->signer,
+                                   info->sig_key ? " (key " : "", info->sig_key ?: "", info->sig_key ? ")" : "");
+        else
+                signer = strdup("the module is not signed");
+        if (!signer)
                 return NULL;
-        switch (-error) {
-        case EKEYREJECTED:
-        case ENOKEY:
+
+        if (sb > 0) {
                 if (info->signer)
                         return strprintf("Failed to load %s (%s): Secure Boot rejected it: the module is signed by "
                                          "\"%s\"%s%s%s, a key that is not enrolled; enroll it with `mokutil --import "
@@ -47,6 +75,36 @@ char *module_load_error_message(ModuleContext *c, const ModuleInfo *info, int er
                                  "DKMS sign it (it uses /var/lib/dkms/mok.key) and enroll that key with `mokutil "
                                  "--import %s`, then reboot to confirm it in MokManager.",
                                  display, file, DKMS_MOK_PUB);
+        }
+        if (enforce)
+                return strprintf("Failed to load %s (%s): the kernel enforces module signatures (module.sig_enforce=1; "
+                                 "Secure Boot is %s) and %s; sign it with a key in the kernel's trusted keyrings "
+                                 "(with shim: `mokutil --import %s`), or remove module.sig_enforce=1 from the kernel "
+                                 "command line.",
+                                 display, file, sb == 0 ? "off" : "not in use", signer, DKMS_MOK_PUB);
+        if (lockdown)
+                return strprintf("Failed to load %s (%s): the kernel is locked down (%s; Secure Boot is %s) and "
+                                 "refuses modules without a trusted signature: %s; sign it with a trusted key "
+                                 "(with shim: `mokutil --import %s`), or boot without lockdown= on the kernel "
+                                 "command line.",
+                                 display, file, lockdown, sb == 0 ? "off" : "not in use", signer, DKMS_MOK_PUB);
+        return strprintf("Failed to load %s (%s): the kernel rejected its signature (EKEYREJECTED) and %s; neither "
+                         "Secure Boot, module.sig_enforce nor lockdown shows as on under %s, so check the kernel's "
+                         "signature policy (CONFIG_MODULE_SIG_FORCE) and sign the module with a trusted key.",
+                         display, file, signer, c->sys_dir);
+}
+
+char *module_load_error_message(ModuleContext *c, const ModuleInfo *info, int error, const char *options) {
+        _cleanup_free_ char *display = module_name_display(info->kernel_name), *lockdown = NULL,
+                            *release = NULL;
+        const char *file = info->filename, *kver = c->kernel_release;
+
+        if (!display)
+                return NULL;
+        switch (-error) {
+        case EKEYREJECTED:
+        case ENOKEY:
+                return signature_rejected_message(c, info, display);
         case EPERM:
                 lockdown = lockdown_mode(c);
                 if (lockdown)
@@ -108,7 +166,7 @@ char *module_load_error_message(ModuleContext *c, const ModuleInfo *info, int er
 
 /* Options as the kernel will see them: modprobe.d's for the module file, those modprobe.d gives the
  * kernel name when the file is a packaged variant, then the caller's. */
-static char *combine_options(ModuleContext *c, struct kmod_module *mod, const ModuleInfo *info, const char *extra) {
+static char *combine_options(ModuleContext *c, const ModuleInfo *info, const char *extra) {
         _cleanup_(kmod_module_unrefp) struct kmod_module *byname = NULL;
         _cleanup_strv_free_ char **parts = NULL;
 
@@ -120,6 +178,20 @@ static char *combine_options(ModuleContext *c, struct kmod_module *mod, const Mo
         if (!isempty(extra) && strv_extend(&parts, extra) < 0)
                 return NULL;
         return strv_join(parts, " ");
+}
+
+char *module_effective_options(ModuleContext *c, const ModuleInfo *info, const char *extra) {
+        _cleanup_(kmod_module_unrefp) struct kmod_module *mod = NULL;
+        _cleanup_free_ char *rest = combine_options(c, info, extra);
+        const char *file_options = NULL;
+
+        if (!rest)
+                return NULL;
+        if (kmod_module_new_from_name(c->kmod, info->index_name, &mod) >= 0)
+                file_options = kmod_module_get_options(mod);
+        if (isempty(file_options))
+                return TAKE_PTR(rest);
+        return strprintf("%s%s%s", file_options, isempty(rest) ? "" : " ", rest);
 }
 
 /* Which module of the probe failed: the first dependency that is not usable now, else the module. */
@@ -189,15 +261,19 @@ int module_load(ModuleContext *c, const char *name, const char *options, char **
         r = module_lookup(c, name, &info, &msg);
         if (r >= 0)
                 r = module_check_vermagic(c, info, &msg);
-        if (r >= 0)
-                r = module_check_firmware(c, info, &msg);
+        if (r >= 0) {
+                _cleanup_free_ char *effective = module_effective_options(c, info, options);
+                if (!effective)
+                        return -ENOMEM;
+                r = module_check_firmware(c, info, effective, &msg);
+        }
         if (r < 0)
                 return load_failed(c, name, r, TAKE_PTR(msg), ret_message);
 
         r = kmod_module_new_from_name(c->kmod, info->index_name, &mod);
         if (r < 0)
                 return r;
-        all_options = combine_options(c, mod, info, options);
+        all_options = combine_options(c, info, options);
         if (!all_options)
                 return -ENOMEM;
         module_debug(c, "loading %s from %s with options \"%s\"", display, info->filename, all_options);

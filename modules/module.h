@@ -84,6 +84,7 @@ typedef struct ModuleInfo {
         char *filename;    /* absolute path of the .ko */
         char *version;     /* may be NULL */
         char *vermagic;    /* may be NULL */
+        char *license;     /* "NVIDIA" (proprietary) or "Dual MIT/GPL" (open modules); may be NULL */
         char *signer;      /* from the appended signature or .modinfo; NULL when unsigned */
         char *sig_key;
         char **depends;    /* kernel names of the modules it needs ('-' → '_') */
@@ -105,12 +106,26 @@ int module_info_from_path(ModuleContext *c, const char *path, ModuleInfo **ret);
 
 /* The release a vermagic names (its first word), newly allocated; NULL on OOM or an empty vermagic. */
 char *module_vermagic_release(const char *vermagic);
-/* -ESTALE with a message when the module was built for another kernel release than the running one.
- * The kernel itself accepts that with MODVERSIONS, so only this check notices it. */
+/* Whether the kernel accepts info's module despite another release in its vermagic: 1 when the
+ * release is the running one, or when the rest of the vermagic ("SMP preempt mod_unload modversions")
+ * equals the running kernel's and names modversions (the kernel then skips the release and the symbol
+ * CRCs decide: RHEL's weak-updates rely on it). The running kernel's flags come from an in-tree
+ * module (kernel/…) of modules.dep; 0 when none names the running release, or negative errno. */
+int module_vermagic_compatible(ModuleContext *c, const ModuleInfo *info);
+/* -ESTALE with a message when the module was built for another kernel release than the running one
+ * and its vermagic is not otherwise the running kernel's (module_vermagic_compatible()). */
 int module_check_vermagic(ModuleContext *c, const ModuleInfo *info, char **ret_message);
-/* -ENOENT with a message naming the first firmware= file missing from the firmware directory (also
- * accepted: .xz and .zst variants, which the kernel's loader decompresses). */
-int module_check_firmware(ModuleContext *c, const ModuleInfo *info, char **ret_message);
+/* -ENOENT with a message naming the first firmware= file missing where the kernel's loader looks:
+ * <firmware_dir>/updates/<release>, updates, <release>, <firmware_dir> (also .xz and .zst, which the
+ * loader decompresses). A missing file is no error for the proprietary module when options (the
+ * effective ones, see module_effective_options()) turn GSP off with NVreg_EnableGpuFirmware=0; the
+ * open modules always need it. */
+int module_check_firmware(ModuleContext *c, const ModuleInfo *info, const char *options, char **ret_message);
+/* The open kernel modules (license "Dual MIT/GPL"), not the proprietary ones. */
+bool module_info_is_open(const ModuleInfo *info);
+/* The options a load of info's module gets: modprobe.d's for its file name, those for the kernel name
+ * when the file is a packaged variant, then extra. NULL on OOM. */
+char *module_effective_options(ModuleContext *c, const ModuleInfo *info, const char *extra);
 
 /* Makes a module live. Returns 0 when it already was (nothing is touched, no syscall), 1 when it was
  * loaded now, or a negative errno with a message. Before loading: lookup (-ENOENT), vermagic

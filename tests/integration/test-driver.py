@@ -248,16 +248,41 @@ def test_missing_firmware():
         msg = expect_stage(c, out, "failed")
         check("gsp_ga10x.bin" in msg, "missing firmware not named: " + msg)
         check("nvidia" not in c.loads(), "loaded without its firmware: %r" % c.loads())
+    with TempDir() as tmp:
+        # GSP turned off: the proprietary module does not need the file.
+        c = Case(tmp, tree="no-firmware", driver_yaml="  parameters:\n    nvidia: NVreg_EnableGpuFirmware=0\n")
+        _, out = c.oneshot()
+        expect_stage(c, out, "done")
+        check("nvidia" in c.loads(), "not loaded with GSP off: %r" % c.loads())
+
+
+def write_secure_boot(c, on):
+    sb = os.path.join(c.sys, SECURE_BOOT_VAR)
+    os.makedirs(os.path.dirname(sb), exist_ok=True)
+    with open(sb, "wb") as f:
+        f.write(b"\x06\x00\x00\x00" + (b"\x01" if on else b"\x00"))
 
 
 def test_ekeyrejected():
     with TempDir() as tmp:
         c = Case(tmp)
+        write_secure_boot(c, True)
         _, out = c.oneshot({"GNA_KMOD_TRAP_FAIL": "nvidia:EKEYREJECTED"})
         msg = expect_stage(c, out, "failed")
         check("Secure Boot rejected it" in msg and "mokutil --import" in msg, "message: " + msg)
         check("DKMS module signing key" in msg, "signer not named: " + msg)
         check(not os.path.exists(os.path.join(c.sys, "module/nvidia/initstate")), "nvidia left loaded")
+    with TempDir() as tmp:
+        # Secure Boot off, module.sig_enforce=1: that is what is named, not Secure Boot.
+        c = Case(tmp)
+        write_secure_boot(c, False)
+        os.makedirs(os.path.join(c.sys, "module/module/parameters"))
+        with open(os.path.join(c.sys, "module/module/parameters/sig_enforce"), "w") as f:
+            f.write("Y\n")
+        _, out = c.oneshot({"GNA_KMOD_TRAP_FAIL": "nvidia:EKEYREJECTED"})
+        msg = expect_stage(c, out, "failed")
+        check("module.sig_enforce=1; Secure Boot is off" in msg and "Secure Boot rejected" not in msg,
+              "message: " + msg)
 
 
 def test_partial_load_rolled_back():

@@ -33,13 +33,15 @@ FIRMWARE = ['nvidia/{v}/gsp_ga10x.bin', 'nvidia/{v}/gsp_tu10x.bin']
 
 
 def mod(file, name, path='updates/dkms', version=VERSION, kver=KVER, exports=(), needs=(),
-        depends=None, firmware=(), signer=DKMS_SIGNER, aliases=(), parms=(), init_error=None):
+        depends=None, firmware=(), signer=DKMS_SIGNER, aliases=(), parms=(), init_error=None,
+        flags=VERMAGIC_FLAGS, license=None):
     """One fake module. needs: (module file, symbol) pairs resolved by depmod; depends: the
     kernel names modpost would have written (defaults to the needed modules' kernel names);
     init_error: what the kmod trap makes the module's init return (trap_init_error=)."""
     return dict(file=file, name=name, path=path, version=version, kver=kver, exports=list(exports),
                 needs=list(needs), depends=depends, firmware=list(firmware), signer=signer,
-                aliases=list(aliases), parms=list(parms), init_error=init_error)
+                aliases=list(aliases), parms=list(parms), init_error=init_error, flags=flags,
+                license=license)
 
 
 def ib_core():
@@ -54,7 +56,8 @@ def ipmi():
                 needs=[('ipmi_msghandler', 'ipmi_create_user')], signer='Debian Secure Boot CA')]
 
 
-def nvidia_set(prefix='nvidia', version=VERSION, kver=KVER, firmware=True, peermem='real', sym=''):
+def nvidia_set(prefix='nvidia', version=VERSION, kver=KVER, firmware=True, peermem='real', sym='',
+               flags=VERMAGIC_FLAGS, license=None):
     """The driver's modules under their packaged file names (prefix 'nvidia' upstream,
     'nvidia-current' or 'nvidia-tesla-535' on Debian); kernel names are always nvidia*. sym suffixes
     the exported symbols so two branches in one tree do not resolve to each other."""
@@ -72,6 +75,9 @@ def nvidia_set(prefix='nvidia', version=VERSION, kver=KVER, firmware=True, peerm
             mod(core + sep + 'drm', 'nvidia_drm', version=version, kver=kver,
                 needs=[(core + sep + 'modeset', 'nvKmsKapiGetFunctionsTable' + sym)],
                 depends=['nvidia-modeset'], parms=['modeset:bool'])]
+    for m in mods:
+        m['flags'] = flags
+        m['license'] = license
     if peermem == 'real':
         mods.append(mod(core + sep + 'peermem', 'nvidia_peermem', version=version, kver=kver,
                         needs=[(core, 'nvidia_p2p_get_pages' + sym),
@@ -117,6 +123,22 @@ TREES = {
                          modprobe={}),
     # The GSP firmware package is not installed.
     'no-firmware': dict(modules=nvidia_set(peermem=None), firmware=firmware_files()[1:], modprobe={}),
+    # The open kernel modules ("Dual MIT/GPL"), GSP firmware not installed: they cannot run without it.
+    'open-no-firmware': dict(modules=nvidia_set(peermem=None, license='Dual MIT/GPL'),
+                             firmware=firmware_files()[1:], modprobe={}),
+    # Firmware where the kernel also looks: /lib/firmware/updates/<release> and /lib/firmware/updates.
+    'firmware-updates': dict(modules=nvidia_set(peermem=None), firmware=[], modprobe={},
+                             firmware_at={'updates/' + KVER: firmware_files()[:1],
+                                          'updates': firmware_files()[1:]}),
+    # Built for the previous release with the same vermagic flags (modversions), next to the running
+    # kernel's own modules: the kernel accepts it (RHEL's weak-updates work this way).
+    'weak': dict(modules=nvidia_set(kver=OLD_KVER, peermem=None) + ipmi(), firmware=firmware_files(), modprobe={}),
+    # Built for the previous release and another configuration (no preempt, no modversions): refused.
+    'stale-flags': dict(modules=nvidia_set(kver=OLD_KVER, peermem=None, flags='SMP mod_unload ') + ipmi(),
+                        firmware=firmware_files(), modprobe={}),
+    # modules.dep names nvidia.ko, but the file was deleted afterwards without depmod.
+    'stale-dep': dict(modules=nvidia_set(peermem=None), firmware=firmware_files(), modprobe={},
+                      remove=['updates/dkms/nvidia.ko']),
 }
 
 
@@ -129,7 +151,7 @@ def module_source(m, kernel_name_of):
     info = ['name=' + m['name']]
     if m['version']:
         info.append('version=' + m['version'])
-    info.append('license=NVIDIA' if m['name'].startswith('nvidia') else 'license=GPL')
+    info.append('license=' + (m['license'] or ('NVIDIA' if m['name'].startswith('nvidia') else 'GPL')))
     for f in m['firmware']:
         info.append('firmware=' + f)
     for a in m['aliases']:
@@ -149,7 +171,7 @@ def module_source(m, kernel_name_of):
         info.append('sig_hashalgo=sha256')
     if m['init_error']:
         info.append('trap_init_error=' + m['init_error'])
-    info.append('vermagic=' + m['kver'] + ' ' + VERMAGIC_FLAGS)
+    info.append('vermagic=' + m['kver'] + ' ' + m['flags'])
     for i, kv in enumerate(info):
         lines.append('static const char modinfo_%d[] __attribute__((section(".modinfo"), used, aligned(1))) = %s;'
                      % (i, c_string(kv)))
@@ -181,8 +203,11 @@ def build_tree(root, tree, cc, depmod, tmp):
         f.write(''.join(o + '\n' for o in order))
     for name in ('modules.builtin', 'modules.builtin.modinfo'):
         open(os.path.join(mdir, name), 'w').close()
-    for fw in tree['firmware']:
-        p = os.path.join(root, 'lib', 'firmware', fw)
+    placed = [('', fw) for fw in tree['firmware']]
+    for sub, files in tree.get('firmware_at', {}).items():
+        placed += [(sub, fw) for fw in files]
+    for sub, fw in placed:
+        p = os.path.join(root, 'lib', 'firmware', sub, fw)
         os.makedirs(os.path.dirname(p), exist_ok=True)
         with open(p, 'wb') as f:
             f.write(b'\x7fGSP fixture firmware\n')
@@ -197,6 +222,8 @@ def build_tree(root, tree, cc, depmod, tmp):
     subprocess.run([depmod, '-C', depmod_d, '-b', root, KVER], check=True)
     if not os.path.exists(os.path.join(mdir, 'modules.dep.bin')):
         sys.exit('depmod wrote no modules.dep.bin in ' + mdir)
+    for rel in tree.get('remove', []):
+        os.unlink(os.path.join(mdir, rel))
 
 
 def main():

@@ -305,8 +305,10 @@ typedef struct ErrorCase {
 } ErrorCase;
 
 static const ErrorCase error_cases[] = {
+        /* Nothing under sys says why signatures are enforced: Secure Boot is not blamed. */
         { "nvidia:EKEYREJECTED", "nvidia", -EKEYREJECTED,
-          { "Secure Boot rejected it", "signed by \"DKMS module signing key\"", "mokutil --import /var/lib/dkms/mok.pub" } },
+          { "rejected its signature (EKEYREJECTED)", "signed by \"DKMS module signing key\"",
+            "neither Secure Boot, module.sig_enforce nor lockdown" } },
         { "nvidia:EPERM", "nvidia", -EPERM, { "does not allow loading modules", "kernel.modules_disabled=1", NULL } },
         { "nvidia:EINVAL", "nvidia", -EINVAL, { "rejected a parameter", "check dmesg", "NVreg_DeviceFileMode=0660" } },
         { "nvidia:ENOEXEC", "nvidia", -ENOEXEC, { "not a module for this kernel", "dkms autoinstall -k " KVER, NULL } },
@@ -314,7 +316,7 @@ static const ErrorCase error_cases[] = {
         { "nvidia:ENODEV", "nvidia", -ENODEV, { "no NVIDIA GPU is bound", "lspci -nnk -d 10de:", NULL } },
         /* A dependency's failure is reported as such. */
         { "nvidia:EKEYREJECTED", "nvidia-uvm", -EKEYREJECTED,
-          { "Cannot load nvidia-uvm, which needs nvidia.", "Failed to load nvidia (", "mokutil --import" } },
+          { "Cannot load nvidia-uvm, which needs nvidia.", "Failed to load nvidia (", "EKEYREJECTED" } },
         { "nvidia-peermem:EINVAL", "nvidia-peermem", -EINVAL,
           { "Failed to load nvidia-peermem", "rebuild it against the installed MOFED/ib_core", "dmesg" } },
 };
@@ -360,11 +362,56 @@ static void test_load_eperm_lockdown(void **state) {
         assert_contains(msg, "mokutil --import");
 }
 
+#define SECURE_BOOT_VAR "firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c"
+
+static void write_secure_boot(Test *t, bool on) {
+        _cleanup_free_ char *p = path_join(t->state, SECURE_BOOT_VAR), *dir = strdup(p);
+        const char var[] = { 6, 0, 0, 0, on ? 1 : 0 };
+
+        *strrchr(dir, '/') = '\0';
+        assert_int_equal(mkdir_p(dir, 0755), 0);
+        assert_int_equal(write_file_atomic(p, NULL, var, sizeof var, 0644), 0);
+}
+
+/* EKEYREJECTED names what is on: Secure Boot, module.sig_enforce, or lockdown, never a guess. */
+static void test_signature_rejected_causes(void **state) {
+        Test *t = *state;
+        _cleanup_module_info_free_ ModuleInfo *info = NULL;
+        _cleanup_free_ char *plain = NULL, *enforce = NULL, *lockdown = NULL, *sb = NULL;
+
+        assert_int_equal(module_lookup(t->ctx, "nvidia", &info, NULL), 0);
+
+        plain = module_load_error_message(t->ctx, info, -EKEYREJECTED, NULL);
+        assert_contains(plain, "neither Secure Boot, module.sig_enforce nor lockdown shows as on");
+        assert_null(strstr(plain, "Secure Boot rejected"));
+
+        /* module.sig_enforce=1 with Secure Boot off (the EFI variable says 0). */
+        write_secure_boot(t, false);
+        write_sys(t, "module/module/parameters/sig_enforce", "Y");
+        enforce = module_load_error_message(t->ctx, info, -EKEYREJECTED, NULL);
+        assert_contains(enforce, "the kernel enforces module signatures (module.sig_enforce=1; Secure Boot is off)");
+        assert_contains(enforce, "signed by \"DKMS module signing key\"");
+        assert_contains(enforce, "remove module.sig_enforce=1 from the kernel command line");
+        assert_null(strstr(enforce, "Secure Boot rejected"));
+
+        write_sys(t, "module/module/parameters/sig_enforce", "N");
+        write_sys(t, "kernel/security/lockdown", "none [integrity] confidentiality");
+        lockdown = module_load_error_message(t->ctx, info, -EKEYREJECTED, NULL);
+        assert_contains(lockdown, "the kernel is locked down (integrity; Secure Boot is off)");
+        assert_null(strstr(lockdown, "Secure Boot rejected"));
+
+        write_secure_boot(t, true);
+        sb = module_load_error_message(t->ctx, info, -EKEYREJECTED, NULL);
+        assert_contains(sb, "Secure Boot rejected it");
+        assert_contains(sb, "mokutil --import /var/lib/dkms/mok.pub");
+}
+
 static void test_unsigned_rejected(void **state) {
         Test *t = *state;
         _cleanup_module_info_free_ ModuleInfo *info = NULL;
         _cleanup_free_ char *msg = NULL;
 
+        write_secure_boot(t, true);
         assert_int_equal(module_lookup(t->ctx, "nvidia", &info, NULL), 0);
         info->signer = mfree(info->signer);
         msg = module_load_error_message(t->ctx, info, -EKEYREJECTED, NULL);
@@ -409,6 +456,78 @@ static void test_missing_firmware(void **state) {
         /* The same module with the firmware present passes the check. */
         open_tree(t, "upstream", true);
         assert_int_equal(module_load(t->ctx, "nvidia", NULL, NULL), 1);
+}
+
+/* The kernel's firmware loader also looks in updates/<release>, updates and <release>. */
+static void test_firmware_search_path(void **state) {
+        Test *t = *state;
+        _cleanup_free_ char *msg = NULL;
+
+        open_tree(t, "firmware-updates", true);
+        assert_int_equal(module_load(t->ctx, "nvidia", NULL, &msg), 1);
+        assert_null(msg);
+}
+
+/* GSP off (NVreg_EnableGpuFirmware=0): the proprietary module runs without the firmware; the open
+ * module cannot, so there a missing file stays an error. */
+static void test_firmware_gsp_off(void **state) {
+        Test *t = *state;
+        _cleanup_free_ char *msg = NULL, *open_msg = NULL, *hint = NULL;
+
+        open_tree(t, "no-firmware", true);
+        assert_int_equal(module_load(t->ctx, "nvidia", NULL, &hint), -ENOENT);
+        assert_contains(hint, "NVreg_EnableGpuFirmware=0");
+        assert_int_equal(module_load(t->ctx, "nvidia", "NVreg_EnableGpuFirmware=0x0", &msg), 1);
+        assert_null(msg);
+
+        _cleanup_free_ char *cmd = strprintf("rm -rf '%s'/module '%s'/.trap", t->state, t->state);
+        assert_int_equal(system(cmd), 0);
+        open_tree(t, "open-no-firmware", true);
+        assert_int_equal(module_load(t->ctx, "nvidia", "NVreg_EnableGpuFirmware=0", &open_msg), -ENOENT);
+        assert_contains(open_msg, "needs the firmware file nvidia/550.54.15/gsp_ga10x.bin");
+        assert_null(strstr(open_msg, "NVreg_EnableGpuFirmware=0"));
+}
+
+/* Built for the previous release, vermagic otherwise equal to the running kernel's (modversions):
+ * the kernel accepts it, so do we. Other flags: refused before any syscall. */
+static void test_weak_vermagic(void **state) {
+        Test *t = *state;
+        _cleanup_free_ char *msg = NULL, *stale = NULL;
+        _cleanup_strv_free_ char **log = NULL;
+        ModuleStatus st = {};
+
+        open_tree(t, "weak", true);
+        assert_int_equal(module_status(t->ctx, "nvidia", &st), 0);
+        assert_int_equal(st.state, MODULE_STATE_ABSENT);
+        module_status_done(&st);
+        assert_int_equal(module_load(t->ctx, "nvidia", NULL, &msg), 1);
+        assert_null(msg);
+
+        _cleanup_free_ char *cmd = strprintf("rm -rf '%s'/module '%s'/.trap", t->state, t->state);
+        assert_int_equal(system(cmd), 0);
+        open_tree(t, "stale-flags", true);
+        assert_int_equal(module_status(t->ctx, "nvidia", &st), 0);
+        assert_int_equal(st.state, MODULE_STATE_STALE);
+        module_status_done(&st);
+        assert_int_equal(module_load(t->ctx, "nvidia", NULL, &stale), -ESTALE);
+        assert_contains(stale, "was built for kernel 6.1.0-17-amd64, not the running " KVER
+                               ", and its vermagic flags differ from the running kernel's");
+        log = trap_log(t);
+        assert_null(log);
+}
+
+/* modules.dep names a file that was deleted without depmod: the message names that file. */
+static void test_stale_modules_dep(void **state) {
+        Test *t = *state;
+        _cleanup_module_info_free_ ModuleInfo *info = NULL;
+        _cleanup_free_ char *msg = NULL, *load_msg = NULL;
+
+        open_tree(t, "stale-dep", true);
+        assert_int_equal(module_lookup(t->ctx, "nvidia", &info, &msg), -ENOENT);
+        assert_contains(msg, "/stale-dep/lib/modules/" KVER "/updates/dkms/nvidia.ko for nvidia, but that file does not exist");
+        assert_contains(msg, "depmod " KVER);
+        assert_int_equal(module_load(t->ctx, "nvidia", NULL, &load_msg), -ENOENT);
+        assert_contains(load_msg, "updates/dkms/nvidia.ko for nvidia, but that file does not exist");
 }
 
 static void test_peermem_rule(void **state) {
@@ -584,6 +703,11 @@ int main(void) {
                 cmocka_unit_test_setup_teardown(test_unsigned_rejected, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_stale_vermagic, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_missing_firmware, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_signature_rejected_causes, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_firmware_search_path, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_firmware_gsp_off, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_weak_vermagic, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_stale_modules_dep, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_peermem_rule, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_unload_holder_order, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_unload_refused, setup, teardown),
