@@ -108,6 +108,56 @@ void driver_dkms_options(const Config *c, DkmsOptions *ret) {
         };
 }
 
+int driver_verify_built(const Config *c, const char *kver, char **ret_error) {
+        _cleanup_(module_context_freep) ModuleContext *ctx = NULL;
+        _cleanup_free_ char *modules_dir = path_join(c->paths.modules, kver), *etc = path_join(c->paths.etc, "modprobe.d"),
+                            *run = path_join(c->paths.root, "run/modprobe.d"), *lib = path_join(c->paths.root, "lib/modprobe.d"),
+                            *usrlib = path_join(c->paths.root, "usr/lib/modprobe.d");
+        const char *want = c->driver.version;
+        const char *slash = isempty(c->driver.dkms_module) ? NULL : strchr(c->driver.dkms_module, '/');
+        int r;
+
+        if (!modules_dir || !etc || !run || !lib || !usrlib)
+                return -ENOMEM;
+        const char *const config_paths[] = { etc, run, lib, usrlib, NULL };
+        const ModuleContextConfig cc = {
+                .modules_dir = modules_dir,
+                .config_paths = config_paths,
+                .sys_dir = c->paths.sys,
+                .kernel_release = kver,
+        };
+        r = module_context_new(&cc, &ctx);
+        if (r < 0)
+                return r;
+        if (isempty(want) && slash)
+                want = slash + 1; /* driver.dkms.module NAME/VERSION */
+
+        for (size_t i = 0; i < ELEMENTSOF(core_modules); i++) {
+                _cleanup_module_info_free_ ModuleInfo *info = NULL;
+                _cleanup_free_ char *msg = NULL;
+
+                if (!core_wanted(c, &core_modules[i]))
+                        continue;
+                r = module_lookup(ctx, core_modules[i].name, &info, &msg);
+                if (r >= 0)
+                        r = module_check_vermagic(ctx, info, &msg);
+                if (r >= 0 && !isempty(want) && !streq_ptr(info->version, want)) {
+                        msg = strprintf("%s (%s) is version %s, not %s.", core_modules[i].name, info->filename,
+                                        strna(info->version), want);
+                        r = -ESTALE;
+                }
+                if (r < 0) {
+                        *ret_error = strprintf("dkms reported success, but the NVIDIA module for kernel %s is not "
+                                               "there: %s",
+                                               kver, strna(msg));
+                        return r;
+                }
+                log_info("%s for kernel %s: %s, version %s.", core_modules[i].name, kver, info->filename,
+                         strna(info->version));
+        }
+        return 0;
+}
+
 static ModuleLoadJob *module_load_job_free(ModuleLoadJob *j);
 
 void manager_driver_done(Manager *m) {
@@ -116,6 +166,8 @@ void manager_driver_done(Manager *m) {
         m->module_ctx = module_context_free(m->module_ctx);
         m->module_rows = strv_free(m->module_rows);
         m->dkms_state = mfree(m->dkms_state);
+        m->dkms_failed_fingerprint = mfree(m->dkms_failed_fingerprint);
+        m->dkms_failed_message = mfree(m->dkms_failed_message);
 }
 
 /* ---- what the stage publishes ------------------------------------------------------------------ */
@@ -325,9 +377,20 @@ static void on_dkms_done(DkmsRun *run, int error, const char *message, void *use
         int r;
 
         m->dkms_run = dkms_run_free(run);
+        m->dkms_failed_fingerprint = mfree(m->dkms_failed_fingerprint);
+        m->dkms_failed_message = mfree(m->dkms_failed_message);
         if (error < 0) {
                 ModuleContext *ctx;
                 _cleanup_strv_free_ char **rows = NULL;
+                DkmsOptions o;
+
+                /* Remember what the failure saw: a retry runs dkms again only when that changed. */
+                driver_dkms_options(m->config, &o);
+                if (error != -ECANCELED && error != -ETIME &&
+                    dkms_fingerprint(m->kernel_release, &o, &m->dkms_failed_fingerprint) >= 0) {
+                        m->dkms_failed_message = message ? strdup(message) : NULL;
+                        m->dkms_failed_error = error;
+                }
 
                 state = strprintf("failed: %s", strna(message));
                 driver_set_dkms_state(m, state ?: "failed");
@@ -358,8 +421,20 @@ static int driver_start_dkms(Manager *m, const char *reason, char **ret_message)
         int r;
 
         driver_dkms_options(m->config, &o);
-        log_info("%s Building it with DKMS (%s %s -k %s).", reason, o.program, o.module ? "install" : "autoinstall",
-                 m->kernel_release);
+        if (m->dkms_failed_fingerprint) {
+                _cleanup_free_ char *now = NULL;
+                if (dkms_fingerprint(m->kernel_release, &o, &now) >= 0 && streq(now, m->dkms_failed_fingerprint)) {
+                        /* The same build would fail the same way: say so instead of rebuilding. */
+                        log_debug("Not running dkms again: nothing it depends on changed since it failed.");
+                        *ret_message = strprintf("%s (dkms not run again: the kernel headers, the DKMS tree and "
+                                                 "/usr/src are unchanged since this failure; it runs again once "
+                                                 "one of them changes)",
+                                                 strna(m->dkms_failed_message));
+                        return m->dkms_failed_error < 0 ? m->dkms_failed_error : -EIO;
+                }
+        }
+        log_info("%s Building it with DKMS (%s %s -k %s).", reason, o.program ?: "dkms",
+                 o.module ? "install" : "autoinstall", m->kernel_release);
         r = dkms_run_start(m->event, m->kernel_release, &o, &cb, m, &m->dkms_run, &error);
         if (r < 0) {
                 _cleanup_free_ char *state = strprintf("failed: %s", strna(error));

@@ -149,6 +149,13 @@ typedef void (*DkmsStatusHandler)(DkmsRun *run, int error, const DkmsModule *mod
 int dkms_status_start(sd_event *e, const char *kver, const DkmsOptions *o, DkmsStatusHandler done,
                       void *userdata, DkmsRun **ret, char **ret_error);
 
+/* What a build's outcome depends on besides dkms itself, as a string: the kernel release, the
+ * program and module asked for, the headers (<modules_dir>/KVER/build: present, inode, mtime), the
+ * modules directory's mtime, every registered NAME/VERSION in the DKMS tree with its source's and
+ * dkms.conf's mtimes, and <root>/usr/src's mtime. Not the build directories a failed build leaves.
+ * Equal fingerprints before and after a failure mean nothing a retry could pick up has changed. */
+int dkms_fingerprint(const char *kver, const DkmsOptions *o, char **ret);
+
 /* ---- synchronous helpers (they run their own private sd_event loop) ----------------------------- */
 
 /* `gpu-node-agent --prepare-kernel KVER`: builds (does not load) the driver module for KVER. Checks

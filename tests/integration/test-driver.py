@@ -476,6 +476,51 @@ def test_dkms_build_failed():
         check("nvidia" not in c.loads(), "loaded after a failed build")
 
 
+def dkms_calls(c):
+    try:
+        with open(c.env["GNA_FAKE_DKMS_LOG"]) as f:
+            return [line for line in f.read().splitlines() if not line.startswith("status")]
+    except FileNotFoundError:
+        return []
+
+
+def test_dkms_failure_not_rerun_unchanged():
+    """A failed build is not repeated by the retry loop while nothing it depends on has changed; a new
+    DKMS source (or headers) makes the next retry run it again."""
+    with TempDir() as tmp:
+        c = Case(tmp)
+        c.remove_driver_modules()
+        c.headers()
+        c.dkms_add()
+        c.env["GNA_FAKE_DKMS_RESULT"] = "10"
+        with open(os.path.join(c.node.confd, "70-retry.yaml"), "w") as f:
+            f.write("engine:\n  retry-min: 100ms\n  retry-max: 200ms\n")
+        bus = Bus(tmp)
+        agent = Agent(c.node, bus, extra_env=c.env, wrapper=[])
+        try:
+            deadline = time.monotonic() + 30 * SCALE
+            while agent.output().count("dkms not run again") < 3:
+                check(time.monotonic() < deadline, "no retries seen:\n" + agent.output())
+                check(agent.proc.poll() is None, "agent died:\n" + agent.output())
+                time.sleep(0.1)
+            check(dkms_calls(c) == ["autoinstall -k " + KVER], "dkms re-run unchanged: %r" % dkms_calls(c))
+            check("make.log" in stage_message(agent.output(), "failed"), "retry lost the diagnosis")
+            # Something changed (a fixed source package registered): the next retry builds again.
+            c.dkms_add("nvidia-fixed", VERSION)
+            deadline = time.monotonic() + 30 * SCALE
+            while len(dkms_calls(c)) < 2:
+                check(time.monotonic() < deadline, "dkms not run after a change: %r\n%s" % (dkms_calls(c), agent.output()))
+                time.sleep(0.1)
+            rc = agent.stop()
+            check(rc == 0, "agent exited %d:\n%s" % (rc, agent.output()))
+            no_sanitizer_report(agent.output())
+        finally:
+            if agent.proc.poll() is None:
+                agent.proc.kill()
+                agent.proc.wait()
+            bus.stop()
+
+
 def test_dkms_headers_missing():
     with TempDir() as tmp:
         c = Case(tmp)
@@ -529,6 +574,17 @@ def test_prepare_kernel():
         check("ready for kernel " + KVER in p.stderr, "no success line:\n" + p.stderr)
         check(c.trap_log() == [], "--prepare-kernel loaded something")
 
+        # dkms exits 0 without building anything (no DKMS package registered): not "ready".
+        os.unlink(os.path.join(c.module_dir(), "updates/dkms/nvidia.ko"))
+        subprocess.run([DEPMOD, "-C", os.path.join(c.root, "etc/depmod.d"), "-b", c.root, KVER], check=True)
+        shutil.rmtree(c.dkms_state)
+        p = subprocess.run([AGENT, "--prepare-kernel", KVER] + c.node.args(), env=env, capture_output=True,
+                           text=True, timeout=60 * SCALE)
+        check(p.returncode == 1, "--prepare-kernel with nothing built exited %d:\n%s" % (p.returncode, p.stderr))
+        check("ready for kernel" not in p.stderr, "claimed success:\n" + p.stderr)
+        check("dkms reported success, but the NVIDIA module for kernel " + KVER + " is not there" in p.stderr
+              and "No DKMS module is registered" in p.stderr, "not explained:\n" + p.stderr)
+
         other = "6.1.0-99-amd64"
         os.makedirs(os.path.join(c.root, "lib/modules", other))
         p = subprocess.run([AGENT, "--prepare-kernel", other] + c.node.args(), env=env, capture_output=True,
@@ -554,6 +610,7 @@ TESTS = [
     test_slow_insert_while_dbus_answers,
     test_sigterm_during_build,
     test_dkms_build_failed,
+    test_dkms_failure_not_rerun_unchanged,
     test_dkms_headers_missing,
     test_dkms_disabled,
     test_dkms_hang_timeout,
