@@ -569,6 +569,7 @@ static int driver_ensure(Manager *m, const char *dkms_message, char **ret_messag
                 if (r < 0)
                         return r;
                 driver_publish_rows(m, TAKE_PTR(rows));
+                m->driver_was_live = true;
                 *ret_message = note ? strprintf("%s; %s", message, note) : TAKE_PTR(message);
                 return STAGE_DONE;
         }
@@ -765,6 +766,7 @@ static int module_load_finish(Manager *m, ModuleLoadJob *j, int r, char *load_me
         version = loaded_driver_version(c);
         if (!version)
                 return -ENOMEM;
+        m->driver_was_live = true;
         (void) driver_record(m, version, j->digest);
         r = rows_add_core(&rows, c, ctx);
         if (r >= 0)
@@ -849,8 +851,49 @@ static int module_load_start(Manager *m, const char *dkms_message, bool enforcin
         return STAGE_RUNNING;
 }
 
+static bool core_all_live(Manager *m, ModuleContext *ctx) {
+        for (size_t i = 0; i < ELEMENTSOF(core_modules); i++)
+                if (core_wanted(m->config, &core_modules[i]) && !module_is_usable(ctx, core_modules[i].name))
+                        return false;
+        return true;
+}
+
+/* The rule for an administrator's own `modprobe -r nvidia` (or rmmod): the agent does not fight them.
+ * When the core modules this daemon saw live are gone and Unload() did not remove them, the driver,
+ * devices and fabric stages hold (as after Unload()) until Reconcile() (`gpunodectl reconcile`),
+ * Reload(), a restart of the agent, or until the administrator loads the driver again. Module uevents,
+ * retries and other automatic passes do not load it back. STAGE_SKIPPED with a message while held,
+ * 0 otherwise. */
+static int driver_admin_unload_check(Manager *m, char **ret_message) {
+        ModuleContext *ctx;
+        int r;
+
+        if (!m->driver_was_live && !m->driver_admin_unloaded)
+                return 0;
+        if (m->unload && !m->driver_admin_unloaded)
+                return 0; /* Unload() removed them: its own hold applies */
+        r = manager_module_context(m, &ctx);
+        if (r < 0)
+                return r;
+        if (core_all_live(m, ctx)) {
+                if (m->driver_admin_unloaded)
+                        log_info("The NVIDIA driver was loaded again outside the agent; managing it again.");
+                m->driver_admin_unloaded = false;
+                return 0;
+        }
+        if (!m->driver_admin_unloaded) {
+                log_notice("The NVIDIA kernel modules were unloaded outside the agent (modprobe -r/rmmod); not "
+                           "loading them back until `gpunodectl reconcile`, a reload or a restart of the agent.");
+                m->driver_admin_unloaded = true;
+        }
+        *ret_message = strdup("the NVIDIA driver was unloaded outside the agent (modprobe -r/rmmod) and is left "
+                              "unloaded; `gpunodectl reconcile` (Reconcile()), a reload or a restart loads it again");
+        return *ret_message ? STAGE_SKIPPED : -ENOMEM;
+}
+
 int stage_driver_run(Manager *m, char **ret_message) {
         const Config *c = m->config;
+        int r;
 
         /* A build or the inserts in flight finish the stage from their completion handlers. */
         if (m->dkms_run || m->module_load)
@@ -863,14 +906,17 @@ int stage_driver_run(Manager *m, char **ret_message) {
                 *ret_message = strdup("no NVIDIA GPU");
                 return STAGE_SKIPPED;
         }
+        /* Every pass starts from a fresh context: modprobe.d edits, a reload that changed the paths
+         * and a new kernel release all take effect, and libkmod's view of the tree is current. */
+        m->module_ctx = module_context_free(m->module_ctx);
+
+        r = driver_admin_unload_check(m, ret_message);
+        if (r != 0)
+                return r;
         if (manager_driver_unload_held(m)) {
                 *ret_message = strdup("the driver was unloaded with Unload(); Reconcile() or Reload() loads it again");
                 return STAGE_SKIPPED;
         }
-
-        /* Every pass starts from a fresh context: modprobe.d edits, a reload that changed the paths
-         * and a new kernel release all take effect, and libkmod's view of the tree is current. */
-        m->module_ctx = module_context_free(m->module_ctx);
 
         if (!c->driver.enabled) {
                 _cleanup_strv_free_ char **rows = NULL;

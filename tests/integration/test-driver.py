@@ -423,6 +423,55 @@ def test_slow_insert_while_dbus_answers():
             bus.stop()
 
 
+def test_admin_modprobe_r_respected():
+    """An administrator's `modprobe -r nvidia-uvm nvidia` outside the agent: automatic passes (here the
+    feature file's expiry refresh; on a host also the module uevents) leave the driver unloaded; the
+    stage says why; Reconcile() loads it again."""
+    with TempDir() as tmp:
+        c = Case(tmp)
+        with open(os.path.join(c.node.confd, "70-refresh.yaml"), "w") as f:
+            f.write("labels:\n  expiry: 2s\n")
+        bus = Bus(tmp)
+        notify = Notify(tmp)
+        agent = Agent(c.node, bus, notify, extra_env=c.env, wrapper=[])
+        try:
+            notify.wait_for("READY=1", 30 * SCALE)
+            check(c.loads().count("nvidia") == 1, "loads: %r" % c.loads())
+            # What rmmod leaves: no /sys/module/<name> for the removed modules.
+            for name in ("nvidia_uvm", "nvidia"):
+                shutil.rmtree(os.path.join(c.sys, "module", name))
+            deadline = time.monotonic() + 20 * SCALE
+            while "unloaded outside the agent" not in agent.output():
+                check(time.monotonic() < deadline, "no automatic pass noticed it:\n" + agent.output())
+                check(agent.proc.poll() is None, "agent died:\n" + agent.output())
+                time.sleep(0.1)
+            # More automatic passes: still not loaded back.
+            n = agent.output().count("Stage driver:")
+            deadline = time.monotonic() + 20 * SCALE
+            while agent.output().count("Stage driver:") < n + 2:
+                check(time.monotonic() < deadline, "no further passes:\n" + agent.output())
+                time.sleep(0.1)
+            check(c.loads().count("nvidia") == 1, "the agent loaded nvidia back: %r" % c.loads())
+            msg = stage_message(agent.output(), "skipped")
+            check("unloaded outside the agent" in msg and "gpunodectl reconcile" in msg, "message: " + msg)
+            # The administrator asks for it back.
+            subprocess.run(["busctl", "--address=" + bus.address, "call", "org.gpunodeagent.Agent1",
+                            "/org/gpunodeagent/Agent1", "org.gpunodeagent.Agent1.Manager", "Reconcile"], check=True)
+            deadline = time.monotonic() + 20 * SCALE
+            while c.loads().count("nvidia") < 2:
+                check(time.monotonic() < deadline, "Reconcile did not load it:\n" + agent.output())
+                time.sleep(0.1)
+            rc = agent.stop()
+            check(rc == 0, "agent exited %d:\n%s" % (rc, agent.output()))
+            no_sanitizer_report(agent.output())
+        finally:
+            if agent.proc.poll() is None:
+                agent.proc.kill()
+                agent.proc.wait()
+            notify.close()
+            bus.stop()
+
+
 def process_gone(pid):
     try:
         with open("/proc/%d/stat" % pid) as f:
@@ -608,6 +657,7 @@ TESTS = [
     test_disabled_and_no_gpu,
     test_dkms_build_while_dbus_answers,
     test_slow_insert_while_dbus_answers,
+    test_admin_modprobe_r_respected,
     test_sigterm_during_build,
     test_dkms_build_failed,
     test_dkms_failure_not_rerun_unchanged,
