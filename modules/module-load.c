@@ -1,9 +1,20 @@
 /* SPDX-License-Identifier: MIT */
-/* Owns changing which modules are loaded: module_load() (pre-checks, libkmod's probe, the kernel's
- * errors in words), the nvidia-peermem rule, and module_unload() in holder order without force. */
+/* Owns changing which modules are loaded: module_load() (pre-checks, modprobe.d's install/softdep
+ * lines followed as modprobe follows them, the inserts through libkmod, the kernel's errors in words),
+ * the nvidia-peermem rule, and module_unload() in holder order without force (modprobe.d's remove
+ * lines honoured). We do not use libkmod's probe: with KMOD_PROBE_IGNORE_COMMAND it drops softdeps
+ * but still runs dependencies' install commands, and without it every Debian redirect would exec
+ * /sbin/modprobe on the host's own modprobe.d instead of the configured one. */
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include "fileio.h"
 #include "module-internal.h"
 #include "strv.h"
+
+static inline const char *strempty(const char *s) {
+        return s ?: "";
+}
 
 #define DKMS_MOK_PUB "/var/lib/dkms/mok.pub"
 
@@ -194,25 +205,6 @@ char *module_effective_options(ModuleContext *c, const ModuleInfo *info, const c
         return strprintf("%s%s%s", file_options, isempty(rest) ? "" : " ", rest);
 }
 
-/* Which module of the probe failed: the first dependency that is not usable now, else the module. */
-static int find_failed(ModuleContext *c, struct kmod_module *mod, ModuleInfo **ret) {
-        _cleanup_(kmod_module_unref_listp) struct kmod_list *deps = kmod_module_get_dependencies(mod);
-        struct kmod_list *l;
-
-        kmod_list_foreach(l, deps) {
-                _cleanup_(kmod_module_unrefp) struct kmod_module *dep = kmod_module_get_module(l);
-                _cleanup_module_info_free_ ModuleInfo *info = NULL;
-
-                if (module_info_from_kmod(c, dep, &info) < 0)
-                        continue;
-                if (!module_is_usable(c, info->kernel_name)) {
-                        *ret = TAKE_PTR(info);
-                        return 1;
-                }
-        }
-        return 0;
-}
-
 static int load_failed(ModuleContext *c, const char *name, int r, char *message, char **ret_message) {
         module_failure_set(c, name, message ?: strerror(-r));
         if (ret_message)
@@ -222,10 +214,342 @@ static int load_failed(ModuleContext *c, const char *name, int r, char *message,
         return r;
 }
 
-int module_load(ModuleContext *c, const char *name, const char *options, char **ret_message) {
+/* The kernel name of the module a modprobe.d name (either naming style, e.g. "nvidia-current-uvm" or
+ * "nvidia-uvm") means: its file's name=, else the name itself. NULL on OOM. */
+static char *kernel_name_of(ModuleContext *c, const char *name) {
         _cleanup_(kmod_module_unrefp) struct kmod_module *mod = NULL;
-        _cleanup_module_info_free_ ModuleInfo *info = NULL, *failed = NULL;
-        _cleanup_free_ char *display = module_name_display(name), *all_options = NULL, *msg = NULL;
+        _cleanup_module_info_free_ ModuleInfo *info = NULL;
+
+        if (kmod_module_new_from_name(c->kmod, name, &mod) >= 0 && kmod_module_get_path(mod) &&
+            module_info_from_kmod(c, mod, &info) >= 0)
+                return strdup(info->kernel_name);
+        return module_name_normalize(name);
+}
+
+/* modprobe.d's command of a kind ("install"/"remove") for a module: under its kernel name first,
+ * then under its file's name (Debian's nvidia-current). NULL when none. */
+static const char *config_command(ModuleContext *c, const ModuleInfo *info, bool install, const char **ret_key) {
+        const char *names[] = { info->kernel_name, info->index_name };
+
+        for (size_t i = 0; i < ELEMENTSOF(names); i++) {
+                _cleanup_(kmod_module_unrefp) struct kmod_module *mod = NULL;
+                const char *cmd;
+
+                if (!names[i] || (i > 0 && streq(names[i], names[0])))
+                        continue;
+                if (kmod_module_new_from_name(c->kmod, names[i], &mod) < 0)
+                        continue;
+                cmd = install ? kmod_module_get_install_commands(mod) : kmod_module_get_remove_commands(mod);
+                if (!isempty(cmd)) {
+                        *ret_key = names[i] == info->kernel_name ? info->kernel_name : info->index_name;
+                        /* The string belongs to libkmod's config, which outlives mod. */
+                        return cmd;
+                }
+        }
+        return NULL;
+}
+
+/* A modprobe.d command made only of `modprobe` calls ("modprobe nvidia ; modprobe -i nvidia-current
+ * $CMDLINE_OPTS", Debian's redirects to its renamed files), split into its calls: each a strv of
+ * module names, with "-r" first for removals. 0 when the command is anything else (then it is run
+ * as modprobe runs it), 1 with *ret, or -ENOMEM. */
+static int parse_modprobe_command(const char *cmd, bool removal, char ****ret) {
+        _cleanup_free_ char *copy = strdup(cmd);
+        char ***calls = NULL;
+        size_t n = 0;
+        char *save = NULL;
+
+        if (!copy)
+                return -ENOMEM;
+        for (char *part = strtok_r(copy, ";", &save); part; part = strtok_r(NULL, ";", &save)) {
+                _cleanup_strv_free_ char **names = NULL;
+                char *wsave = NULL, *w = strtok_r(part, " \t", &wsave);
+                bool remove = false;
+
+                if (!w)
+                        continue;
+                if (!streq(w, "modprobe") && !streq(w, "/sbin/modprobe") && !streq(w, "/usr/sbin/modprobe") &&
+                    !streq(w, "/usr/bin/modprobe") && !streq(w, "/bin/modprobe"))
+                        goto other;
+                for (w = strtok_r(NULL, " \t", &wsave); w; w = strtok_r(NULL, " \t", &wsave)) {
+                        if (streq(w, "-i") || streq(w, "--ignore-install") || streq(w, "--ignore-remove") ||
+                            streq(w, "$CMDLINE_OPTS") || streq(w, "-q") || streq(w, "--quiet") || streq(w, "-b") ||
+                            streq(w, "--use-blacklist"))
+                                continue;
+                        if (streq(w, "-r") || streq(w, "--remove")) {
+                                remove = true;
+                                continue;
+                        }
+                        if (w[0] == '-' || strchr(w, '=') || strchr(w, '$') || strchr(w, '/'))
+                                goto other; /* options or words we do not model */
+                        if (strv_extend(&names, w) < 0)
+                                goto oom;
+                }
+                /* Removal commands remove; loading commands load (one module plus options, as
+                 * modprobe without -a takes only the first name). */
+                if (remove != removal || !names || (!removal && strv_length(names) != 1))
+                        goto other;
+                char ***grown = realloc(calls, (n + 2) * sizeof(char **));
+                if (!grown)
+                        goto oom;
+                calls = grown;
+                calls[n++] = TAKE_PTR(names);
+                calls[n] = NULL;
+        }
+        if (!calls)
+                return 0;
+        *ret = calls;
+        return 1;
+other:
+        for (size_t i = 0; i < n; i++)
+                strv_free(calls[i]);
+        free(calls);
+        return 0;
+oom:
+        for (size_t i = 0; i < n; i++)
+                strv_free(calls[i]);
+        free(calls);
+        return -ENOMEM;
+}
+
+static void calls_free(char ***calls) {
+        for (size_t i = 0; calls && calls[i]; i++)
+                strv_free(calls[i]);
+        free(calls);
+}
+
+/* Runs a modprobe.d command as modprobe does: /bin/sh -c, $CMDLINE_OPTS replaced by the options,
+ * MODPROBE_MODULE set. Returns the exit status (>= 0), or a negative errno when it cannot run. */
+static int run_config_command(ModuleContext *c, const char *module, const char *cmd, const char *options) {
+        _cleanup_free_ char *expanded = NULL;
+        const char *p = strstr(cmd, "$CMDLINE_OPTS");
+        pid_t pid;
+        int status;
+
+        expanded = p ? strprintf("%.*s%s%s", (int) (p - cmd), cmd, strempty(options), p + strlen("$CMDLINE_OPTS"))
+                     : strdup(cmd);
+        if (!expanded)
+                return -ENOMEM;
+        module_debug(c, "running modprobe.d command for %s: %s", module, expanded);
+        pid = fork();
+        if (pid < 0)
+                return negative_errno();
+        if (pid == 0) {
+                setenv("MODPROBE_MODULE", module, 1);
+                execl("/bin/sh", "sh", "-c", expanded, (char *) NULL);
+                _exit(127);
+        }
+        while (waitpid(pid, &status, 0) < 0)
+                if (errno != EINTR)
+                        return negative_errno();
+        if (WIFSIGNALED(status))
+                return 128 + WTERMSIG(status);
+        return WEXITSTATUS(status);
+}
+
+/* The kernel's own module parameters that every module accepts. */
+static bool generic_parameter(const char *name) {
+        return streq(name, "dyndbg") || streq(name, "async_probe");
+}
+
+/* An option whose parameter the module does not have: the kernel would load it anyway with only a
+ * dmesg line ("unknown parameter ignored"), so a typo would pass silently. -EINVAL with a message. */
+static int check_parameters(ModuleContext *c, const ModuleInfo *info, const char *options, char **ret_message) {
+        _cleanup_free_ char *copy = options ? strdup(options) : NULL;
+        char *save = NULL;
+
+        if (options && !copy)
+                return -ENOMEM;
+        for (char *w = copy ? strtok_r(copy, " \t", &save) : NULL; w; w = strtok_r(NULL, " \t", &save)) {
+                _cleanup_free_ char *name = strndup(w, strcspn(w, "=")), *display = NULL, *known = NULL;
+
+                if (!name)
+                        return -ENOMEM;
+                if (generic_parameter(name) || strv_contains(info->parameters, name))
+                        continue;
+                display = module_name_display(info->kernel_name);
+                known = info->parameters ? strv_join(info->parameters, ", ") : NULL;
+                if (ret_message)
+                        *ret_message = strprintf(
+                                "Not loading %s (%s): it has no parameter \"%s\" (given as \"%s\" in driver.parameters "
+                                "or a modprobe.d options line); the kernel would ignore it with only a warning in "
+                                "dmesg. Fix the name; %s %s.",
+                                strna(display), info->filename, name, w,
+                                known ? "its parameters are:" : "it takes no parameters", strempty(known));
+                return -EINVAL;
+        }
+        return 0;
+}
+
+static int load_one(ModuleContext *c, const char *name, const char *options, unsigned depth, char **ret_message);
+
+/* Loads each module of list (softdeps) by its kernel name; what names it in the message. */
+static int load_list(ModuleContext *c, struct kmod_list *list, const char *display, const char *what,
+                     unsigned depth, char **ret_message) {
+        struct kmod_list *l;
+
+        kmod_list_foreach(l, list) {
+                _cleanup_(kmod_module_unrefp) struct kmod_module *dep = kmod_module_get_module(l);
+                _cleanup_free_ char *kname = NULL, *inner = NULL, *ddisplay = NULL;
+                int r;
+
+                if (!kmod_module_get_path(dep)) {
+                        module_debug(c, "%s of %s: %s is not in modules.dep, skipped as modprobe does", what, display,
+                                     kmod_module_get_name(dep));
+                        continue;
+                }
+                kname = kernel_name_of(c, kmod_module_get_name(dep));
+                ddisplay = kname ? module_name_display(kname) : NULL;
+                if (!ddisplay)
+                        return -ENOMEM;
+                r = load_one(c, kname, NULL, depth + 1, &inner);
+                if (r < 0) {
+                        *ret_message = strprintf("Cannot load %s: modprobe.d's %s %s failed. %s", display, what,
+                                                 ddisplay, strna(inner));
+                        return r;
+                }
+        }
+        return 0;
+}
+
+/* The modprobe.d softdeps of the module, under both of its names (kernel name and file name). */
+static int load_softdeps(ModuleContext *c, const ModuleInfo *info, bool pre, const char *display, unsigned depth,
+                         char **ret_message) {
+        const char *names[] = { info->kernel_name, info->index_name };
+
+        for (size_t i = 0; i < ELEMENTSOF(names); i++) {
+                _cleanup_(kmod_module_unrefp) struct kmod_module *mod = NULL;
+                _cleanup_(kmod_module_unref_listp) struct kmod_list *pre_l = NULL, *post_l = NULL;
+                int r;
+
+                if (i > 0 && streq(names[i], names[0]))
+                        continue;
+                if (kmod_module_new_from_name(c->kmod, names[i], &mod) < 0 ||
+                    kmod_module_get_softdeps(mod, &pre_l, &post_l) < 0)
+                        continue;
+                r = load_list(c, pre ? pre_l : post_l, display, pre ? "softdep pre:" : "softdep post:", depth,
+                              ret_message);
+                if (r < 0)
+                        return r;
+        }
+        return 0;
+}
+
+/* The insert of info's file itself, its hard dependencies first (each by its kernel name, so their
+ * modprobe.d rules apply too). 1 loaded now, 0 already there. */
+static int insert_file(ModuleContext *c, const ModuleInfo *info, const char *options, const char *display,
+                       unsigned depth, char **ret_message) {
+        _cleanup_(kmod_module_unrefp) struct kmod_module *mod = NULL;
+        _cleanup_free_ char *effective = NULL;
+        int r;
+
+        STRV_FOREACH(dep, info->depends) {
+                _cleanup_free_ char *inner = NULL, *ddisplay = module_name_display(*dep);
+
+                if (!ddisplay)
+                        return -ENOMEM;
+                r = load_one(c, *dep, NULL, depth + 1, &inner);
+                if (r < 0) {
+                        *ret_message = strprintf("Cannot load %s, which needs %s. %s", display, ddisplay, strna(inner));
+                        return r;
+                }
+        }
+
+        effective = module_effective_options(c, info, options);
+        if (!effective)
+                return -ENOMEM;
+        r = check_parameters(c, info, effective, ret_message);
+        if (r < 0)
+                return r;
+        r = kmod_module_new_from_path(c->kmod, info->filename, &mod);
+        if (r < 0)
+                return r;
+        module_debug(c, "loading %s from %s with options \"%s\"", display, info->filename, effective);
+        r = kmod_module_insert_module(mod, 0, effective);
+        if (r == -EEXIST)
+                return 0;
+        if (r < 0) {
+                *ret_message = module_load_error_message(c, info, r, effective);
+                return r;
+        }
+        return 1;
+}
+
+/* A modprobe.d install command, as modprobe would run it. Debian's redirects ("modprobe nvidia ;
+ * modprobe -i nvidia-current $CMDLINE_OPTS") are done here, without a shell: each modprobe of another
+ * module loads that module, and the one whose kernel name is ours inserts that file. Anything else
+ * (an administrator's `install nvidia /bin/false`) runs as it is, and the module must be live after. */
+static int run_install(ModuleContext *c, const ModuleInfo *info, const char *key, const char *cmd, const char *options,
+                       const char *display, unsigned depth, char **ret_message) {
+        char ***calls = NULL;
+        int r, loaded = 0;
+
+        r = parse_modprobe_command(cmd, false, &calls);
+        if (r < 0)
+                return r;
+        if (r == 0) {
+                int status = run_config_command(c, key, cmd, options);
+                if (status < 0) {
+                        *ret_message = strprintf("Cannot run the modprobe.d install command for %s (\"%s\"): %s.",
+                                                 display, cmd, strerror(-status));
+                        return status;
+                }
+                if (module_is_usable(c, info->kernel_name))
+                        return 1;
+                if (status == 0)
+                        *ret_message = strprintf("Not loading %s: modprobe.d says \"install %s %s\", and that command "
+                                                 "exited 0 without loading it. The agent honours install commands as "
+                                                 "modprobe does: remove or fix that line to let it load %s.",
+                                                 display, key, cmd, display);
+                else
+                        *ret_message = strprintf("Not loading %s: modprobe.d says \"install %s %s\", and that command "
+                                                 "failed with exit status %d. The agent honours install commands as "
+                                                 "modprobe does: remove or fix that line to let it load %s.",
+                                                 display, key, cmd, status, display);
+                return -ECANCELED;
+        }
+
+        for (size_t i = 0; calls[i]; i++) {
+                _cleanup_free_ char *kname = kernel_name_of(c, calls[i][0]);
+                _cleanup_free_ char *inner = NULL;
+
+                if (!kname) {
+                        r = -ENOMEM;
+                        break;
+                }
+                if (!streq(kname, info->kernel_name)) {
+                        _cleanup_free_ char *ddisplay = module_name_display(kname);
+                        r = load_one(c, kname, NULL, depth + 1, &inner);
+                        if (r < 0) {
+                                *ret_message = strprintf("Cannot load %s: modprobe.d's install command for it first "
+                                                         "loads %s, which failed. %s",
+                                                         display, strna(ddisplay), strna(inner));
+                                break;
+                        }
+                        continue;
+                }
+                /* The module itself, from the file the command names (nvidia-current.ko). */
+                _cleanup_(kmod_module_unrefp) struct kmod_module *mod = NULL;
+                _cleanup_module_info_free_ ModuleInfo *target = NULL;
+                if (kmod_module_new_from_name(c->kmod, calls[i][0], &mod) >= 0 && kmod_module_get_path(mod) &&
+                    module_info_from_kmod(c, mod, &target) >= 0)
+                        r = insert_file(c, target, options, display, depth, ret_message);
+                else
+                        r = insert_file(c, info, options, display, depth, ret_message);
+                if (r < 0)
+                        break;
+                loaded = r;
+        }
+        calls_free(calls);
+        return r < 0 ? r : loaded;
+}
+
+#define LOAD_MAX_DEPTH 8
+
+static int load_one(ModuleContext *c, const char *name, const char *options, unsigned depth, char **ret_message) {
+        _cleanup_module_info_free_ ModuleInfo *info = NULL;
+        _cleanup_free_ char *display = module_name_display(name), *msg = NULL, *effective = NULL;
+        const char *cmd, *key = NULL;
         int state, r;
 
         if (!display)
@@ -257,60 +581,57 @@ int module_load(ModuleContext *c, const char *name, const char *options, char **
         case _MODULE_STATE_INVALID:
                 break;
         }
+        if (depth > LOAD_MAX_DEPTH)
+                return load_failed(c, name, -ELOOP,
+                                   strprintf("Cannot load %s: its modprobe.d softdeps and install commands name each "
+                                             "other in a loop.",
+                                             display),
+                                   ret_message);
 
         r = module_lookup(c, name, &info, &msg);
         if (r >= 0)
                 r = module_check_vermagic(c, info, &msg);
         if (r >= 0) {
-                _cleanup_free_ char *effective = module_effective_options(c, info, options);
+                effective = module_effective_options(c, info, options);
                 if (!effective)
                         return -ENOMEM;
                 r = module_check_firmware(c, info, effective, &msg);
         }
+        if (r >= 0)
+                r = check_parameters(c, info, effective, &msg);
         if (r < 0)
                 return load_failed(c, name, r, TAKE_PTR(msg), ret_message);
 
-        r = kmod_module_new_from_name(c->kmod, info->index_name, &mod);
+        /* As modprobe: softdep pre: modules, the module (through its install command if modprobe.d has
+         * one), softdep post: modules. Blacklists do not apply to modules loaded by name. */
+        r = load_softdeps(c, info, true, display, depth, &msg);
         if (r < 0)
-                return r;
-        all_options = combine_options(c, info, options);
-        if (!all_options)
-                return -ENOMEM;
-        module_debug(c, "loading %s from %s with options \"%s\"", display, info->filename, all_options);
+                return load_failed(c, name, r, TAKE_PTR(msg), ret_message);
+        cmd = config_command(c, info, true, &key);
+        if (cmd)
+                r = run_install(c, info, key, cmd, options, display, depth, &msg);
+        else
+                r = insert_file(c, info, options, display, depth, &msg);
+        if (r < 0)
+                return load_failed(c, name, r, TAKE_PTR(msg), ret_message);
+        r = load_softdeps(c, info, false, display, depth, &msg);
+        if (r < 0) {
+                _cleanup_free_ char *full = strprintf("%s (%s itself is loaded.)", strna(msg), display);
+                return load_failed(c, name, r, TAKE_PTR(full), ret_message);
+        }
+        module_failure_set(c, name, NULL);
+        return 1;
+}
 
-        /* KMOD_PROBE_IGNORE_COMMAND: modprobe.d "install" lines are shell commands; Debian's for nvidia
-         * run `modprobe nvidia-current`, whose job (finding the packaged file for the kernel name) we
-         * already did above, and running arbitrary commands from a daemon would bypass our checks. */
-        r = kmod_module_probe_insert_module(mod, KMOD_PROBE_IGNORE_COMMAND, all_options, NULL, NULL, NULL);
-        if (r == -EEXIST)
-                r = 0;
-        if (r >= 0) {
+int module_load(ModuleContext *c, const char *name, const char *options, char **ret_message) {
+        int state = module_get_state(c, name);
+
+        /* 0 = it already was live (nothing touched); load_one() reports 1 for anything it did. */
+        if (state == MODULE_STATE_LIVE || state == MODULE_STATE_BUILTIN || state == MODULE_STATE_COMING) {
                 module_failure_set(c, name, NULL);
-                return 1;
+                return 0;
         }
-
-        if (find_failed(c, mod, &failed) > 0) {
-                _cleanup_(kmod_module_unrefp) struct kmod_module *fm = NULL;
-                _cleanup_free_ char *inner = NULL, *fdisplay = module_name_display(failed->kernel_name);
-                const char *fopts = NULL;
-
-                if (kmod_module_new_from_name(c->kmod, failed->index_name, &fm) >= 0)
-                        fopts = kmod_module_get_options(fm);
-                inner = module_load_error_message(c, failed, r, fopts);
-                msg = strprintf("Cannot load %s, which needs %s. %s", display, strna(fdisplay), strna(inner));
-        } else {
-                /* As the kernel saw them: modprobe.d's for the file, then ours. */
-                _cleanup_strv_free_ char **shown = NULL;
-                _cleanup_free_ char *joined = NULL;
-                const char *file_options = kmod_module_get_options(mod);
-
-                if ((!isempty(file_options) && strv_extend(&shown, file_options) < 0) ||
-                    (!isempty(all_options) && strv_extend(&shown, all_options) < 0))
-                        return -ENOMEM;
-                joined = strv_join(shown, " ");
-                msg = module_load_error_message(c, info, r, joined);
-        }
-        return load_failed(c, name, r, TAKE_PTR(msg), ret_message);
+        return load_one(c, name, options, 0, ret_message);
 }
 
 int module_peermem_check(ModuleContext *c, bool has_mellanox_device, char **ret_reason) {
@@ -385,6 +706,40 @@ static char *unload_message(char *const *removed, const char *what) {
         return strprintf("Cannot unload the driver: %s.", what);
 }
 
+/* modprobe.d's remove command for a loaded module, as `modprobe -r` honours it: Debian's
+ * "modprobe -r -i nvidia-drm nvidia-modeset … nvidia" only lists what the holder-ordered removal here
+ * does anyway (0: remove it ourselves); anything else runs, and the module must be gone after (1), else
+ * -ECANCELED with a message. */
+static int run_remove(ModuleContext *c, const char *name, const char *display, char **ret_message) {
+        _cleanup_module_info_free_ ModuleInfo *info = NULL;
+        ModuleInfo bare = { .kernel_name = (char *) name, .index_name = (char *) name };
+        const char *cmd, *key = NULL;
+        char ***calls = NULL;
+        int r, status;
+
+        if (module_lookup(c, name, &info, NULL) < 0)
+                info = NULL;
+        cmd = config_command(c, info ?: &bare, false, &key);
+        if (!cmd)
+                return 0;
+        r = parse_modprobe_command(cmd, true, &calls);
+        calls_free(calls);
+        if (r != 0)
+                return r < 0 ? r : 0;
+        status = run_config_command(c, key, cmd, NULL);
+        if (status == 0 && module_get_state(c, name) == MODULE_STATE_ABSENT)
+                return 1;
+        if (ret_message)
+                *ret_message = status < 0
+                        ? strprintf("Cannot run the modprobe.d remove command for %s (\"%s\"): %s.", display, cmd,
+                                    strerror(-status))
+                        : strprintf("Not unloading %s: modprobe.d says \"remove %s %s\", and that command %s. The "
+                                    "agent honours remove commands as modprobe -r does: remove or fix that line to let "
+                                    "it unload %s.",
+                                    display, key, cmd, status == 0 ? "exited 0 but left it loaded" : "failed", display);
+        return status < 0 ? status : -ECANCELED;
+}
+
 int module_unload(ModuleContext *c, char *const *names, char **ret_message) {
         _cleanup_strv_free_ char **todo = NULL, **problems = NULL, **removed = NULL;
         int r;
@@ -444,6 +799,19 @@ int module_unload(ModuleContext *c, char *const *names, char **ret_message) {
                                 held = held || strv_contains(todo, *h);
                         if (held) {
                                 i++;
+                                continue;
+                        }
+
+                        r = run_remove(c, todo[i], display, ret_message);
+                        if (r < 0)
+                                return r;
+                        if (r > 0) {
+                                /* modprobe.d's remove command did it. */
+                                if (strv_consume(&removed, TAKE_PTR(display)) < 0)
+                                        return -ENOMEM;
+                                free(todo[i]);
+                                memmove(todo + i, todo + i + 1, (strv_length(todo + i + 1) + 1) * sizeof(char *));
+                                progress = true;
                                 continue;
                         }
 

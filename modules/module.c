@@ -205,6 +205,7 @@ ModuleInfo *module_info_free(ModuleInfo *i) {
         free(i->sig_key);
         strv_free(i->depends);
         strv_free(i->firmware);
+        strv_free(i->parameters);
         return mfree(i);
 }
 
@@ -269,11 +270,17 @@ int module_info_from_kmod(ModuleContext *c, struct kmod_module *mod, ModuleInfo 
                         r = split_depends(info, v);
                 else if (streq(k, "firmware"))
                         r = strv_extend(&info->firmware, v);
+                else if ((streq(k, "parm") || streq(k, "parmtype")) && strchr(v, ':')) {
+                        _cleanup_free_ char *pn = strndup(v, strcspn(v, ":"));
+                        r = !pn ? -ENOMEM
+                                : strv_contains(info->parameters, pn) ? 0 : strv_consume(&info->parameters, TAKE_PTR(pn));
+                }
                 else
                         r = 0;
                 if (r < 0)
                         return r;
         }
+        strv_sort(info->parameters);
         /* Modules from before name= was added (Linux 5.3) are known by their file name. */
         r = set_string(&info->kernel_name, info->kernel_name ?: info->index_name);
         if (r < 0)

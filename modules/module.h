@@ -89,6 +89,7 @@ typedef struct ModuleInfo {
         char *sig_key;
         char **depends;    /* kernel names of the modules it needs ('-' → '_') */
         char **firmware;   /* firmware= files, relative to the firmware directory */
+        char **parameters; /* the parameter names it takes (parm=/parmtype= "NAME:…"), sorted */
 } ModuleInfo;
 
 ModuleInfo *module_info_free(ModuleInfo *i);
@@ -127,12 +128,17 @@ bool module_info_is_open(const ModuleInfo *info);
  * when the file is a packaged variant, then extra. NULL on OOM. */
 char *module_effective_options(ModuleContext *c, const ModuleInfo *info, const char *extra);
 
-/* Makes a module live. Returns 0 when it already was (nothing is touched, no syscall), 1 when it was
- * loaded now, or a negative errno with a message. Before loading: lookup (-ENOENT), vermagic
- * (-ESTALE), firmware (-ENOENT). The load goes through libkmod's probe, so dependencies load first
- * and modprobe.d options apply; options (may be NULL) are appended to the module's own. For a
- * packaged variant (nvidia-current) the options modprobe.d gives the kernel name (nvidia) apply too,
- * as Debian's install lines would have passed them. An "already loaded" from the kernel (EEXIST) is
+/* Makes a module live, following modprobe.d as modprobe does (docs/driver.md). Returns 0 when it
+ * already was (nothing is touched, no syscall), 1 when it was loaded now, or a negative errno with a
+ * message. Before loading: lookup (-ENOENT), vermagic (-ESTALE), firmware (-ENOENT), every option's
+ * name against the module's parameters (-EINVAL naming it). Then, in modprobe's order: softdep pre:
+ * modules, the hard dependencies (each by its kernel name, through this same function), the module
+ * itself (through modprobe.d's install command when there is one: Debian's "modprobe -i
+ * nvidia-current" redirects without a shell, anything else through /bin/sh, and the module must be
+ * live after it, else -ECANCELED), softdep post: modules. softdep/install lines apply under the
+ * kernel name and the packaged file name; blacklist lines do not apply (loads by name). The options
+ * are modprobe.d's for the file, those for the kernel name when the file is a packaged variant
+ * (nvidia-current), then options (may be NULL). An "already loaded" from the kernel (EEXIST) is
  * success. The failure is remembered for module_status() until a later load succeeds. */
 int module_load(ModuleContext *c, const char *name, const char *options, char **ret_message);
 
@@ -149,7 +155,9 @@ int module_peermem_check(ModuleContext *c, bool has_mellanox_device, char **ret_
 /* Holders (module names from <sys>/module/<name>/holders/, sorted) and the refcnt. */
 int module_get_holders(ModuleContext *c, const char *name, char ***ret_holders, unsigned *ret_refcnt);
 
-/* Unloads the named modules that are loaded, holders first, without force (the kernel's O_NONBLOCK).
+/* Unloads the named modules that are loaded, holders first, without force (the kernel's O_NONBLOCK);
+ * a modprobe.d remove command other than Debian's "modprobe -r -i …" list runs instead of the removal
+ * and must leave the module gone (else -ECANCELED naming the line).
  * Refuses before removing anything when a module is held by one not in the list, by references
  * that are not modules (processes with the device open), or is built in; the message lists them.
  * Returns the number of modules removed, or a negative errno (-EBUSY for a refusal, or the kernel's

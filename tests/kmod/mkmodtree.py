@@ -67,11 +67,14 @@ def nvidia_set(prefix='nvidia', version=VERSION, kver=KVER, firmware=True, peerm
     mods = [mod(core, 'nvidia', version=version, kver=kver, firmware=fw,
                 exports=['nvidia_get_rm_ops' + sym, 'nvidia_p2p_get_pages' + sym],
                 aliases=['pci:v000010DEd*sv*sd*bc03sc02i00*', 'pci:v000010DEd*sv*sd*bc03sc00i00*'],
-                parms=['NVreg_DeviceFileMode:int', 'NVreg_EnableGpuFirmware:int']),
+                parms=['NVreg_DeviceFileMode:int', 'NVreg_EnableGpuFirmware:int', 'NVreg_OpenRmEnableUnsupportedGpus:int',
+                       'NVreg_RegistryDwords:charp']),
             mod(core + sep + 'uvm', 'nvidia_uvm', version=version, kver=kver,
-                needs=[(core, 'nvidia_get_rm_ops' + sym)], parms=['uvm_perf_prefetch_enable:uint']),
+                needs=[(core, 'nvidia_get_rm_ops' + sym)],
+                parms=['uvm_perf_prefetch_enable:uint', 'uvm_ats_mode:int', 'uvm_disable_hmm:bool']),
             mod(core + sep + 'modeset', 'nvidia_modeset', version=version, kver=kver,
-                needs=[(core, 'nvidia_get_rm_ops' + sym)], exports=['nvKmsKapiGetFunctionsTable' + sym]),
+                needs=[(core, 'nvidia_get_rm_ops' + sym)], exports=['nvKmsKapiGetFunctionsTable' + sym],
+                parms=['hdmi_deepcolor:bool']),
             mod(core + sep + 'drm', 'nvidia_drm', version=version, kver=kver,
                 needs=[(core + sep + 'modeset', 'nvKmsKapiGetFunctionsTable' + sym)],
                 depends=['nvidia-modeset'], parms=['modeset:bool'])]
@@ -101,12 +104,19 @@ TREES = {
                      modprobe={'nvidia.conf': 'options nvidia NVreg_DeviceFileMode=0660\n'
                                               'options nvidia-uvm uvm_perf_prefetch_enable=0\n'}),
     # Debian's nvidia-kernel-dkms: nvidia-current*.ko whose kernel name is nvidia*, loaded by
-    # `modprobe nvidia` only through install lines (which we do not run; see modules/module.c).
+    # `modprobe nvidia` only through install lines (modules/module-load.c carries out Debian's redirects).
     'debian': dict(modules=nvidia_set('nvidia-current') + [ib_core()] + ipmi(), firmware=firmware_files(),
+                   # Debian's nvidia-kernel-support /etc/modprobe.d/nvidia.conf (install and remove
+                   # lines as shipped), plus options under the kernel name.
                    modprobe={'nvidia.conf':
-                             'alias nvidia nvidia-current\n'
-                             'install nvidia modprobe nvidia-current $CMDLINE_OPTS\n'
-                             'install nvidia-uvm modprobe nvidia-current-uvm $CMDLINE_OPTS\n'
+                             'install nvidia modprobe -i nvidia-current $CMDLINE_OPTS\n'
+                             'install nvidia-modeset modprobe nvidia ; modprobe -i nvidia-current-modeset $CMDLINE_OPTS\n'
+                             'install nvidia-drm modprobe nvidia-modeset ; modprobe -i nvidia-current-drm $CMDLINE_OPTS\n'
+                             'install nvidia-uvm modprobe nvidia ; modprobe -i nvidia-current-uvm $CMDLINE_OPTS\n'
+                             'install nvidia-peermem modprobe nvidia ; modprobe -i nvidia-current-peermem $CMDLINE_OPTS\n'
+                             'remove nvidia modprobe -r -i nvidia-drm nvidia-modeset nvidia-peermem nvidia-uvm nvidia\n'
+                             'remove nvidia-modeset modprobe -r -i nvidia-drm nvidia-modeset\n'
+                             'alias char-major-195* nvidia\n'
                              'options nvidia NVreg_DeviceFileMode=0660\n',
                              'nvidia-options.conf': 'options nvidia-current NVreg_EnableGpuFirmware=1\n'}),
     # Debian's nvidia-tesla-<branch>-kernel-dkms, two branches installed side by side.

@@ -287,14 +287,13 @@ static void test_load_debian(void **state) {
         assert_string_equal(mode, "0660");
         assert_string_equal(ours, "1");
 
-        /* uvm's dependency is nvidia-current by file name; the kernel already has it as "nvidia" and
-         * answers EEXIST, which counts as loaded. */
+        /* uvm's dependency is nvidia-current by file name: resolved to its kernel name nvidia, which
+         * is live, so nothing is inserted twice. */
         assert_int_equal(module_load(t->ctx, "nvidia-uvm", NULL, NULL), 1);
         assert_int_equal(module_get_state(t->ctx, "nvidia_uvm"), MODULE_STATE_LIVE);
         log = trap_log(t);
-        assert_int_equal(strv_length(log), 3);
-        assert_string_equal(log[1], "load-failed nvidia EEXIST");
-        assert_true(startswith(log[2], "load nvidia_uvm"));
+        assert_int_equal(strv_length(log), 2);
+        assert_true(startswith(log[1], "load nvidia_uvm"));
 }
 
 typedef struct ErrorCase {
@@ -530,6 +529,136 @@ static void test_stale_modules_dep(void **state) {
         assert_contains(load_msg, "updates/dkms/nvidia.ko for nvidia, but that file does not exist");
 }
 
+/* A context on a tree with our own modprobe.d text instead of the tree's (appended to it with keep). */
+static void open_tree_conf(Test *t, const char *tree, const char *conf, bool keep) {
+        _cleanup_free_ char *root = path_join(fixtures(), tree), *mdir = strprintf("%s/lib/modules/%s", root, KVER),
+                           *dir = strprintf("%s/.conf", t->state), *file = strprintf("%s/.conf/test.conf", t->state),
+                           *treeconf = path_join(root, "etc/modprobe.d"), *fw = path_join(root, "lib/firmware");
+        const char *paths[] = { dir, keep ? treeconf : NULL, NULL };
+        ModuleContextConfig cfg = {
+                .modules_dir = mdir,
+                .config_paths = paths,
+                .sys_dir = t->state,
+                .firmware_dir = fw,
+                .kernel_release = KVER,
+        };
+
+        assert_int_equal(mkdir_p(dir, 0755), 0);
+        assert_int_equal(write_file_atomic(file, NULL, conf, strlen(conf), 0644), 0);
+        t->ctx = module_context_free(t->ctx);
+        assert_int_equal(module_context_new(&cfg, &t->ctx), 0);
+        module_context_set_log(t->ctx, capture_log, t, LOG_DEBUG);
+}
+
+static void reset_kernel(Test *t) {
+        _cleanup_free_ char *cmd = strprintf("rm -rf '%s'/module '%s'/.trap", t->state, t->state);
+        assert_int_equal(system(cmd), 0);
+}
+
+static char **loads(Test *t) {
+        _cleanup_strv_free_ char **log = trap_log(t);
+        char **l = NULL;
+
+        STRV_FOREACH(e, log)
+                if (startswith(*e, "load ")) {
+                        const char *n = *e + strlen("load ");
+                        _cleanup_free_ char *name = strndup(n, strcspn(n, " "));
+                        assert_int_equal(strv_extend(&l, name), 0);
+                }
+        return l;
+}
+
+/* An administrator's install command is honoured as modprobe does: /bin/false stops the load, also
+ * when the module is only a dependency, and says so instead of a kernel error. */
+static void test_install_command_honoured(void **state) {
+        Test *t = *state;
+        _cleanup_free_ char *msg = NULL, *uvm = NULL, *truemsg = NULL;
+        _cleanup_strv_free_ char **log = NULL;
+
+        open_tree_conf(t, "upstream", "install nvidia /bin/false\n", false);
+        assert_int_equal(module_load(t->ctx, "nvidia", NULL, &msg), -ECANCELED);
+        assert_contains(msg, "modprobe.d says \"install nvidia /bin/false\", and that command failed with exit status 1");
+        assert_int_equal(module_load(t->ctx, "nvidia-uvm", NULL, &uvm), -ECANCELED);
+        assert_contains(uvm, "Cannot load nvidia-uvm, which needs nvidia. Not loading nvidia: modprobe.d says");
+        assert_null(strstr(uvm, "EINVAL"));
+        log = trap_log(t);
+        assert_null(log);
+
+        open_tree_conf(t, "upstream", "install nvidia /bin/true\n", false);
+        assert_int_equal(module_load(t->ctx, "nvidia", NULL, &truemsg), -ECANCELED);
+        assert_contains(truemsg, "exited 0 without loading it");
+}
+
+/* softdep pre:/post: from modprobe.d, in modprobe's order, written with either naming style. */
+static void test_softdeps(void **state) {
+        Test *t = *state;
+        _cleanup_strv_free_ char **up = NULL, **deb = NULL, **kname = NULL;
+
+        open_tree_conf(t, "upstream", "softdep nvidia pre: ipmi_devintf post: nvidia-uvm\n", false);
+        assert_int_equal(module_load(t->ctx, "nvidia", NULL, NULL), 1);
+        up = loads(t);
+        assert_true(strv_equal(up, STRV_MAKE("ipmi_msghandler", "ipmi_devintf", "nvidia", "nvidia_uvm")));
+
+        /* Debian: written for the file names, and for the kernel name, both apply to nvidia-current. */
+        reset_kernel(t);
+        open_tree_conf(t, "debian", "softdep nvidia-current post: nvidia-current-uvm\n", true);
+        assert_int_equal(module_load(t->ctx, "nvidia", NULL, NULL), 1);
+        deb = loads(t);
+        assert_true(strv_equal(deb, STRV_MAKE("nvidia", "nvidia_uvm")));
+
+        reset_kernel(t);
+        open_tree_conf(t, "debian", "softdep nvidia pre: ipmi_devintf\n", true);
+        assert_int_equal(module_load(t->ctx, "nvidia", NULL, NULL), 1);
+        kname = loads(t);
+        assert_true(strv_equal(kname, STRV_MAKE("ipmi_msghandler", "ipmi_devintf", "nvidia")));
+}
+
+/* blacklist only keeps alias lookups away; a module loaded by name loads (modprobe does the same). */
+static void test_blacklist_ignored_for_explicit_loads(void **state) {
+        Test *t = *state;
+
+        open_tree_conf(t, "upstream", "blacklist nvidia\nblacklist nvidia-uvm\n", false);
+        assert_int_equal(module_load(t->ctx, "nvidia-uvm", NULL, NULL), 1);
+        assert_int_equal(module_get_state(t->ctx, "nvidia"), MODULE_STATE_LIVE);
+}
+
+/* A parameter the module does not have is an error naming it, from driver.parameters or modprobe.d,
+ * before anything is inserted. */
+static void test_unknown_parameter(void **state) {
+        Test *t = *state;
+        _cleanup_free_ char *msg = NULL, *conf = NULL;
+        _cleanup_strv_free_ char **log = NULL;
+
+        assert_int_equal(module_load(t->ctx, "nvidia", "NVreg_EnableGpuFirmwar=0", &msg), -EINVAL);
+        assert_contains(msg, "it has no parameter \"NVreg_EnableGpuFirmwar\"");
+        assert_contains(msg, "NVreg_EnableGpuFirmware");
+
+        open_tree_conf(t, "upstream", "options nvidia-uvm uvm_prefetch=0\n", false);
+        assert_int_equal(module_load(t->ctx, "nvidia-uvm", NULL, &conf), -EINVAL);
+        assert_contains(conf, "Not loading nvidia-uvm");
+        assert_contains(conf, "no parameter \"uvm_prefetch\"");
+        log = trap_log(t);
+        assert_null(log);
+}
+
+/* remove commands: Debian's modprobe -r chain is what the holder-ordered unload does; an
+ * administrator's `remove nvidia /bin/false` refuses the unload. */
+static void test_remove_command_honoured(void **state) {
+        Test *t = *state;
+        _cleanup_free_ char *msg = NULL;
+
+        open_tree(t, "debian", true);
+        assert_int_equal(module_load(t->ctx, "nvidia-uvm", NULL, NULL), 1);
+        assert_int_equal(module_unload(t->ctx, STRV_MAKE("nvidia-uvm", "nvidia"), NULL), 2);
+
+        reset_kernel(t);
+        open_tree_conf(t, "upstream", "remove nvidia /bin/false\n", false);
+        assert_int_equal(module_load(t->ctx, "nvidia", NULL, NULL), 1);
+        assert_int_equal(module_unload(t->ctx, STRV_MAKE("nvidia"), &msg), -ECANCELED);
+        assert_contains(msg, "modprobe.d says \"remove nvidia /bin/false\"");
+        assert_int_equal(module_get_state(t->ctx, "nvidia"), MODULE_STATE_LIVE);
+}
+
 static void test_peermem_rule(void **state) {
         Test *t = *state;
         _cleanup_free_ char *r1 = NULL, *r2 = NULL, *r3 = NULL, *r4 = NULL;
@@ -708,6 +837,11 @@ int main(void) {
                 cmocka_unit_test_setup_teardown(test_firmware_gsp_off, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_weak_vermagic, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_stale_modules_dep, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_install_command_honoured, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_softdeps, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_blacklist_ignored_for_explicit_loads, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_unknown_parameter, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_remove_command_honoured, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_peermem_rule, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_unload_holder_order, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_unload_refused, setup, teardown),

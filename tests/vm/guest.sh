@@ -185,16 +185,45 @@ main_sequence() {
         check enoexec-kernel "the kernel did not refuse the other headers' module with ENOEXEC" \
                 has /tmp/enoexec.log "errno=ENOEXEC"
 
-        # 7. A vermagic naming another release: the kernel would take it (MODVERSIONS), the agent
-        #    must not.
-        drive release NVreg_EnableGpuFirmware=0
-        check vermagic-flagged "the module built for $OTHER_RELEASE was not flagged (or was loaded)" \
-                eval 'absent nvidia && has $out "was built for kernel $OTHER_RELEASE, not the running $K"'
+        # 7. A vermagic naming another release, the rest equal to the running kernel's: the kernel
+        #    takes it (MODVERSIONS), and so does the agent (as RHEL's weak-updates need).
         vm-modctl insmod /gna/ko/release/nvidia-current.ko >/tmp/release.log 2>&1
         show "insmod release" /tmp/release.log
         check vermagic-kernel-accepts "the kernel refused a module whose vermagic differs only in the release" \
                 eval 'has /tmp/release.log "rc=0 " && live nvidia'
         vm-modctl rmmod nvidia >/dev/null 2>&1
+        drive release NVreg_EnableGpuFirmware=0
+        check vermagic-accepted "the module built for $OTHER_RELEASE (vermagic otherwise the kernel's) was refused" \
+                eval 'live nvidia && ! has $out "was built for kernel $OTHER_RELEASE, not the running $K"'
+        modctl main unload nvidia nvidia-uvm nvidia-modeset nvidia-peermem >/dev/null 2>&1
+
+        # 8. modprobe.d as modprobe honours it (Debian's install lines are in /etc/modprobe.d/nvidia.conf
+        #    throughout): an administrator's install command, a softdep, a blacklist, a typo.
+        # modprobe takes the first install line for a name, in file name order: the administrator's
+        # file must sort before Debian's nvidia.conf.
+        echo "install nvidia /bin/false" >/etc/modprobe.d/00-admin.conf
+        drive main NVreg_EnableGpuFirmware=0
+        check install-false-honoured "\"install nvidia /bin/false\" was not honoured (or not reported)" \
+                eval 'absent nvidia && absent nvidia_uvm && has $out "install nvidia /bin/false"'
+        modctl main unload nvidia nvidia-uvm nvidia-modeset nvidia-peermem >/dev/null 2>&1
+        rm -f /etc/modprobe.d/00-admin.conf
+        echo "softdep nvidia-current pre: ipmi_devintf post: nvidia-current-uvm" >/etc/modprobe.d/zz-admin.conf
+        modctl main unload ipmi_devintf >/dev/null 2>&1
+        dmesg -c >/dev/null
+        modctl main load nvidia >/tmp/softdep.log 2>&1
+        show "load nvidia with softdeps" /tmp/softdep.log
+        check softdep-pre-post "softdep pre:/post: written for the Debian file names were not applied in order" \
+                eval 'live ipmi_devintf && live nvidia && live nvidia_uvm && absent nvidia_modeset &&
+                      dmesg_before "nvidia stand-in: loaded" "nvidia-uvm stand-in: loaded"'
+        modctl main unload nvidia nvidia-uvm nvidia-modeset nvidia-peermem >/dev/null 2>&1
+        echo "blacklist nvidia" >/etc/modprobe.d/zz-admin.conf
+        drive main NVreg_EnableGpuFirmware=0
+        check blacklist-ignored "a blacklist line kept nvidia from an explicit load (modprobe loads it)" live nvidia
+        modctl main unload nvidia nvidia-uvm nvidia-modeset nvidia-peermem >/dev/null 2>&1
+        rm -f /etc/modprobe.d/zz-admin.conf
+        drive main NVreg_EnableGpuFirmwar=0
+        check unknown-parameter "a parameter nvidia does not have was not refused by name" \
+                eval 'absent nvidia && has $out "no parameter \"NVreg_EnableGpuFirmwar\""'
 }
 
 sig_enforce_sequence() {

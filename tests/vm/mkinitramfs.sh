@@ -84,10 +84,18 @@ mktree release release nvidia-current-peermem
 rm -rf gna/kernel
 
 # Options for the Debian file name and for the kernel name: both must reach the kernel.
+# Debian's own install/remove lines (nvidia-kernel-support's nvidia.conf) are honoured as modprobe does.
 cat >etc/modprobe.d/nvidia.conf <<'EOF'
 # Debian's nvidia-kernel-dkms names the file nvidia-current; its options may use either name.
 options nvidia-current NVreg_DeviceFileMode=432
 options nvidia NVreg_RegistryDwords=RMTestKey=1
+install nvidia modprobe -i nvidia-current $CMDLINE_OPTS
+install nvidia-modeset modprobe nvidia ; modprobe -i nvidia-current-modeset $CMDLINE_OPTS
+install nvidia-drm modprobe nvidia-modeset ; modprobe -i nvidia-current-drm $CMDLINE_OPTS
+install nvidia-uvm modprobe nvidia ; modprobe -i nvidia-current-uvm $CMDLINE_OPTS
+install nvidia-peermem modprobe nvidia ; modprobe -i nvidia-current-peermem $CMDLINE_OPTS
+remove nvidia modprobe -r -i nvidia-drm nvidia-modeset nvidia-peermem nvidia-uvm nvidia
+remove nvidia-modeset modprobe -r -i nvidia-drm nvidia-modeset
 EOF
 
 cat >gna/expect.env <<EOF
