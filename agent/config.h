@@ -41,6 +41,8 @@
  *     peermem: auto                                auto | off: nvidia-peermem when a ConnectX NIC and ib_core exist
  *     parameters: {nvidia: "", nvidia-uvm: "", nvidia-modeset: "", nvidia-peermem: ""}
  *     dkms: {enabled: true, program: dkms, module: "" (NAME/VERSION, "" = autoinstall), timeout: 30min}
+ *     reload-on-mismatch: never                    never | when-idle: replace a loaded driver older than
+ *                                                  the installed one when no process uses a GPU
  *   devices:
  *     enabled: true                                create /dev/nvidia* as nvidia-modprobe would
  *   fabric:
@@ -162,6 +164,7 @@ typedef struct ConfigDriver {
         char *dkms_program;
         char *dkms_module;                     /* NAME/VERSION, "" = dkms autoinstall */
         uint64_t dkms_timeout_usec;
+        int reload_on_mismatch;                /* 0 never, 1 when-idle */
 } ConfigDriver;
 
 typedef struct ConfigDevices {

@@ -17,6 +17,7 @@
 #include "driver-unload.h"
 #include "driver.h"
 #include "fileio.h"
+#include "gpu-holders.h"
 #include "log.h"
 #include "spawn-child.h"
 #include "strv.h"
@@ -276,6 +277,201 @@ static char *loaded_driver_version(const Config *c) {
         return strdup("unknown");
 }
 
+/* ---- version truth: loaded module, installed module, user-space library -------------------------- */
+
+typedef struct DriverVersions {
+        char *loaded;                  /* of the live nvidia; NULL when not loaded or not known */
+        char *installed, *installed_file;
+        char *library, *library_file;  /* libnvidia-ml.so.<version>, as nvml.library resolves */
+} DriverVersions;
+
+static void driver_versions_done(DriverVersions *v) {
+        free(v->loaded);
+        free(v->installed);
+        free(v->installed_file);
+        free(v->library);
+        free(v->library_file);
+        *v = (DriverVersions) {};
+}
+
+/* "libnvidia-ml.so.555.42.06" → "555.42.06"; NULL for "libnvidia-ml.so.1" or another name. */
+static char *library_file_version(const char *path) {
+        const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path, *v;
+
+        if (!startswith(base, "libnvidia-ml.so."))
+                return NULL;
+        v = base + strlen("libnvidia-ml.so.");
+        if (!(v[0] >= '0' && v[0] <= '9') || !strchr(v, '.') || strspn(v, "0123456789.") != strlen(v))
+                return NULL;
+        return strdup(v);
+}
+
+/* The user-space driver nvml.library names: an absolute path as dlopen() takes it, or a name looked up in
+ * the root's library directories (Debian: /usr/lib/x86_64-linux-gnu, whose libnvidia-ml.so.1 links to
+ * nvidia/current/libnvidia-ml.so.<version>); the version is in the real file's name. */
+static void library_version(const Config *c, char **ret_version, char **ret_file) {
+        static const char *const dirs[] = { "usr/lib/x86_64-linux-gnu", "usr/lib/aarch64-linux-gnu", "usr/lib64",
+                                            "usr/lib", "lib/x86_64-linux-gnu", "lib64", "lib" };
+        const char *lib = c->nvml.library;
+        char *real = NULL;
+
+        *ret_version = *ret_file = NULL;
+        if (isempty(lib))
+                return;
+        if (strchr(lib, '/'))
+                real = realpath(lib, NULL);
+        for (size_t i = 0; !real && i < ELEMENTSOF(dirs); i++) {
+                _cleanup_free_ char *dir = path_join(c->paths.root, dirs[i]), *p = dir ? path_join(dir, lib) : NULL;
+                if (p)
+                        real = realpath(p, NULL);
+        }
+        if (!real)
+                return;
+        *ret_version = library_file_version(real);
+        if (*ret_version)
+                *ret_file = real;
+        else
+                free(real);
+}
+
+static int driver_versions_read(Manager *m, ModuleContext *ctx, DriverVersions *v) {
+        _cleanup_module_info_free_ ModuleInfo *info = NULL;
+
+        *v = (DriverVersions) {};
+        if (module_is_usable(ctx, "nvidia")) {
+                v->loaded = loaded_driver_version(m->config);
+                if (!v->loaded)
+                        return -ENOMEM;
+                if (streq(v->loaded, "unknown"))
+                        v->loaded = mfree(v->loaded);
+        }
+        if (module_lookup(ctx, "nvidia", &info, NULL) >= 0 && info->version) {
+                v->installed = strdup(info->version);
+                v->installed_file = strdup(info->filename);
+                if (!v->installed || !v->installed_file)
+                        return -ENOMEM;
+        }
+        library_version(m->config, &v->library, &v->library_file);
+        return 0;
+}
+
+/* Rows for the Modules property next to the live modules: what is installed, and whether it is the
+ * version the kernel runs. */
+static int rows_add_versions(char ***rows, const DriverVersions *v) {
+        const struct {
+                const char *name, *version, *file;
+        } items[] = {
+                { "nvidia (installed)", v->installed, v->installed_file },
+                { "libnvidia-ml (user space)", v->library, v->library_file },
+        };
+
+        for (size_t i = 0; i < ELEMENTSOF(items); i++) {
+                _cleanup_free_ char *detail = NULL;
+                const char *state;
+                int r;
+
+                if (!items[i].version)
+                        continue;
+                state = !v->loaded ? "installed" : streq(items[i].version, v->loaded) ? "same" : "differs";
+                detail = strprintf("%s (%s)%s%s", items[i].version, items[i].file, v->loaded ? ", loaded: " : "",
+                                   v->loaded ?: "");
+                if (!detail)
+                        return -ENOMEM;
+                r = rows_add(rows, items[i].name, state, detail);
+                if (r < 0)
+                        return r;
+        }
+        return 0;
+}
+
+typedef enum VersionVerdict {
+        VERSIONS_OK,
+        VERSIONS_RELOAD,      /* the installed module (and the library, where known) is newer: load it */
+        VERSIONS_LIBRARY,     /* the module is right, the user-space library is not */
+        VERSIONS_INCOMPLETE,  /* installed module and library differ from each other too */
+} VersionVerdict;
+
+/* Compares loaded, installed and user space; the sentence says what NVML will do and the fix. */
+static VersionVerdict versions_verdict(const Manager *m, const DriverVersions *v, char **ret_message) {
+        const char *loaded = v->loaded;
+
+        *ret_message = NULL;
+        if (!loaded)
+                return VERSIONS_OK;
+        if (v->installed && v->library && !streq(v->installed, v->library) && !streq(v->installed, loaded)) {
+                *ret_message = strprintf("The driver upgrade is incomplete: nvidia %s is loaded, the installed module "
+                                         "is %s (%s) and the user-space library is %s (%s); install the same version "
+                                         "of both, then reboot or run `gpunodectl driver reload`.",
+                                         loaded, v->installed, v->installed_file, v->library, v->library_file);
+                return VERSIONS_INCOMPLETE;
+        }
+        if (v->installed && !streq(v->installed, loaded)) {
+                *ret_message = strprintf("nvidia %s is loaded but %s is installed (%s)%s%s%s%s: NVML fails with "
+                                         "\"Driver/library version mismatch\" until it is loaded; reboot or run "
+                                         "`gpunodectl driver reload` to load %s%s.",
+                                         loaded, v->installed, v->installed_file,
+                                         v->library ? ", as is the user-space library (" : "", strempty(v->library_file),
+                                         v->library ? ")" : "", "", v->installed,
+                                         m->config->driver.reload_on_mismatch ? ""
+                                                                               : " (driver.reload-on-mismatch: when-idle "
+                                                                                 "does it once no process uses a GPU)");
+                return VERSIONS_RELOAD;
+        }
+        if (v->library && !streq(v->library, loaded)) {
+                *ret_message = strprintf("nvidia %s is loaded and installed, but the user-space library is %s (%s): "
+                                         "NVML fails with \"Driver/library version mismatch\"; install the user-space "
+                                         "driver of %s (Debian: libnvidia-ml1 of that version).",
+                                         loaded, v->library, v->library_file, loaded);
+                return VERSIONS_LIBRARY;
+        }
+        return VERSIONS_OK;
+}
+
+/* driver.reload-on-mismatch: when-idle: whether anything but us and the driver's own modules holds the
+ * GPU. 1 idle, 0 busy with *ret_who, negative errno. */
+static int driver_idle(Manager *m, char **ret_who) {
+        GpuHolders h = {};
+        static const char *const ours[] = { "nvidia_uvm", "nvidia_modeset", "nvidia_peermem", NULL };
+        _cleanup_strv_free_ char **foreign = NULL;
+        int r;
+
+        r = gpu_holders_collect(m->config->paths.proc, m->config->paths.sys, m->config->paths.dev, getpid(), &h);
+        if (r < 0 && r != -ENOENT)
+                return r;
+        STRV_FOREACH(mod, h.modules)
+                if (!strv_contains((char **) ours, *mod) && strv_extend(&foreign, *mod) < 0) {
+                        gpu_holders_done(&h);
+                        return -ENOMEM;
+                }
+        strv_free(h.modules);
+        h.modules = TAKE_PTR(foreign);
+        if (!gpu_holders_busy(&h)) {
+                gpu_holders_done(&h);
+                return 1;
+        }
+        *ret_who = gpu_holders_to_string(&h);
+        gpu_holders_done(&h);
+        return 0;
+}
+
+/* Takes the old driver out for the reload: our NVML handle first (it holds /dev/nvidia*), then the
+ * modules, holders first. */
+static int driver_unload_for_reload(Manager *m, ModuleContext *ctx, char **ret_message) {
+        static char *const modules[] = { DRIVER_UNLOAD_MODULES, NULL };
+        NvmlSnapshot *old;
+        int r;
+
+        manager_nvml_stop(m, "NVML was closed: the driver is reloaded (driver.reload-on-mismatch: when-idle)");
+        old = m->nvml_snapshot;
+        if (old) {
+                m->nvml_snapshot = NULL;
+                manager_bus_nvml_changed(m, old);
+                nvml_snapshot_free(old);
+        }
+        r = module_unload(ctx, modules, ret_message);
+        return r < 0 ? r : 0;
+}
+
 /* The options each module gets, "MODULE opt=val …" (modprobe.d's, then driver.parameters), and the
  * digest of them for driver.state. */
 static int options_digest(const Config *c, ModuleContext *ctx, char **ret) {
@@ -445,6 +641,43 @@ static int driver_start_dkms(Manager *m, const char *reason, char **ret_message)
         return STAGE_RUNNING;
 }
 
+#define DRIVER_RELOAD 1
+
+/* The fast path's version check: 0 fine, DRIVER_RELOAD when driver.reload-on-mismatch: when-idle may
+ * replace the loaded driver now, or a negative errno with the verdict. */
+static int driver_live_versions(Manager *m, char **ret_message) {
+        _cleanup_(driver_versions_done) DriverVersions v = {};
+        _cleanup_free_ char *verdict = NULL, *who = NULL;
+        ModuleContext *ctx;
+        VersionVerdict vv;
+        int r;
+
+        r = manager_module_context(m, &ctx);
+        if (r >= 0)
+                r = driver_versions_read(m, ctx, &v);
+        if (r < 0)
+                return r;
+        vv = versions_verdict(m, &v, &verdict);
+        if (vv == VERSIONS_OK)
+                return 0;
+        if (vv == VERSIONS_RELOAD && m->config->driver.reload_on_mismatch) {
+                r = driver_idle(m, &who);
+                if (r < 0)
+                        return r;
+                if (r > 0) {
+                        log_notice("%s No process uses a GPU: reloading now (driver.reload-on-mismatch: when-idle).",
+                                   verdict);
+                        return DRIVER_RELOAD;
+                }
+                *ret_message = strprintf("%s driver.reload-on-mismatch: when-idle waits until no process uses a "
+                                         "GPU: %s",
+                                         verdict, strna(who));
+                return -EBUSY;
+        }
+        *ret_message = TAKE_PTR(verdict);
+        return -ESTALE;
+}
+
 /* Everything already live: nothing is loaded; the record says whether anything changed. */
 static int driver_live(Manager *m, const char *digest, char **ret_message) {
         _cleanup_(driver_state_freep) DriverState *recorded = NULL, *now = NULL;
@@ -461,6 +694,10 @@ static int driver_live(Manager *m, const char *digest, char **ret_message) {
                                          version, want, want);
                 return -ESTALE;
         }
+
+        r = driver_live_versions(m, ret_message);
+        if (r != 0)
+                return r;
 
         r = driver_state_new(m->kernel_release, version, digest, &now);
         if (r < 0)
@@ -558,12 +795,31 @@ static int driver_ensure(Manager *m, const char *dkms_message, char **ret_messag
         /* The fast path (Debian loads nvidia at boot): nothing is loaded or looked up; only the
          * peermem rule is checked, since ib_core coming back is what starts such a pass. */
         if (all_live) {
+                _cleanup_(driver_versions_done) DriverVersions v = {};
+
                 r = driver_live(m, digest, &message);
                 if (r < 0) {
+                        if (rows_add_core(&rows, c, ctx) >= 0 && driver_versions_read(m, ctx, &v) >= 0 &&
+                            rows_add_versions(&rows, &v) >= 0)
+                                driver_publish_rows(m, TAKE_PTR(rows));
                         *ret_message = TAKE_PTR(message);
                         return r;
                 }
+                if (r == DRIVER_RELOAD) {
+                        r = driver_unload_for_reload(m, ctx, &message);
+                        if (r < 0) {
+                                *ret_message = strprintf("Cannot reload the driver: %s", strna(message));
+                                return r;
+                        }
+                        /* depmod-fresh view of the tree, then the cold path below loads the new one. */
+                        m->module_ctx = module_context_free(m->module_ctx);
+                        return driver_ensure(m, dkms_message, ret_message);
+                }
                 r = rows_add_core(&rows, c, ctx);
+                if (r >= 0)
+                        r = driver_versions_read(m, ctx, &v);
+                if (r >= 0)
+                        r = rows_add_versions(&rows, &v);
                 if (r >= 0)
                         r = driver_peermem(m, ctx, &rows, &note);
                 if (r < 0)
@@ -769,6 +1025,12 @@ static int module_load_finish(Manager *m, ModuleLoadJob *j, int r, char *load_me
         m->driver_was_live = true;
         (void) driver_record(m, version, j->digest);
         r = rows_add_core(&rows, c, ctx);
+        if (r >= 0) {
+                _cleanup_(driver_versions_done) DriverVersions v = {};
+                r = driver_versions_read(m, ctx, &v);
+                if (r >= 0)
+                        r = rows_add_versions(&rows, &v);
+        }
         if (r >= 0)
                 r = driver_peermem(m, ctx, &rows, &note);
         if (r < 0)

@@ -17,8 +17,8 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import (AGENT, Agent, BUILD, Bus, Fail, NODES, Node, Notify, SRC, TempDir, check,  # noqa: E402
-                     get_property, tap_main)
+from harness import (AGENT, FAKE_NVML, Agent, BUILD, Bus, Fail, NODES, Node, Notify, SRC, TempDir,  # noqa: E402
+                     check, get_property, tap_main)
 
 SCALE = float(os.environ.get("GNA_TIMEOUT_SCALE", "1"))
 TREES = os.environ.get("GNA_KMOD_FIXTURES", os.path.join(BUILD, "tests/kmod/trees"))
@@ -359,7 +359,7 @@ def test_dkms_build_while_dbus_answers():
             check(dkms_state.startswith('s "building') and KVER in dkms_state, "DkmsState: " + dkms_state)
             notify.wait_for("READY=1", 30 * SCALE)
             modules = get_property(bus, "Modules")
-            check(modules.startswith("a(sss) 3 ") and '"nvidia" "live" "%s"' % VERSION in modules
+            check(modules.startswith("a(sss) 4 ") and '"nvidia (installed)" "same" "%s (' % VERSION in modules and '"nvidia" "live" "%s"' % VERSION in modules
                   and '"nvidia-uvm" "live" "%s"' % VERSION in modules and '"nvidia-peermem" "skipped"' in modules,
                   "Modules: " + modules)
             dkms_state = get_property(bus, "DkmsState")
@@ -470,6 +470,71 @@ def test_admin_modprobe_r_respected():
                 agent.proc.wait()
             notify.close()
             bus.stop()
+
+
+def test_version_truth():
+    """The loaded driver (550.127.05, as left by the boot before an upgrade) is not the one installed for the running
+    kernel (550.54.15 in the tree) nor the user-space library: said with the fix instead of "already
+    loaded"; driver.reload-on-mismatch: when-idle reloads it once nothing holds the GPU, and waits,
+    naming the holder, while a process has /dev/nvidia0 open."""
+    def case(tmp, yaml=""):
+        c = Case(tmp, driver_yaml=yaml)
+        c.module_live("nvidia", "550.127.05")
+        c.module_live("nvidia_uvm", "550.127.05")
+        os.symlink("../../nvidia_uvm", os.path.join(c.sys, "module/nvidia/holders/nvidia_uvm"))
+        with open(os.path.join(c.sys, "module/nvidia/refcnt"), "w") as f:
+            f.write("1\n")
+        # The user-space driver of the installed version: libnvidia-ml.so.1 → libnvidia-ml.so.550.54.15.
+        libdir = os.path.join(tmp, "lib")
+        os.makedirs(libdir)
+        shutil.copy(os.path.realpath(FAKE_NVML), os.path.join(libdir, "libnvidia-ml.so." + VERSION))
+        os.symlink("libnvidia-ml.so." + VERSION, os.path.join(libdir, "libnvidia-ml.so.1"))
+        with open(os.path.join(c.node.confd, "70-nvml.yaml"), "w") as f:
+            f.write("nvml:\n  library: %s\n" % os.path.join(libdir, "libnvidia-ml.so.1"))
+        return c
+
+    with TempDir() as tmp:
+        c = case(tmp)
+        _, out = c.oneshot()
+        msg = expect_stage(c, out, "failed")
+        check("nvidia 550.127.05 is loaded but %s is installed" % VERSION in msg
+              and "as is the user-space library" in msg and "libnvidia-ml.so." + VERSION in msg
+              and "Driver/library version mismatch" in msg
+              and "reboot or run `gpunodectl driver reload` to load %s" % VERSION in msg, "message: " + msg)
+        check("already loaded" not in msg, "said already loaded: " + msg)
+        check(c.trap_log() == [], "never must not touch the kernel: %r" % c.trap_log())
+
+    with TempDir() as tmp:
+        c = case(tmp, "  reload-on-mismatch: when-idle\n")
+        # A process with /dev/nvidia0 open: the reload waits and says who.
+        dev = os.path.join(c.node_dir, "dev")
+        os.makedirs(dev, exist_ok=True)
+        with open(os.path.join(c.node.confd, "71-dev.yaml"), "w") as f:
+            f.write("paths:\n  dev: %s\n" % dev)
+        node0 = os.path.join(dev, "nvidia0")
+        open(node0, "w").close()
+        holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nf = open(sys.argv[1])\n"
+                                   "print('open', flush=True)\ntime.sleep(60)\n", node0],
+                                  stdout=subprocess.PIPE, text=True)
+        try:
+            check(holder.stdout.readline().strip() == "open", "holder did not start")
+            os.symlink("/proc/%d" % holder.pid, os.path.join(c.node_dir, "proc", str(holder.pid)))
+            _, out = c.oneshot()
+            msg = expect_stage(c, out, "failed")
+            check("when-idle waits until no process uses a GPU" in msg and "process %d" % holder.pid in msg,
+                  "message: " + msg)
+            check(c.trap_log() == [], "reloaded under a holder: %r" % c.trap_log())
+        finally:
+            holder.kill()
+            holder.wait()
+        os.unlink(os.path.join(c.node_dir, "proc", str(holder.pid)))
+        # Idle now: the old driver goes, the installed one comes.
+        _, out = c.oneshot()
+        msg = expect_stage(c, out, "done")
+        log = c.trap_log()
+        check("unload nvidia_uvm" in log and "unload nvidia" in log, "old driver not unloaded: %r" % log)
+        check(c.loads()[-2:] == ["nvidia", "nvidia_uvm"], "installed driver not loaded: %r" % log)
+        check("reloading now" in out and "(driver %s)" % VERSION in msg, "message: " + msg)
 
 
 def process_gone(pid):
@@ -658,6 +723,7 @@ TESTS = [
     test_dkms_build_while_dbus_answers,
     test_slow_insert_while_dbus_answers,
     test_admin_modprobe_r_respected,
+    test_version_truth,
     test_sigterm_during_build,
     test_dkms_build_failed,
     test_dkms_failure_not_rerun_unchanged,
