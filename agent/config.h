@@ -43,6 +43,8 @@
  *     dkms: {enabled: true, program: dkms, module: "" (NAME/VERSION, "" = autoinstall), timeout: 30min}
  *     reload-on-mismatch: never                    never | when-idle: replace a loaded driver older than
  *                                                  the installed one when no process uses a GPU
+ *     kernel-module-type: auto                     auto | open | proprietary (auto: open for Blackwell+,
+ *                                                  or where the 560+ branch recommends it)
  *   devices:
  *     enabled: true                                create /dev/nvidia* as nvidia-modprobe would
  *   fabric:
@@ -165,6 +167,7 @@ typedef struct ConfigDriver {
         char *dkms_module;                     /* NAME/VERSION, "" = dkms autoinstall */
         uint64_t dkms_timeout_usec;
         int reload_on_mismatch;                /* 0 never, 1 when-idle */
+        int kernel_module_type;                /* 0 auto, 1 open, 2 proprietary */
 } ConfigDriver;
 
 typedef struct ConfigDevices {

@@ -277,6 +277,130 @@ static char *loaded_driver_version(const Config *c) {
         return strdup("unknown");
 }
 
+/* ---- kernel module flavour: open or proprietary ---------------------------------------------------- */
+
+typedef enum GpuGeneration {
+        GPU_GEN_PRE_TURING,   /* Maxwell, Pascal, Volta: the open modules do not support them */
+        GPU_GEN_TURING_HOPPER,
+        GPU_GEN_BLACKWELL,    /* and newer: only the open modules support them */
+} GpuGeneration;
+
+/* From the chip name pci.ids gives ("GB100 [B200]", "GV100GL [Tesla V100]"), else the device id:
+ * NVIDIA numbers its chips upwards, Turing from 0x1e00, Blackwell from 0x2900. */
+static GpuGeneration gpu_generation(const PciDevice *d) {
+        const char *n = d->name;
+
+        if (n && (startswith(n, "GB") || startswith(n, "GR")))
+                return GPU_GEN_BLACKWELL;
+        if (n && (startswith(n, "GV") || startswith(n, "GP") || startswith(n, "GM") || startswith(n, "GK")))
+                return GPU_GEN_PRE_TURING;
+        if (n && (startswith(n, "TU") || startswith(n, "GA") || startswith(n, "AD") || startswith(n, "GH")))
+                return GPU_GEN_TURING_HOPPER;
+        if (d->device_id >= 0x2900)
+                return GPU_GEN_BLACKWELL;
+        if (d->device_id < 0x1e00)
+                return GPU_GEN_PRE_TURING;
+        return GPU_GEN_TURING_HOPPER;
+}
+
+static int installed_flavour(ModuleContext *ctx, ModuleFlavour f, char **ret_version) {
+        _cleanup_module_info_free_ ModuleInfo *info = NULL;
+        ModuleFlavour saved = module_context_get_flavour(ctx);
+        int r;
+
+        module_context_set_flavour(ctx, f);
+        r = module_lookup(ctx, "nvidia", &info, NULL);
+        module_context_set_flavour(ctx, saved);
+        if (r < 0)
+                return 0;
+        *ret_version = info->version ? strdup(info->version) : strdup("");
+        return *ret_version ? 1 : -ENOMEM;
+}
+
+/* driver.kernel-module-type: sets the context's flavour and says why in *ret_reason (NULL: no
+ * preference: nothing is installed yet, DKMS builds what is registered). *ret_needed: the GPUs cannot
+ * work with the other flavour. A negative errno with *ret_reason when no flavour can drive them all. */
+static int driver_choose_flavour(Manager *m, ModuleContext *ctx, char **ret_reason, bool *ret_needed) {
+        const PciDevice *newest = NULL, *oldest = NULL;
+        _cleanup_free_ char *open_version = NULL, *prop_version = NULL;
+        int type = m->config->driver.kernel_module_type, r, have_open, have_prop;
+
+        *ret_reason = NULL;
+        *ret_needed = type != 0;
+        if (type == 1 || type == 2) {
+                module_context_set_flavour(ctx, type == 1 ? MODULE_FLAVOUR_OPEN : MODULE_FLAVOUR_PROPRIETARY);
+                *ret_reason = strprintf("%s kernel modules: driver.kernel-module-type: %s", type == 1 ? "open" : "proprietary",
+                                        type == 1 ? "open" : "proprietary");
+                return *ret_reason ? 0 : -ENOMEM;
+        }
+
+        for (size_t i = 0; m->inventory && i < m->inventory->n_gpus; i++) {
+                const PciDevice *d = &m->inventory->gpus[i];
+                GpuGeneration g = gpu_generation(d);
+                if (g == GPU_GEN_BLACKWELL && !newest)
+                        newest = d;
+                if (g == GPU_GEN_PRE_TURING && !oldest)
+                        oldest = d;
+        }
+        if (newest && oldest) {
+                *ret_reason = strprintf("GPU %s (%s) is Blackwell or newer and needs the open kernel modules, GPU %s "
+                                        "(%s) is older than Turing and needs the proprietary ones: one driver cannot "
+                                        "serve both; move one of them to another host.",
+                                        newest->address, strna(newest->name), oldest->address, strna(oldest->name));
+                return -EOPNOTSUPP;
+        }
+        if (newest || oldest) {
+                const PciDevice *d = newest ?: oldest;
+                module_context_set_flavour(ctx, newest ? MODULE_FLAVOUR_OPEN : MODULE_FLAVOUR_PROPRIETARY);
+                *ret_needed = true;
+                *ret_reason = strprintf("%s kernel modules (driver.kernel-module-type: auto): GPU %s (%s) is %s, which "
+                                        "only the %s modules support",
+                                        newest ? "open" : "proprietary", d->address, strna(d->name),
+                                        newest ? "Blackwell or newer" : "older than Turing",
+                                        newest ? "open" : "proprietary");
+                return *ret_reason ? 0 : -ENOMEM;
+        }
+
+        /* Turing to Hopper run either: what is installed decides, and NVIDIA recommends the open
+         * modules from the 560 branch on. */
+        have_open = installed_flavour(ctx, MODULE_FLAVOUR_OPEN, &open_version);
+        have_prop = installed_flavour(ctx, MODULE_FLAVOUR_PROPRIETARY, &prop_version);
+        if (have_open < 0 || have_prop < 0)
+                return -ENOMEM;
+        if (have_open && have_prop) {
+                bool open = atoi(open_version) >= 560;
+                module_context_set_flavour(ctx, open ? MODULE_FLAVOUR_OPEN : MODULE_FLAVOUR_PROPRIETARY);
+                *ret_reason = open ? strprintf("open kernel modules (driver.kernel-module-type: auto): both flavours are "
+                                               "installed and NVIDIA recommends the open ones from the 560 branch (%s)",
+                                               open_version)
+                                   : strprintf("proprietary kernel modules (driver.kernel-module-type: auto): both "
+                                               "flavours are installed and the %s branch predates 560, from which "
+                                               "NVIDIA recommends the open ones",
+                                               prop_version);
+        } else if (have_open || have_prop) {
+                module_context_set_flavour(ctx, have_open ? MODULE_FLAVOUR_OPEN : MODULE_FLAVOUR_PROPRIETARY);
+                *ret_reason = strprintf("%s kernel modules (driver.kernel-module-type: auto): the only ones installed%s",
+                                        have_open ? "open" : "proprietary",
+                                        have_prop && atoi(prop_version) >= 560
+                                                ? "; NVIDIA recommends the open ones from the 560 branch: install "
+                                                  "them (Debian: nvidia-open-kernel-dkms)"
+                                                : "");
+        } else
+                return 0;
+        r = *ret_reason ? 0 : -ENOMEM;
+        return r;
+}
+
+/* The flavour of the live nvidia: /proc/driver/nvidia/version says "Open Kernel Module" for the open
+ * one. -1 unknown, 0 proprietary, 1 open. */
+static int loaded_flavour_open(const Config *c) {
+        _cleanup_free_ char *p = path_join(c->paths.proc, "driver/nvidia/version"), *line = NULL;
+
+        if (!p || read_one_line_file(p, &line) < 0 || !strstr(line, "Kernel Module"))
+                return -1;
+        return strstr(line, "Open Kernel Module") ? 1 : 0;
+}
+
 /* ---- version truth: loaded module, installed module, user-space library -------------------------- */
 
 typedef struct DriverVersions {
@@ -553,6 +677,7 @@ static int driver_peermem(Manager *m, ModuleContext *ctx, char ***rows, char **r
 /* ---- the stage ----------------------------------------------------------------------------------- */
 
 static int driver_ensure(Manager *m, const char *dkms_message, char **ret_message);
+static void module_load_job_set_flavour(ModuleLoadJob *j, char *flavour);
 static int module_load_start(Manager *m, const char *dkms_message, bool enforcing, const char *sb,
                              const char *digest, char **ret_message);
 
@@ -776,21 +901,43 @@ static void driver_rollback(ModuleContext *ctx, char **loaded) {
 
 static int driver_ensure(Manager *m, const char *dkms_message, char **ret_message) {
         _cleanup_strv_free_ char **rows = NULL;
-        _cleanup_free_ char *digest = NULL, *note = NULL, *sb = NULL, *build_reason = NULL, *message = NULL;
+        _cleanup_free_ char *digest = NULL, *note = NULL, *sb = NULL, *build_reason = NULL, *message = NULL,
+                            *flavour_reason = NULL;
         const Config *c = m->config;
         ModuleContext *ctx;
-        bool all_live = true, enforcing = false;
+        bool all_live = true, enforcing = false, flavour_needed = false;
         int r;
 
         r = manager_module_context(m, &ctx);
         if (r < 0)
                 return r;
+        r = driver_choose_flavour(m, ctx, &flavour_reason, &flavour_needed);
+        if (r < 0) {
+                *ret_message = TAKE_PTR(flavour_reason);
+                return r;
+        }
+        if (flavour_reason)
+                log_info("Using the %s.", flavour_reason);
         r = options_digest(c, ctx, &digest);
         if (r < 0)
                 return r;
         for (size_t i = 0; i < ELEMENTSOF(core_modules); i++)
                 if (core_wanted(c, &core_modules[i]) && !module_is_usable(ctx, core_modules[i].name))
                         all_live = false;
+
+        if (all_live && flavour_needed) {
+                int lo = loaded_flavour_open(c);
+                bool want_open = module_context_get_flavour(ctx) == MODULE_FLAVOUR_OPEN;
+                if (lo >= 0 && (lo == 1) != want_open) {
+                        *ret_message = strprintf("The %s nvidia module is loaded, but this node needs the %s: GPUs "
+                                                 "stay unusable with it. Install the %s kernel modules (Debian: %s), "
+                                                 "then run `gpunodectl driver reload` or reboot.",
+                                                 lo ? "open" : "proprietary", strna(flavour_reason),
+                                                 want_open ? "open" : "proprietary",
+                                                 want_open ? "nvidia-open-kernel-dkms" : "nvidia-kernel-dkms");
+                        return -EMEDIUMTYPE;
+                }
+        }
 
         /* The fast path (Debian loads nvidia at boot): nothing is loaded or looked up; only the
          * peermem rule is checked, since ib_core coming back is what starts such a pass. */
@@ -843,7 +990,10 @@ static int driver_ensure(Manager *m, const char *dkms_message, char **ret_messag
                 if (r < 0) {
                         if (rows_add_core(&rows, c, ctx) >= 0)
                                 driver_publish_rows(m, TAKE_PTR(rows));
-                        *ret_message = TAKE_PTR(reason);
+                        if (r == -ENOPKG && flavour_reason)
+                                *ret_message = strprintf("%s (needed: %s)", strna(reason), flavour_reason);
+                        else
+                                *ret_message = TAKE_PTR(reason);
                         return r;
                 }
                 if (r > 0)
@@ -866,7 +1016,10 @@ static int driver_ensure(Manager *m, const char *dkms_message, char **ret_messag
                 return driver_start_dkms(m, build_reason, ret_message);
         }
 
-        return module_load_start(m, dkms_message, enforcing, sb, digest, ret_message);
+        r = module_load_start(m, dkms_message, enforcing, sb, digest, ret_message);
+        if (r == STAGE_RUNNING && m->module_load && flavour_reason)
+                module_load_job_set_flavour(m->module_load, TAKE_PTR(flavour_reason));
+        return r;
 }
 
 /* ---- the inserts, in a child process ------------------------------------------------------------
@@ -882,8 +1035,14 @@ struct ModuleLoadJob {
         Spawn *child;
         int fd;
         char *dkms_message, *sb, *digest;
+        char *flavour;           /* why this kernel module flavour, for the message */
         bool enforcing;
 };
+
+static void module_load_job_set_flavour(ModuleLoadJob *j, char *flavour) {
+        free(j->flavour);
+        j->flavour = flavour;
+}
 
 static ModuleLoadJob *module_load_job_free(ModuleLoadJob *j) {
         if (!j)
@@ -894,6 +1053,7 @@ static ModuleLoadJob *module_load_job_free(ModuleLoadJob *j) {
         free(j->dkms_message);
         free(j->sb);
         free(j->digest);
+        free(j->flavour);
         return mfree(j);
 }
 
@@ -1040,10 +1200,11 @@ static int module_load_finish(Manager *m, ModuleLoadJob *j, int r, char *load_me
         message = strv_join(loaded, ", ");
         if (!message)
                 return -ENOMEM;
-        *ret_message = strprintf("%s%s%sloaded %s (driver %s) for kernel %s%s%s%s%s",
+        *ret_message = strprintf("%s%s%sloaded %s (driver %s) for kernel %s%s%s%s%s%s%s",
                                  j->dkms_message ? "built with DKMS (" : "", strempty(j->dkms_message),
                                  j->dkms_message ? "), " : "", isempty(message) ? "nothing new" : message, version,
-                                 m->kernel_release, j->enforcing ? "; " : "", j->enforcing ? strna(j->sb) : "",
+                                 m->kernel_release, j->flavour ? "; " : "", strempty(j->flavour),
+                                 j->enforcing ? "; " : "", j->enforcing ? strna(j->sb) : "",
                                  note ? "; " : "", strempty(note));
         return *ret_message ? STAGE_DONE : -ENOMEM;
 }

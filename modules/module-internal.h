@@ -15,6 +15,7 @@ struct ModuleContext {
         char *kernel_release;
         char *running_flags;     /* the running kernel's vermagic without the release, once looked up */
         bool running_flags_known;
+        ModuleFlavour flavour;
 
         ModuleLogFunc log_func;
         void *log_userdata;

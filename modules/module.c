@@ -148,6 +148,23 @@ void module_context_set_log(ModuleContext *c, ModuleLogFunc func, void *userdata
         kmod_set_log_priority(c->kmod, func ? max_priority : LOG_ERR);
 }
 
+const char *module_flavour_to_string(ModuleFlavour f) {
+        static const char *const names[_MODULE_FLAVOUR_MAX] = {
+                [MODULE_FLAVOUR_ANY] = "any",
+                [MODULE_FLAVOUR_OPEN] = "open",
+                [MODULE_FLAVOUR_PROPRIETARY] = "proprietary",
+        };
+        return f >= 0 && f < _MODULE_FLAVOUR_MAX ? names[f] : NULL;
+}
+
+void module_context_set_flavour(ModuleContext *c, ModuleFlavour f) {
+        c->flavour = f;
+}
+
+ModuleFlavour module_context_get_flavour(const ModuleContext *c) {
+        return c->flavour;
+}
+
 const char *module_context_kernel_release(const ModuleContext *c) {
         return c->kernel_release;
 }
@@ -382,7 +399,7 @@ static int lookup_candidates(ModuleContext *c, const char *norm, char ***ret) {
 
 int module_lookup(ModuleContext *c, const char *name, ModuleInfo **ret, char **ret_message) {
         _cleanup_free_ char *norm = module_name_normalize(name), *display = module_name_display(name),
-                            *stale_path = NULL;
+                            *stale_path = NULL, *other_flavour = NULL;
         _cleanup_strv_free_ char **candidates = NULL;
         int r;
 
@@ -420,11 +437,31 @@ int module_lookup(ModuleContext *c, const char *name, ModuleInfo **ret, char **r
                         module_debug(c, "%s is kernel module %s, not %s", info->filename, info->kernel_name, norm);
                         continue;
                 }
+                if (c->flavour != MODULE_FLAVOUR_ANY && startswith(norm, "nvidia") &&
+                    module_info_is_open(info) != (c->flavour == MODULE_FLAVOUR_OPEN)) {
+                        module_debug(c, "%s is not of the %s flavour", info->filename,
+                                     module_flavour_to_string(c->flavour));
+                        if (!other_flavour && !(other_flavour = strdup(info->filename)))
+                                return -ENOMEM;
+                        continue;
+                }
                 module_debug(c, "kernel module %s is %s", norm, info->filename);
                 *ret = TAKE_PTR(info);
                 return 0;
         }
 
+        if (other_flavour) {
+                bool want_open = c->flavour == MODULE_FLAVOUR_OPEN;
+                if (ret_message)
+                        *ret_message = strprintf(
+                                "No %s %s module for kernel %s: only the %s one is installed (%s); install the %s "
+                                "kernel modules (Debian: %s; NVIDIA's repositories: %s).",
+                                want_open ? "open" : "proprietary", display, c->kernel_release,
+                                want_open ? "proprietary" : "open", other_flavour, want_open ? "open" : "proprietary",
+                                want_open ? "nvidia-open-kernel-dkms" : "nvidia-kernel-dkms",
+                                want_open ? "nvidia-open, kmod-nvidia-open-dkms" : "cuda-drivers, kmod-nvidia-latest-dkms");
+                return -ENOPKG;
+        }
         if (ret_message && stale_path)
                 *ret_message = strprintf(
                         "The module index of kernel %s (%s/modules.dep) names %s for %s, but that file does not "

@@ -43,6 +43,21 @@ typedef struct ModuleContextConfig {
 } ModuleContextConfig;
 
 int module_context_new(const ModuleContextConfig *config, ModuleContext **ret);
+
+/* Which kernel module flavour of NVIDIA's driver lookups accept: NVIDIA's open kernel modules
+ * (license "Dual MIT/GPL"; Debian: nvidia-open-kernel-dkms, files nvidia-current-open*.ko) or the
+ * proprietary ones (license "NVIDIA"; nvidia-kernel-dkms, nvidia-current*.ko). Both have the kernel
+ * name nvidia. Only nvidia* modules are filtered. */
+typedef enum ModuleFlavour {
+        MODULE_FLAVOUR_ANY,
+        MODULE_FLAVOUR_OPEN,
+        MODULE_FLAVOUR_PROPRIETARY,
+        _MODULE_FLAVOUR_MAX,
+} ModuleFlavour;
+
+const char *module_flavour_to_string(ModuleFlavour f);   /* "any", "open", "proprietary" */
+void module_context_set_flavour(ModuleContext *c, ModuleFlavour f);
+ModuleFlavour module_context_get_flavour(const ModuleContext *c);
 ModuleContext *module_context_free(ModuleContext *c);
 DEFINE_CLEANUP_FUNC(ModuleContext *, module_context_free);
 #define _cleanup_module_context_free_ _cleanup_(module_context_freep)
@@ -99,8 +114,10 @@ DEFINE_CLEANUP_FUNC(ModuleInfo *, module_info_free);
 /* Finds the module file for a kernel name in the modules directory: the name itself, then for
  * nvidia* names Debian's packaged variants nvidia-current<suffix>, nvidia-current-open<suffix> and
  * nvidia-tesla-<branch><suffix> (highest branch first; branches found in modules.dep), where suffix
- * is what follows "nvidia" ("-uvm"). A candidate counts only if its name= is the wanted kernel name.
- * Returns 0, or -ENOENT with a message that names what was searched and says to build with DKMS. */
+ * is what follows "nvidia" ("-uvm"). A candidate counts only if its name= is the wanted kernel name
+ * and, for nvidia* modules, its flavour is the context's (module_context_set_flavour()).
+ * Returns 0, or -ENOENT with a message that names what was searched and says to build with DKMS, or
+ * -ENOPKG when only the other flavour is installed (the message names the package to install). */
 int module_lookup(ModuleContext *c, const char *name, ModuleInfo **ret, char **ret_message);
 /* modinfo of a module file (e.g. one DKMS just built). */
 int module_info_from_path(ModuleContext *c, const char *path, ModuleInfo **ret);

@@ -127,8 +127,8 @@ class Case:
         env.update(extra or {})
         return env
 
-    def oneshot(self, extra_env=None, timeout=60):
-        p = subprocess.run([AGENT, "--oneshot"] + self.node.args(), env=self.full_env(extra_env),
+    def oneshot(self, extra_env=None, timeout=60, args=()):
+        p = subprocess.run([AGENT, "--oneshot"] + self.node.args() + list(args), env=self.full_env(extra_env),
                            capture_output=True, text=True, timeout=timeout * SCALE)
         out = p.stdout + p.stderr
         no_sanitizer_report(out)
@@ -537,6 +537,41 @@ def test_version_truth():
         check("reloading now" in out and "(driver %s)" % VERSION in msg, "message: " + msg)
 
 
+def test_kernel_module_type():
+    """driver.kernel-module-type: auto picks the open modules for Blackwell (B200) and says why, fails
+    clearly when only the proprietary ones are installed there, keeps the proprietary ones for a 550
+    driver on Hopper, and an explicit choice wins."""
+    with TempDir() as tmp:
+        c = Case(tmp, node="b200-noload", tree="debian-both")
+        _, out = c.oneshot(args=["--log-level=debug"])
+        msg = expect_stage(c, out, "done")
+        check("open kernel modules (driver.kernel-module-type: auto): GPU 0000:1b:00.0" in msg
+              and "Blackwell or newer" in msg, "choice and reason not reported: " + msg)
+        check("/updates/dkms/nvidia-current-open.ko with options" in out
+              and "/updates/dkms/nvidia-current.ko with options" not in out,
+              "the open module was not the one loaded:\n" + out)
+    with TempDir() as tmp:
+        c = Case(tmp, node="b200-noload", tree="debian")
+        _, out = c.oneshot()
+        msg = expect_stage(c, out, "failed")
+        check("No open nvidia module for kernel %s: only the proprietary one is installed" % KVER in msg
+              and "nvidia-open-kernel-dkms" in msg and "Blackwell or newer" in msg, "message: " + msg)
+        check(c.loads() == [], "loaded something: %r" % c.loads())
+        check(not os.path.exists(c.env["GNA_FAKE_DKMS_LOG"]), "ran dkms for a flavour it cannot build")
+    with TempDir() as tmp:
+        c = Case(tmp, tree="debian-both")
+        _, out = c.oneshot(args=["--log-level=debug"])
+        msg = expect_stage(c, out, "done")
+        check("proprietary kernel modules (driver.kernel-module-type: auto): both flavours are installed and "
+              "the %s branch predates 560" % VERSION in msg, "message: " + msg)
+        check("/updates/dkms/nvidia-current.ko with options" in out, "the proprietary module was not loaded:\n" + out)
+    with TempDir() as tmp:
+        c = Case(tmp, tree="debian-both", driver_yaml="  kernel-module-type: open\n")
+        _, out = c.oneshot()
+        msg = expect_stage(c, out, "done")
+        check("open kernel modules: driver.kernel-module-type: open" in msg, "message: " + msg)
+
+
 def process_gone(pid):
     try:
         with open("/proc/%d/stat" % pid) as f:
@@ -724,6 +759,7 @@ TESTS = [
     test_slow_insert_while_dbus_answers,
     test_admin_modprobe_r_respected,
     test_version_truth,
+    test_kernel_module_type,
     test_sigterm_during_build,
     test_dkms_build_failed,
     test_dkms_failure_not_rerun_unchanged,

@@ -119,6 +119,11 @@ TREES = {
                              'alias char-major-195* nvidia\n'
                              'options nvidia NVreg_DeviceFileMode=0660\n',
                              'nvidia-options.conf': 'options nvidia-current NVreg_EnableGpuFirmware=1\n'}),
+    # Debian's nvidia-kernel-dkms and nvidia-open-kernel-dkms side by side: nvidia-current*.ko
+    # (proprietary, license NVIDIA) and nvidia-current-open*.ko (open, Dual MIT/GPL), all kernel name nvidia*.
+    'debian-both': dict(modules=nvidia_set('nvidia-current', peermem=None)
+                        + nvidia_set('nvidia-current-open', peermem=None, sym='_open', license='Dual MIT/GPL'),
+                        firmware=firmware_files(), modprobe={}),
     # Debian's nvidia-tesla-<branch>-kernel-dkms, two branches installed side by side.
     'tesla': dict(modules=nvidia_set('nvidia-tesla-470', version='470.239.06', firmware=False, peermem=None, sym='_470')
                   + nvidia_set('nvidia-tesla-535', version=OLD_VERSION, peermem=None, sym='_535'),

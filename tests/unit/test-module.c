@@ -659,6 +659,31 @@ static void test_remove_command_honoured(void **state) {
         assert_int_equal(module_get_state(t->ctx, "nvidia"), MODULE_STATE_LIVE);
 }
 
+/* The kernel module flavour: both are installed under Debian's names with the same kernel name; the
+ * context's flavour picks one, and asking for one that is not installed names the package. */
+static void test_flavour(void **state) {
+        Test *t = *state;
+        _cleanup_module_info_free_ ModuleInfo *any = NULL, *open = NULL, *prop = NULL, *none = NULL;
+        _cleanup_free_ char *msg = NULL;
+
+        open_tree(t, "debian-both", true);
+        assert_int_equal(module_lookup(t->ctx, "nvidia", &any, NULL), 0);
+        module_context_set_flavour(t->ctx, MODULE_FLAVOUR_OPEN);
+        assert_int_equal(module_lookup(t->ctx, "nvidia-uvm", &open, NULL), 0);
+        assert_endswith(open->filename, "/nvidia-current-open-uvm.ko");
+        assert_true(module_info_is_open(open));
+        module_context_set_flavour(t->ctx, MODULE_FLAVOUR_PROPRIETARY);
+        assert_int_equal(module_lookup(t->ctx, "nvidia-uvm", &prop, NULL), 0);
+        assert_endswith(prop->filename, "/nvidia-current-uvm.ko");
+        assert_false(module_info_is_open(prop));
+
+        open_tree(t, "debian", true);
+        module_context_set_flavour(t->ctx, MODULE_FLAVOUR_OPEN);
+        assert_int_equal(module_lookup(t->ctx, "nvidia", &none, &msg), -ENOPKG);
+        assert_contains(msg, "No open nvidia module for kernel " KVER ": only the proprietary one is installed (");
+        assert_contains(msg, "nvidia-open-kernel-dkms");
+}
+
 static void test_peermem_rule(void **state) {
         Test *t = *state;
         _cleanup_free_ char *r1 = NULL, *r2 = NULL, *r3 = NULL, *r4 = NULL;
@@ -842,6 +867,7 @@ int main(void) {
                 cmocka_unit_test_setup_teardown(test_blacklist_ignored_for_explicit_loads, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_unknown_parameter, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_remove_command_honoured, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_flavour, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_peermem_rule, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_unload_holder_order, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_unload_refused, setup, teardown),
