@@ -5,6 +5,8 @@
  * lines honoured). We do not use libkmod's probe: with KMOD_PROBE_IGNORE_COMMAND it drops softdeps
  * but still runs dependencies' install commands, and without it every Debian redirect would exec
  * /sbin/modprobe on the host's own modprobe.d instead of the configured one. */
+#include <dirent.h>
+#include <limits.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -105,6 +107,59 @@ static char *signature_rejected_message(ModuleContext *c, const ModuleInfo *info
                          display, file, signer, c->sys_dir);
 }
 
+/* What the PCI bus shows of NVIDIA GPUs (vendor 0x10de, display class 0x03), for an ENODEV: none, bound
+ * to another driver, or without a driver. A sentence, NULL on OOM. */
+static char *pci_gpu_state(ModuleContext *c) {
+        _cleanup_free_ char *dir = strprintf("%s/bus/pci/devices", c->sys_dir);
+        _cleanup_strv_free_ char **other = NULL, **unbound = NULL, **nvidia = NULL;
+        _cleanup_closedir_ DIR *d = NULL;
+        struct dirent *de;
+
+        if (!dir)
+                return NULL;
+        d = opendir(dir);
+        while (d && (de = readdir(d))) {
+                _cleanup_free_ char *vp = NULL, *cp = NULL, *dp = NULL, *vendor = NULL, *class = NULL;
+                char target[PATH_MAX];
+                ssize_t n;
+
+                if (de->d_name[0] == '.')
+                        continue;
+                vp = strprintf("%s/%s/vendor", dir, de->d_name);
+                cp = strprintf("%s/%s/class", dir, de->d_name);
+                dp = strprintf("%s/%s/driver", dir, de->d_name);
+                if (!vp || !cp || !dp)
+                        return NULL;
+                if (read_one_line_file(vp, &vendor) < 0 || read_one_line_file(cp, &class) < 0 ||
+                    !streq(vendor, "0x10de") || !startswith(class, "0x03"))
+                        continue;
+                n = readlink(dp, target, sizeof target - 1);
+                if (n < 0) {
+                        if (strv_extend(&unbound, de->d_name) < 0)
+                                return NULL;
+                        continue;
+                }
+                target[n] = 0;
+                const char *drv = strrchr(target, '/') ? strrchr(target, '/') + 1 : target;
+                if (streq(drv, "nvidia") ? strv_extend(&nvidia, de->d_name) < 0
+                                         : strv_extendf(&other, "%s to %s", de->d_name, drv) < 0)
+                        return NULL;
+        }
+        strv_sort(other);
+        strv_sort(unbound);
+        if (!other && !unbound && !nvidia)
+                return strprintf("the kernel sees no NVIDIA GPU on the PCI bus (no device with vendor 0x10de and "
+                                 "a display class under %s): check that this is a GPU host and that no GPU fell off "
+                                 "the bus (dmesg, lspci -d 10de:)",
+                                 dir);
+        _cleanup_free_ char *o = other ? strv_join(other, ", ") : NULL, *u = unbound ? strv_join(unbound, ", ") : NULL;
+        return strprintf("%s%s%s%s%s%s", other ? "GPUs bound to other drivers: " : "", strempty(o),
+                         other ? " (unbind them, e.g. stop the VM passthrough or blacklist nouveau, so that nvidia "
+                                 "can take them)" : "",
+                         other && unbound ? "; " : "", unbound ? "GPUs without a driver: " : "",
+                         unbound ? strempty(u) : "");
+}
+
 char *module_load_error_message(ModuleContext *c, const ModuleInfo *info, int error, const char *options) {
         _cleanup_free_ char *display = module_name_display(info->kernel_name), *lockdown = NULL,
                             *release = NULL;
@@ -157,11 +212,19 @@ char *module_load_error_message(ModuleContext *c, const ModuleInfo *info, int er
                                  "separately; rebuild the driver's modules together with DKMS: dkms autoinstall "
                                  "-k %s.",
                                  display, file, kver);
-        case ENODEV:
+        case ENODEV: {
+                _cleanup_free_ char *pci = pci_gpu_state(c);
+                if (pci && !isempty(pci))
+                        return strprintf("Failed to load %s (%s): its init found no GPU to drive (ENODEV; dmesg: "
+                                         "\"NVRM: No NVIDIA GPU found\"), so no NVIDIA GPU is bound to the driver: %s. "
+                                         "dmesg's NVRM lines say why a GPU was refused (e.g. an unsupported GPU for "
+                                         "this branch or flavour: Blackwell needs the open modules).",
+                                         display, file, pci);
                 return strprintf("Failed to load %s (%s): no device for it (ENODEV): no NVIDIA GPU is bound to "
                                  "the driver; check `lspci -nnk -d 10de:` for GPUs bound to vfio-pci or nouveau "
                                  "and dmesg for NVRM messages.",
                                  display, file);
+        }
         case ESTALE: {
                 char *m = NULL;
                 (void) module_check_vermagic(c, info, &m);

@@ -312,7 +312,7 @@ static const ErrorCase error_cases[] = {
         { "nvidia:EINVAL", "nvidia", -EINVAL, { "rejected a parameter", "check dmesg", "NVreg_DeviceFileMode=0660" } },
         { "nvidia:ENOEXEC", "nvidia", -ENOEXEC, { "not a module for this kernel", "dkms autoinstall -k " KVER, NULL } },
         { "nvidia:ENOENT", "nvidia", -ENOENT, { "Unknown symbol", "dkms autoinstall -k " KVER, NULL } },
-        { "nvidia:ENODEV", "nvidia", -ENODEV, { "no NVIDIA GPU is bound", "lspci -nnk -d 10de:", NULL } },
+        { "nvidia:ENODEV", "nvidia", -ENODEV, { "no NVIDIA GPU is bound", "lspci -d 10de:", NULL } },
         /* A dependency's failure is reported as such. */
         { "nvidia:EKEYREJECTED", "nvidia-uvm", -EKEYREJECTED,
           { "Cannot load nvidia-uvm, which needs nvidia.", "Failed to load nvidia (", "EKEYREJECTED" } },
@@ -684,6 +684,31 @@ static void test_flavour(void **state) {
         assert_contains(msg, "nvidia-open-kernel-dkms");
 }
 
+/* ENODEV from the driver's init ("NVRM: No NVIDIA GPU found") says what the PCI bus shows. */
+static void test_enodev_pci_state(void **state) {
+        Test *t = *state;
+        _cleanup_module_info_free_ ModuleInfo *info = NULL;
+        _cleanup_free_ char *none = NULL, *vfio = NULL;
+        _cleanup_free_ char *dev = strprintf("%s/bus/pci/devices/0000:1b:00.0", t->state),
+                            *drv = strprintf("%s/bus/pci/drivers/vfio-pci", t->state),
+                            *link = strprintf("%s/driver", dev);
+
+        assert_int_equal(module_lookup(t->ctx, "nvidia", &info, NULL), 0);
+        none = module_load_error_message(t->ctx, info, -ENODEV, NULL);
+        assert_contains(none, "its init found no GPU to drive (ENODEV; dmesg: \"NVRM: No NVIDIA GPU found\")");
+        assert_contains(none, "the kernel sees no NVIDIA GPU on the PCI bus");
+
+        write_sys(t, "bus/pci/devices/0000:1b:00.0/vendor", "0x10de");
+        write_sys(t, "bus/pci/devices/0000:1b:00.0/class", "0x030200");
+        write_sys(t, "bus/pci/devices/0000:43:00.0/vendor", "0x10de");
+        write_sys(t, "bus/pci/devices/0000:43:00.0/class", "0x030200");
+        assert_int_equal(mkdir_p(drv, 0755), 0);
+        assert_int_equal(symlink(drv, link), 0);
+        vfio = module_load_error_message(t->ctx, info, -ENODEV, NULL);
+        assert_contains(vfio, "GPUs bound to other drivers: 0000:1b:00.0 to vfio-pci");
+        assert_contains(vfio, "GPUs without a driver: 0000:43:00.0");
+}
+
 static void test_peermem_rule(void **state) {
         Test *t = *state;
         _cleanup_free_ char *r1 = NULL, *r2 = NULL, *r3 = NULL, *r4 = NULL;
@@ -868,6 +893,7 @@ int main(void) {
                 cmocka_unit_test_setup_teardown(test_unknown_parameter, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_remove_command_honoured, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_flavour, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_enodev_pci_state, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_peermem_rule, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_unload_holder_order, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_unload_refused, setup, teardown),
