@@ -537,6 +537,44 @@ def test_version_truth():
         check("reloading now" in out and "(driver %s)" % VERSION in msg, "message: " + msg)
 
 
+def test_driver_reload_command():
+    """`gpunodectl driver reload` after an upgrade left the old driver loaded: Unload() then Reconcile(),
+    and the installed version is loaded."""
+    from harness import CTL, run
+    with TempDir() as tmp:
+        c = Case(tmp)
+        c.module_live("nvidia", "550.127.05")
+        c.module_live("nvidia_uvm", "550.127.05")
+        os.symlink("../../nvidia_uvm", os.path.join(c.sys, "module/nvidia/holders/nvidia_uvm"))
+        with open(os.path.join(c.sys, "module/nvidia/refcnt"), "w") as f:
+            f.write("1\n")
+        bus = Bus(tmp)
+        agent = Agent(c.node, bus, extra_env=c.env, wrapper=[])
+        try:
+            deadline = time.monotonic() + 20 * SCALE
+            while "Stage driver: running → failed" not in agent.output():
+                check(time.monotonic() < deadline, "no verdict:\n" + agent.output())
+                check(agent.proc.poll() is None, "agent died:\n" + agent.output())
+                time.sleep(0.1)
+            st = run([CTL, "driver", "status"], bus=bus, check_rc=0).stdout
+            check("nvidia (installed)" in st and "differs" in st and VERSION in st, "driver status:\n" + st)
+            p = run([CTL, "driver", "reload"], bus=bus, check_rc=0)
+            check("Unloaded the NVIDIA driver" in p.stdout, "reload output: " + p.stdout)
+            deadline = time.monotonic() + 20 * SCALE
+            while c.loads()[-2:] != ["nvidia", "nvidia_uvm"]:
+                check(time.monotonic() < deadline, "not loaded after reload: %r\n%s" % (c.trap_log(), agent.output()))
+                time.sleep(0.1)
+            check(c.trap_log()[:2] == ["unload nvidia_uvm", "unload nvidia"], "trap log: %r" % c.trap_log())
+            rc = agent.stop()
+            check(rc == 0, "agent exited %d:\n%s" % (rc, agent.output()))
+            no_sanitizer_report(agent.output())
+        finally:
+            if agent.proc.poll() is None:
+                agent.proc.kill()
+                agent.proc.wait()
+            bus.stop()
+
+
 def test_kernel_module_type():
     """driver.kernel-module-type: auto picks the open modules for Blackwell (B200) and says why, fails
     clearly when only the proprietary ones are installed there, keeps the proprietary ones for a 550
@@ -760,6 +798,7 @@ TESTS = [
     test_admin_modprobe_r_respected,
     test_version_truth,
     test_kernel_module_type,
+    test_driver_reload_command,
     test_sigterm_during_build,
     test_dkms_build_failed,
     test_dkms_failure_not_rerun_unchanged,
