@@ -562,6 +562,21 @@ static int driver_idle(Manager *m, char **ret_who) {
         r = gpu_holders_collect(m->config->paths.proc, m->config->paths.sys, m->config->paths.dev, getpid(), &h);
         if (r < 0 && r != -ENOENT)
                 return r;
+        /* Our own NVML worker (a child of ours) holds /dev/nvidia* too; it is stopped before the reload. */
+        for (size_t i = 0; i < h.n_procs;) {
+                _cleanup_free_ char *sp = strprintf("%s/%d/stat", m->config->paths.proc, (int) h.procs[i].pid),
+                                    *stat = NULL;
+                const char *rp = NULL;
+                if (sp && read_one_line_file(sp, &stat) >= 0 && (rp = strrchr(stat, ')')) &&
+                    atoi(rp + 4) == (int) getpid()) { /* ") S PPID" */
+                        free(h.procs[i].comm);
+                        free(h.procs[i].node);
+                        memmove(h.procs + i, h.procs + i + 1, (h.n_procs - i - 1) * sizeof(GpuHolder));
+                        h.n_procs--;
+                        continue;
+                }
+                i++;
+        }
         STRV_FOREACH(mod, h.modules)
                 if (!strv_contains((char **) ours, *mod) && strv_extend(&foreign, *mod) < 0) {
                         gpu_holders_done(&h);
