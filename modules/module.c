@@ -223,6 +223,7 @@ ModuleInfo *module_info_free(ModuleInfo *i) {
         strv_free(i->depends);
         strv_free(i->firmware);
         strv_free(i->parameters);
+        strv_free(i->softdeps);
         return mfree(i);
 }
 
@@ -287,6 +288,8 @@ int module_info_from_kmod(ModuleContext *c, struct kmod_module *mod, ModuleInfo 
                         r = split_depends(info, v);
                 else if (streq(k, "firmware"))
                         r = strv_extend(&info->firmware, v);
+                else if (streq(k, "softdep"))
+                        r = strv_extend(&info->softdeps, v);
                 else if ((streq(k, "parm") || streq(k, "parmtype")) && strchr(v, ':')) {
                         _cleanup_free_ char *pn = strndup(v, strcspn(v, ":"));
                         r = !pn ? -ENOMEM
@@ -397,6 +400,18 @@ static int lookup_candidates(ModuleContext *c, const char *norm, char ***ret) {
         return 0;
 }
 
+/* Whether a candidate file is of the context's flavour (module_info_is_open()): packaged names by
+ * their name, nvidia.ko by its license; other upstream names (nvidia-uvm.ko, "Dual MIT/GPL" in both
+ * flavours) pass, since only one flavour is installed under upstream names. */
+static bool flavour_matches(ModuleContext *c, const char *norm, const ModuleInfo *info) {
+        bool want_open = c->flavour == MODULE_FLAVOUR_OPEN;
+
+        if (streq(norm, "nvidia") || startswith(info->index_name, "nvidia_current") ||
+            startswith(info->index_name, "nvidia_tesla"))
+                return module_info_is_open(info) == want_open;
+        return true;
+}
+
 int module_lookup(ModuleContext *c, const char *name, ModuleInfo **ret, char **ret_message) {
         _cleanup_free_ char *norm = module_name_normalize(name), *display = module_name_display(name),
                             *stale_path = NULL, *other_flavour = NULL;
@@ -438,7 +453,7 @@ int module_lookup(ModuleContext *c, const char *name, ModuleInfo **ret, char **r
                         continue;
                 }
                 if (c->flavour != MODULE_FLAVOUR_ANY && startswith(norm, "nvidia") &&
-                    module_info_is_open(info) != (c->flavour == MODULE_FLAVOUR_OPEN)) {
+                    !flavour_matches(c, norm, info)) {
                         module_debug(c, "%s is not of the %s flavour", info->filename,
                                      module_flavour_to_string(c->flavour));
                         if (!other_flavour && !(other_flavour = strdup(info->filename)))
@@ -606,8 +621,16 @@ static bool options_disable_gsp(const char *options) {
 }
 
 bool module_info_is_open(const ModuleInfo *info) {
-        /* NVIDIA's open kernel modules are "Dual MIT/GPL"; the proprietary ones say "NVIDIA". */
-        return info && info->license && strstr(info->license, "MIT");
+        if (!info)
+                return false;
+        /* Debian's packaged names say it: nvidia-current-open*.ko (nvidia-open-kernel-dkms) against
+         * nvidia-current*.ko and nvidia-tesla-*.ko. */
+        if (info->index_name && (startswith(info->index_name, "nvidia_current") ||
+                                 startswith(info->index_name, "nvidia_tesla")))
+                return strstr(info->index_name, "_open") != NULL;
+        /* Upstream names: nvidia.ko of the open modules is "Dual MIT/GPL", the proprietary one "NVIDIA"
+         * (nvidia-uvm and nvidia-drm are "Dual MIT/GPL" in both, so only nvidia.ko tells). */
+        return info->license && strstr(info->license, "MIT");
 }
 
 /* Where the kernel's firmware loader looks, in its order (drivers/base/firmware_loader/main.c), below

@@ -45,9 +45,10 @@ typedef struct ModuleContextConfig {
 int module_context_new(const ModuleContextConfig *config, ModuleContext **ret);
 
 /* Which kernel module flavour of NVIDIA's driver lookups accept: NVIDIA's open kernel modules
- * (license "Dual MIT/GPL"; Debian: nvidia-open-kernel-dkms, files nvidia-current-open*.ko) or the
- * proprietary ones (license "NVIDIA"; nvidia-kernel-dkms, nvidia-current*.ko). Both have the kernel
- * name nvidia. Only nvidia* modules are filtered. */
+ * (nvidia.ko's license "Dual MIT/GPL"; Debian: nvidia-open-kernel-dkms, files nvidia-current-open*.ko)
+ * or the proprietary ones (nvidia.ko's license "NVIDIA"; nvidia-kernel-dkms, nvidia-current*.ko).
+ * Both have the kernel names nvidia*. nvidia.ko is told by its license; nvidia-uvm and the others by
+ * the packaged file name (their license is "Dual MIT/GPL" in both flavours), upstream names pass. */
 typedef enum ModuleFlavour {
         MODULE_FLAVOUR_ANY,
         MODULE_FLAVOUR_OPEN,
@@ -105,6 +106,7 @@ typedef struct ModuleInfo {
         char **depends;    /* kernel names of the modules it needs ('-' → '_') */
         char **firmware;   /* firmware= files, relative to the firmware directory */
         char **parameters; /* the parameter names it takes (parm=/parmtype= "NAME:…"), sorted */
+        char **softdeps;   /* its own softdep= lines ("pre: ecdh_generic ecdsa_generic"), as modinfo shows */
 } ModuleInfo;
 
 ModuleInfo *module_info_free(ModuleInfo *i);
@@ -139,7 +141,8 @@ int module_check_vermagic(ModuleContext *c, const ModuleInfo *info, char **ret_m
  * effective ones, see module_effective_options()) turn GSP off with NVreg_EnableGpuFirmware=0; the
  * open modules always need it. */
 int module_check_firmware(ModuleContext *c, const ModuleInfo *info, const char *options, char **ret_message);
-/* The open kernel modules (license "Dual MIT/GPL"), not the proprietary ones. */
+/* The open kernel modules, not the proprietary ones: by Debian's file name (nvidia-current-open*),
+ * else by the license of an upstream-named file (nvidia.ko: "Dual MIT/GPL" open, "NVIDIA" not). */
 bool module_info_is_open(const ModuleInfo *info);
 /* The options a load of info's module gets: modprobe.d's for its file name, those for the kernel name
  * when the file is a packaged variant, then extra. NULL on OOM. */

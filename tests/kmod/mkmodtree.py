@@ -80,7 +80,9 @@ def nvidia_set(prefix='nvidia', version=VERSION, kver=KVER, firmware=True, peerm
                 depends=['nvidia-modeset'], parms=['modeset:bool'])]
     for m in mods:
         m['flags'] = flags
-        m['license'] = license
+        # As NVIDIA ships them: nvidia.ko and nvidia-modeset.ko say "NVIDIA" in the proprietary
+        # flavour, nvidia-uvm and nvidia-drm are "Dual MIT/GPL" in both; license= overrides (open).
+        m['license'] = license or ('Dual MIT/GPL' if m['name'] in ('nvidia_uvm', 'nvidia_drm') else None)
     if peermem == 'real':
         mods.append(mod(core + sep + 'peermem', 'nvidia_peermem', version=version, kver=kver,
                         needs=[(core, 'nvidia_p2p_get_pages' + sym),

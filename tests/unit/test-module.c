@@ -663,7 +663,7 @@ static void test_remove_command_honoured(void **state) {
  * context's flavour picks one, and asking for one that is not installed names the package. */
 static void test_flavour(void **state) {
         Test *t = *state;
-        _cleanup_module_info_free_ ModuleInfo *any = NULL, *open = NULL, *prop = NULL, *none = NULL;
+        _cleanup_module_info_free_ ModuleInfo *any = NULL, *open = NULL, *prop = NULL, *none = NULL, *core = NULL;
         _cleanup_free_ char *msg = NULL;
 
         open_tree(t, "debian-both", true);
@@ -671,11 +671,14 @@ static void test_flavour(void **state) {
         module_context_set_flavour(t->ctx, MODULE_FLAVOUR_OPEN);
         assert_int_equal(module_lookup(t->ctx, "nvidia-uvm", &open, NULL), 0);
         assert_endswith(open->filename, "/nvidia-current-open-uvm.ko");
-        assert_true(module_info_is_open(open));
         module_context_set_flavour(t->ctx, MODULE_FLAVOUR_PROPRIETARY);
         assert_int_equal(module_lookup(t->ctx, "nvidia-uvm", &prop, NULL), 0);
+        /* NVIDIA's proprietary nvidia-uvm is "Dual MIT/GPL" too: told by its file name, not license. */
+        assert_string_equal(prop->license, "Dual MIT/GPL");
         assert_endswith(prop->filename, "/nvidia-current-uvm.ko");
-        assert_false(module_info_is_open(prop));
+        assert_int_equal(module_lookup(t->ctx, "nvidia", &core, NULL), 0);
+        assert_endswith(core->filename, "/nvidia-current.ko");
+        assert_false(module_info_is_open(core));
 
         open_tree(t, "debian", true);
         module_context_set_flavour(t->ctx, MODULE_FLAVOUR_OPEN);
