@@ -7,7 +7,7 @@
 #   GNA-VM: PASS <check>            GNA-VM: FAIL <check>: <what was wrong>
 #   GNA-VM: LOG <text>              output of the agent/helper, for diagnosis
 # Which checks run depends on the kernel command line: module.sig_enforce=1 → signature checks;
-# lockdown=integrity → lockdown checks; otherwise the main sequence. The host (run-vm-test.sh)
+# lockdown=integrity → lockdown checks; gna.seq=real → Debian's real driver; otherwise the main sequence. The host (run-vm-test.sh)
 # knows the list of checks each boot must report as passed.
 . /gna/expect.env
 
@@ -254,8 +254,60 @@ lockdown_sequence() {
                 has /tmp/ld.log "errno=EPERM"
 }
 
+# Debian's real nvidia-current (the proprietary 535 driver from nvidia-kernel-dkms), with Debian's own
+# modprobe.d files. The guest has no GPU: the module's init fails with ENODEV ("NVRM: No NVIDIA GPU
+# found"), which the agent must say as such, with the PCI state it sees (the dgx-h100-noload fixture:
+# GPUs without a driver).
+real_sequence() {
+        . /gna/real.env
+        vm-modctl --modules=/gna/trees/real/lib/modules/$K --sys=/gna/sys-noload --config=/gna/real-etc/modprobe.d \
+                --firmware=/lib/firmware info nvidia >/tmp/real-info.log 2>&1
+        show "real modinfo" /tmp/real-info.log
+        check real-modinfo "the real module's modinfo (version, vermagic, firmware, softdep, flavour) was not read as modinfo reads it" \
+                eval 'has /tmp/real-info.log "index=nvidia_current " && has /tmp/real-info.log "version=$REAL_VERSION " &&
+                      has /tmp/real-info.log "vermagic=$REAL_VERMAGIC" && has /tmp/real-info.log "firmware=$REAL_FIRMWARE" &&
+                      { [ -z "$REAL_SOFTDEP" ] || has /tmp/real-info.log "softdep=$REAL_SOFTDEP"; } &&
+                      has /tmp/real-info.log "license=$REAL_LICENSE open=no"'
+        cat >/tmp/agent-real.yaml <<EOF
+paths:
+  sys: /gna/sys-noload
+  etc: /gna/real-etc
+  modules: /gna/trees/real/lib/modules
+  pci-ids: /gna/pci.ids
+  state: /tmp/gna-state-real
+  run: /run
+driver:
+  parameters:
+    nvidia: "NVreg_EnableGpuFirmware=0"
+  dkms:
+    enabled: false
+devices:
+  enabled: false
+fabric:
+  persistenced: off
+  fabricmanager: off
+cdi:
+  enabled: false
+labels:
+  enabled: false
+EOF
+        out=/tmp/real-drive.log
+        dmesg -c >/dev/null
+        gpu-node-agent -c /tmp/agent-real.yaml --config-dir=/gna/empty --oneshot --log-level=debug >"$out" 2>&1
+        show "drive real" "$out"
+        dmesg | sed 's/^/GNA-VM: LOG dmesg: /' | grep -i nvrm
+        check real-debian-conf "Debian's install line (modprobe -i nvidia-current) did not lead to nvidia-current.ko" \
+                has "$out" "/updates/dkms/nvidia-current.ko with options"
+        check real-enodev "the real module's ENODEV was not reported as no GPU bound, with the PCI state" \
+                eval 'absent nvidia && has $out "ENODEV; dmesg: \"NVRM: No NVIDIA GPU found\"" &&
+                      has $out "GPUs without a driver: 0000:1b:00.0"'
+        check real-enodev-kernel "the kernel did not say NVRM: No NVIDIA GPU found" \
+                eval 'dmesg | grep -q "NVRM: No NVIDIA GPU found"'
+}
+
 pick_mode
 case " $(cat /proc/cmdline) " in
+*" gna.seq=real "*) real_sequence ;;
 *" module.sig_enforce=1 "*) sig_enforce_sequence ;;
 *" lockdown=integrity "*) lockdown_sequence ;;
 *) main_sequence ;;
