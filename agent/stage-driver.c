@@ -607,6 +607,8 @@ static int driver_unload_for_reload(Manager *m, ModuleContext *ctx, char **ret_m
                 manager_bus_nvml_changed(m, old);
                 nvml_snapshot_free(old);
         }
+        /* We take it out ourselves: not an administrator's modprobe -r (driver_admin_unload_check()). */
+        m->driver_was_live = false;
         r = module_unload(ctx, modules, ret_message);
         return r < 0 ? r : 0;
 }

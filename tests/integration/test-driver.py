@@ -537,6 +537,34 @@ def test_version_truth():
         check("reloading now" in out and "(driver %s)" % VERSION in msg, "message: " + msg)
 
 
+def test_reload_failure_is_no_admin_unload():
+    """A when-idle reload whose new driver then fails to load is retried, not mistaken for an
+    administrator's modprobe -r (the agent removed the old driver itself)."""
+    with TempDir() as tmp:
+        c = Case(tmp, driver_yaml="  reload-on-mismatch: when-idle\n")
+        c.module_live("nvidia", "550.127.05")
+        with open(os.path.join(c.node.confd, "70-retry.yaml"), "w") as f:
+            f.write("engine:\n  retry-min: 100ms\n  retry-max: 200ms\n")
+        c.env["GNA_KMOD_TRAP_FAIL"] = "nvidia:EINVAL"
+        bus = Bus(tmp)
+        agent = Agent(c.node, bus, extra_env=c.env, wrapper=[])
+        try:
+            deadline = time.monotonic() + 30 * SCALE
+            while c.trap_log().count("load-failed nvidia EINVAL") < 3:
+                check(time.monotonic() < deadline, "no retried loads: %r\n%s" % (c.trap_log(), agent.output()))
+                check(agent.proc.poll() is None, "agent died:\n" + agent.output())
+                time.sleep(0.1)
+            check("unloaded outside the agent" not in agent.output(), "own reload taken for modprobe -r:\n"
+                  + agent.output())
+            rc = agent.stop()
+            check(rc == 0, "agent exited %d:\n%s" % (rc, agent.output()))
+        finally:
+            if agent.proc.poll() is None:
+                agent.proc.kill()
+                agent.proc.wait()
+            bus.stop()
+
+
 def test_driver_reload_command():
     """`gpunodectl driver reload` after an upgrade left the old driver loaded: Unload() then Reconcile(),
     and the installed version is loaded."""
@@ -799,6 +827,7 @@ TESTS = [
     test_version_truth,
     test_kernel_module_type,
     test_driver_reload_command,
+    test_reload_failure_is_no_admin_unload,
     test_sigterm_during_build,
     test_dkms_build_failed,
     test_dkms_failure_not_rerun_unchanged,
