@@ -157,7 +157,9 @@ fi
 # GNA_VM_REAL_NVIDIA=0 leaves it out (the "real" boot is then not run, and the run says so).
 real=
 if [ "${GNA_VM_REAL_NVIDIA:-1}" != 0 ]; then
-        real=$(ls -d "$dir"/nvidia-real-*/.done 2>/dev/null | head -n1 | xargs -r dirname)
+        for d in "$dir"/nvidia-real-*/; do
+                [ -e "$d.done" ] && real=${d%/}
+        done
         if [ -z "$real" ]; then
                 start=$SECONDS
                 apt_dir=$cache/apt
