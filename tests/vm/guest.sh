@@ -219,6 +219,14 @@ main_sequence() {
         echo "blacklist nvidia" >/etc/modprobe.d/zz-admin.conf
         drive main NVreg_EnableGpuFirmware=0
         check blacklist-ignored "a blacklist line kept nvidia from an explicit load (modprobe loads it)" live nvidia
+        # An administrator's remove command is honoured as modprobe -r honours it (Debian's own
+        # "modprobe -r -i …" remove lines are in nvidia.conf throughout and do not get in the way).
+        echo "remove nvidia /bin/false" >/etc/modprobe.d/00-admin.conf
+        modctl main unload nvidia nvidia-uvm nvidia-modeset nvidia-peermem >/tmp/unload3.log 2>&1
+        show "unload with remove /bin/false" /tmp/unload3.log
+        check remove-false-honoured "\"remove nvidia /bin/false\" was not honoured (or not reported)" \
+                eval 'live nvidia && has /tmp/unload3.log "remove nvidia /bin/false"'
+        rm -f /etc/modprobe.d/00-admin.conf
         modctl main unload nvidia nvidia-uvm nvidia-modeset nvidia-peermem >/dev/null 2>&1
         rm -f /etc/modprobe.d/zz-admin.conf
         drive main NVreg_EnableGpuFirmwar=0

@@ -41,7 +41,7 @@ t_initramfs=$((SECONDS - t1))
 # --- boots ------------------------------------------------------------------------------------------
 # name | extra kernel command line | checks that must pass
 boots=(
-        "main||load-live load-ipmi load-order options-modprobe-d options-config debian-naming peermem-waits-ib-core fast-path ib-core-live peermem-stub-refused peermem-stub-einval peermem-loaded unload-kernel-eagain unload-refused unload-holder-order enoexec-reported enoexec-kernel vermagic-kernel-accepts vermagic-accepted install-false-honoured softdep-pre-post blacklist-ignored unknown-parameter"
+        "main||load-live load-ipmi load-order options-modprobe-d options-config debian-naming peermem-waits-ib-core fast-path ib-core-live peermem-stub-refused peermem-stub-einval peermem-loaded unload-kernel-eagain unload-refused unload-holder-order enoexec-reported enoexec-kernel vermagic-kernel-accepts vermagic-accepted install-false-honoured softdep-pre-post blacklist-ignored remove-false-honoured unknown-parameter"
         "sig-enforce|module.sig_enforce=1|sig-enforce-on sig-intree-loads sig-rejected sig-kernel"
         "lockdown|lockdown=integrity|lockdown-on lockdown-reported lockdown-kernel"
 )
