@@ -67,6 +67,8 @@ static const char *const mig_strategy_names[_MIG_STRATEGY_MAX + 1] = {
 
 static const char *const auto_off_names[] = { "off", "auto", NULL };
 static const char *const mig_reset_names[] = { "never", "auto", NULL };
+static const char *const reload_on_mismatch_names[] = { "never", "when-idle", NULL };
+static const char *const kernel_module_type_names[] = { "auto", "open", "proprietary", NULL };
 static const char *const mig_selected_from_names[_MIG_SELECTED_FROM_MAX + 1] = {
         [MIG_SELECTED_FROM_CONFIG] = "config",
         [MIG_SELECTED_FROM_NODE_LABEL] = "node-label",
@@ -129,6 +131,10 @@ static const ConfigKey config_keys[] = {
         { "driver.dkms.program", CONFIG_LIBRARY, CONFIG_OFF(driver.dkms_program), "dkms" },
         { "driver.dkms.module", CONFIG_STRING,  CONFIG_OFF(driver.dkms_module), "" },
         { "driver.dkms.timeout", CONFIG_DURATION, CONFIG_OFF(driver.dkms_timeout_usec), "30min" },
+        { "driver.reload-on-mismatch", CONFIG_ENUM, CONFIG_OFF(driver.reload_on_mismatch), "never",
+          .values = reload_on_mismatch_names },
+        { "driver.kernel-module-type", CONFIG_ENUM, CONFIG_OFF(driver.kernel_module_type), "auto",
+          .values = kernel_module_type_names },
         { "devices.enabled",  CONFIG_BOOL,      CONFIG_OFF(devices.enabled), "true" },
         { "fabric.persistenced", CONFIG_ENUM,   CONFIG_OFF(fabric.persistenced), "auto", .values = auto_off_names },
         { "fabric.fabricmanager", CONFIG_ENUM,  CONFIG_OFF(fabric.fabricmanager), "auto", .values = auto_off_names },

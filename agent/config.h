@@ -41,6 +41,10 @@
  *     peermem: auto                                auto | off: nvidia-peermem when a ConnectX NIC and ib_core exist
  *     parameters: {nvidia: "", nvidia-uvm: "", nvidia-modeset: "", nvidia-peermem: ""}
  *     dkms: {enabled: true, program: dkms, module: "" (NAME/VERSION, "" = autoinstall), timeout: 30min}
+ *     reload-on-mismatch: never                    never | when-idle: replace a loaded driver older than
+ *                                                  the installed one when no process uses a GPU
+ *     kernel-module-type: auto                     auto | open | proprietary (auto: open for Blackwell+,
+ *                                                  or where the 560+ branch recommends it)
  *   devices:
  *     enabled: true                                create /dev/nvidia* as nvidia-modprobe would
  *   fabric:
@@ -177,6 +181,8 @@ typedef struct ConfigDriver {
         char *dkms_program;
         char *dkms_module;                     /* NAME/VERSION, "" = dkms autoinstall */
         uint64_t dkms_timeout_usec;
+        int reload_on_mismatch;                /* 0 never, 1 when-idle */
+        int kernel_module_type;                /* 0 auto, 1 open, 2 proprietary */
 } ConfigDriver;
 
 typedef struct ConfigDevices {

@@ -43,10 +43,17 @@ static DriverUnload *driver_unload_free(DriverUnload *u) {
 }
 
 bool manager_driver_unload_held(const Manager *m) {
-        return m->unload && m->unload->held;
+        return (m->unload && m->unload->held) || m->driver_admin_unloaded;
 }
 
 void manager_driver_unload_release(Manager *m) {
+        /* Reconcile()/Reload() also end the hold after an administrator's own `modprobe -r nvidia`
+         * (stage-driver.c), and start the driver's bookkeeping afresh. */
+        if (m->driver_admin_unloaded)
+                log_info("Hold after the driver was unloaded outside the agent released: the driver stage may "
+                         "load it again.");
+        m->driver_admin_unloaded = false;
+        m->driver_was_live = false;
         if (!m->unload || m->unload->request)
                 return;
         log_info("Driver hold after Unload() released: the driver stage may load the driver again.");

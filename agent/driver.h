@@ -23,6 +23,13 @@ typedef struct ModuleLoadJob ModuleLoadJob;
  * the options). dkms_module "" means autoinstall. */
 void driver_dkms_options(const Config *c, DkmsOptions *ret);
 
+/* After `--prepare-kernel KVER`'s dkms run (whose exit 0 proves nothing: with no DKMS package
+ * registered autoinstall builds nothing and exits 0): the core modules must be in
+ * <paths.modules>/KVER's index, with a vermagic for KVER (module_check_vermagic()) and the version
+ * driver.version (or driver.dkms.module's VERSION) names, when one is set. 0, or a negative errno with
+ * a sentence naming what is missing. */
+int driver_verify_built(const Config *c, const char *kver, char **ret_error);
+
 /* Releases what the driver stage holds: cancels a DKMS build in flight (its process group is
  * killed), frees the module context, the Modules rows and DkmsState. Called from manager_free(). */
 void manager_driver_done(Manager *m);

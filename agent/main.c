@@ -189,6 +189,25 @@ static int prepare_kernel(const ConfigLoadOptions *o, const char *kver) {
         driver_dkms_options(c, &d);
         log_info("Building the NVIDIA kernel module for kernel %s with DKMS (%s).", kver, d.program);
         r = dkms_prepare_kernel(kver, &d, &error);
+        if (r >= 0) {
+                r = driver_verify_built(c, kver, &error);
+                if (r < 0) {
+                        /* Say why nothing was built when that is the reason. */
+                        DkmsModule *l = NULL;
+                        size_t n = 0;
+                        if (dkms_status(NULL, &d, &l, &n, NULL) >= 0 && n == 0) {
+                                char *more = strprintf("%s No DKMS module is registered at all (`dkms status` is "
+                                                       "empty): install the driver's DKMS package (Debian: "
+                                                       "nvidia-kernel-dkms or nvidia-open-kernel-dkms).",
+                                                       strna(error));
+                                if (more) {
+                                        free(error);
+                                        error = more;
+                                }
+                        }
+                        dkms_module_list_free(l, n);
+                }
+        }
         config_free(c);
         if (r < 0)
                 return log_error_errno(r, "%s", error ?: strerror(-r));

@@ -74,6 +74,11 @@ typedef struct Manager {
         struct DkmsRun *dkms_run;        /* a DKMS build in flight, NULL otherwise */
         struct ModuleLoadJob *module_load; /* module inserts in flight in a child process (stage-driver.c) */
         char *dkms_state;                /* DkmsState property: "idle", "building …", "failed: …", "built …" */
+        char *dkms_failed_fingerprint;   /* dkms_fingerprint() when the last build failed, NULL otherwise */
+        char *dkms_failed_message;       /* … and what it said, for retries that do not run it again */
+        int dkms_failed_error;
+        bool driver_admin_unloaded;      /* nvidia was removed outside the agent: do not load it back */
+        bool driver_was_live;            /* the driver stage last saw the core modules live */
         char **module_rows;              /* Modules property: "name\tstate\tdetail" per module, in load order */
         struct FabricOp *fabric_op;      /* a unit start in flight */
         struct FabricOp *imex_op;        /* nvidia-imex query/start of the consumers stage in flight */

@@ -18,6 +18,7 @@
 #include "driver.h"
 #include "metrics.h"
 #include "fileio.h"
+#include "gpu-holders.h"
 #include "log.h"
 #include "spawn-child.h"
 #include "strv.h"
@@ -52,6 +53,13 @@ static bool core_wanted(const Config *c, const CoreModule *cm) {
 
 static const char *module_parameters(const Config *c, DriverModule id) {
         return isempty(c->driver.parameters[id]) ? NULL : c->driver.parameters[id];
+}
+
+static DriverModule module_id(const char *name) {
+        for (size_t i = 0; i < ELEMENTSOF(core_modules); i++)
+                if (streq(core_modules[i].name, name))
+                        return core_modules[i].id;
+        return DRIVER_MODULE_PEERMEM;
 }
 
 /* ---- shared helpers (driver.h) ---------------------------------------------------------------- */
@@ -102,6 +110,56 @@ void driver_dkms_options(const Config *c, DkmsOptions *ret) {
         };
 }
 
+int driver_verify_built(const Config *c, const char *kver, char **ret_error) {
+        _cleanup_(module_context_freep) ModuleContext *ctx = NULL;
+        _cleanup_free_ char *modules_dir = path_join(c->paths.modules, kver), *etc = path_join(c->paths.etc, "modprobe.d"),
+                            *run = path_join(c->paths.root, "run/modprobe.d"), *lib = path_join(c->paths.root, "lib/modprobe.d"),
+                            *usrlib = path_join(c->paths.root, "usr/lib/modprobe.d");
+        const char *want = c->driver.version;
+        const char *slash = isempty(c->driver.dkms_module) ? NULL : strchr(c->driver.dkms_module, '/');
+        int r;
+
+        if (!modules_dir || !etc || !run || !lib || !usrlib)
+                return -ENOMEM;
+        const char *const config_paths[] = { etc, run, lib, usrlib, NULL };
+        const ModuleContextConfig cc = {
+                .modules_dir = modules_dir,
+                .config_paths = config_paths,
+                .sys_dir = c->paths.sys,
+                .kernel_release = kver,
+        };
+        r = module_context_new(&cc, &ctx);
+        if (r < 0)
+                return r;
+        if (isempty(want) && slash)
+                want = slash + 1; /* driver.dkms.module NAME/VERSION */
+
+        for (size_t i = 0; i < ELEMENTSOF(core_modules); i++) {
+                _cleanup_module_info_free_ ModuleInfo *info = NULL;
+                _cleanup_free_ char *msg = NULL;
+
+                if (!core_wanted(c, &core_modules[i]))
+                        continue;
+                r = module_lookup(ctx, core_modules[i].name, &info, &msg);
+                if (r >= 0)
+                        r = module_check_vermagic(ctx, info, &msg);
+                if (r >= 0 && !isempty(want) && !streq_ptr(info->version, want)) {
+                        msg = strprintf("%s (%s) is version %s, not %s.", core_modules[i].name, info->filename,
+                                        strna(info->version), want);
+                        r = -ESTALE;
+                }
+                if (r < 0) {
+                        *ret_error = strprintf("dkms reported success, but the NVIDIA module for kernel %s is not "
+                                               "there: %s",
+                                               kver, strna(msg));
+                        return r;
+                }
+                log_info("%s for kernel %s: %s, version %s.", core_modules[i].name, kver, info->filename,
+                         strna(info->version));
+        }
+        return 0;
+}
+
 static ModuleLoadJob *module_load_job_free(ModuleLoadJob *j);
 
 void manager_driver_done(Manager *m) {
@@ -110,6 +168,8 @@ void manager_driver_done(Manager *m) {
         m->module_ctx = module_context_free(m->module_ctx);
         m->module_rows = strv_free(m->module_rows);
         m->dkms_state = mfree(m->dkms_state);
+        m->dkms_failed_fingerprint = mfree(m->dkms_failed_fingerprint);
+        m->dkms_failed_message = mfree(m->dkms_failed_message);
 }
 
 /* ---- what the stage publishes ------------------------------------------------------------------ */
@@ -218,6 +278,342 @@ static char *loaded_driver_version(const Config *c) {
         return strdup("unknown");
 }
 
+/* ---- kernel module flavour: open or proprietary ---------------------------------------------------- */
+
+typedef enum GpuGeneration {
+        GPU_GEN_PRE_TURING,   /* Maxwell, Pascal, Volta: the open modules do not support them */
+        GPU_GEN_TURING_HOPPER,
+        GPU_GEN_BLACKWELL,    /* and newer: only the open modules support them */
+} GpuGeneration;
+
+/* From the chip name pci.ids gives ("GB100 [B200]", "GV100GL [Tesla V100]"), else the device id:
+ * NVIDIA numbers its chips upwards, Turing from 0x1e00, Blackwell from 0x2900. */
+static GpuGeneration gpu_generation(const PciDevice *d) {
+        const char *n = d->name;
+
+        if (n && (startswith(n, "GB") || startswith(n, "GR")))
+                return GPU_GEN_BLACKWELL;
+        if (n && (startswith(n, "GV") || startswith(n, "GP") || startswith(n, "GM") || startswith(n, "GK")))
+                return GPU_GEN_PRE_TURING;
+        if (n && (startswith(n, "TU") || startswith(n, "GA") || startswith(n, "AD") || startswith(n, "GH")))
+                return GPU_GEN_TURING_HOPPER;
+        if (d->device_id >= 0x2900)
+                return GPU_GEN_BLACKWELL;
+        if (d->device_id < 0x1e00)
+                return GPU_GEN_PRE_TURING;
+        return GPU_GEN_TURING_HOPPER;
+}
+
+static int installed_flavour(ModuleContext *ctx, ModuleFlavour f, char **ret_version) {
+        _cleanup_module_info_free_ ModuleInfo *info = NULL;
+        ModuleFlavour saved = module_context_get_flavour(ctx);
+        int r;
+
+        module_context_set_flavour(ctx, f);
+        r = module_lookup(ctx, "nvidia", &info, NULL);
+        module_context_set_flavour(ctx, saved);
+        if (r < 0)
+                return 0;
+        *ret_version = info->version ? strdup(info->version) : strdup("");
+        return *ret_version ? 1 : -ENOMEM;
+}
+
+/* driver.kernel-module-type: sets the context's flavour and says why in *ret_reason (NULL: no
+ * preference: nothing is installed yet, DKMS builds what is registered). *ret_needed: the GPUs cannot
+ * work with the other flavour. A negative errno with *ret_reason when no flavour can drive them all. */
+static int driver_choose_flavour(Manager *m, ModuleContext *ctx, char **ret_reason, bool *ret_needed) {
+        const PciDevice *newest = NULL, *oldest = NULL;
+        _cleanup_free_ char *open_version = NULL, *prop_version = NULL;
+        int type = m->config->driver.kernel_module_type, r, have_open, have_prop;
+
+        *ret_reason = NULL;
+        *ret_needed = type != 0;
+        if (type == 1 || type == 2) {
+                module_context_set_flavour(ctx, type == 1 ? MODULE_FLAVOUR_OPEN : MODULE_FLAVOUR_PROPRIETARY);
+                *ret_reason = strprintf("%s kernel modules: driver.kernel-module-type: %s", type == 1 ? "open" : "proprietary",
+                                        type == 1 ? "open" : "proprietary");
+                return *ret_reason ? 0 : -ENOMEM;
+        }
+
+        for (size_t i = 0; m->inventory && i < m->inventory->n_gpus; i++) {
+                const PciDevice *d = &m->inventory->gpus[i];
+                GpuGeneration g = gpu_generation(d);
+                if (g == GPU_GEN_BLACKWELL && !newest)
+                        newest = d;
+                if (g == GPU_GEN_PRE_TURING && !oldest)
+                        oldest = d;
+        }
+        if (newest && oldest) {
+                *ret_reason = strprintf("GPU %s (%s) is Blackwell or newer and needs the open kernel modules, GPU %s "
+                                        "(%s) is older than Turing and needs the proprietary ones: one driver cannot "
+                                        "serve both; move one of them to another host.",
+                                        newest->address, strna(newest->name), oldest->address, strna(oldest->name));
+                return -EOPNOTSUPP;
+        }
+        if (newest || oldest) {
+                const PciDevice *d = newest ?: oldest;
+                module_context_set_flavour(ctx, newest ? MODULE_FLAVOUR_OPEN : MODULE_FLAVOUR_PROPRIETARY);
+                *ret_needed = true;
+                *ret_reason = strprintf("%s kernel modules (driver.kernel-module-type: auto): GPU %s (%s) is %s, which "
+                                        "only the %s modules support",
+                                        newest ? "open" : "proprietary", d->address, strna(d->name),
+                                        newest ? "Blackwell or newer" : "older than Turing",
+                                        newest ? "open" : "proprietary");
+                return *ret_reason ? 0 : -ENOMEM;
+        }
+
+        /* Turing to Hopper run either: what is installed decides, and NVIDIA recommends the open
+         * modules from the 560 branch on. */
+        have_open = installed_flavour(ctx, MODULE_FLAVOUR_OPEN, &open_version);
+        have_prop = installed_flavour(ctx, MODULE_FLAVOUR_PROPRIETARY, &prop_version);
+        if (have_open < 0 || have_prop < 0)
+                return -ENOMEM;
+        if (have_open && have_prop) {
+                bool open = atoi(open_version) >= 560;
+                module_context_set_flavour(ctx, open ? MODULE_FLAVOUR_OPEN : MODULE_FLAVOUR_PROPRIETARY);
+                *ret_reason = open ? strprintf("open kernel modules (driver.kernel-module-type: auto): both flavours are "
+                                               "installed and NVIDIA recommends the open ones from the 560 branch (%s)",
+                                               open_version)
+                                   : strprintf("proprietary kernel modules (driver.kernel-module-type: auto): both "
+                                               "flavours are installed and the %s branch predates 560, from which "
+                                               "NVIDIA recommends the open ones",
+                                               prop_version);
+        } else if (have_open || have_prop) {
+                module_context_set_flavour(ctx, have_open ? MODULE_FLAVOUR_OPEN : MODULE_FLAVOUR_PROPRIETARY);
+                *ret_reason = strprintf("%s kernel modules (driver.kernel-module-type: auto): the only ones installed%s",
+                                        have_open ? "open" : "proprietary",
+                                        have_prop && atoi(prop_version) >= 560
+                                                ? "; NVIDIA recommends the open ones from the 560 branch: install "
+                                                  "them (Debian: nvidia-open-kernel-dkms)"
+                                                : "");
+        } else
+                return 0;
+        r = *ret_reason ? 0 : -ENOMEM;
+        return r;
+}
+
+/* The flavour of the live nvidia: /proc/driver/nvidia/version says "Open Kernel Module" for the open
+ * one. -1 unknown, 0 proprietary, 1 open. */
+static int loaded_flavour_open(const Config *c) {
+        _cleanup_free_ char *p = path_join(c->paths.proc, "driver/nvidia/version"), *line = NULL;
+
+        if (!p || read_one_line_file(p, &line) < 0 || !strstr(line, "Kernel Module"))
+                return -1;
+        return strstr(line, "Open Kernel Module") ? 1 : 0;
+}
+
+/* ---- version truth: loaded module, installed module, user-space library -------------------------- */
+
+typedef struct DriverVersions {
+        char *loaded;                  /* of the live nvidia; NULL when not loaded or not known */
+        char *installed, *installed_file;
+        char *library, *library_file;  /* libnvidia-ml.so.<version>, as nvml.library resolves */
+} DriverVersions;
+
+static void driver_versions_done(DriverVersions *v) {
+        free(v->loaded);
+        free(v->installed);
+        free(v->installed_file);
+        free(v->library);
+        free(v->library_file);
+        *v = (DriverVersions) {};
+}
+
+/* "libnvidia-ml.so.555.42.06" → "555.42.06"; NULL for "libnvidia-ml.so.1" or another name. */
+static char *library_file_version(const char *path) {
+        const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path, *v;
+
+        if (!startswith(base, "libnvidia-ml.so."))
+                return NULL;
+        v = base + strlen("libnvidia-ml.so.");
+        if (!(v[0] >= '0' && v[0] <= '9') || !strchr(v, '.') || strspn(v, "0123456789.") != strlen(v))
+                return NULL;
+        return strdup(v);
+}
+
+/* The user-space driver nvml.library names: an absolute path as dlopen() takes it, or a name looked up in
+ * the root's library directories (Debian: /usr/lib/x86_64-linux-gnu, whose libnvidia-ml.so.1 links to
+ * nvidia/current/libnvidia-ml.so.<version>); the version is in the real file's name. */
+static void library_version(const Config *c, char **ret_version, char **ret_file) {
+        static const char *const dirs[] = { "usr/lib/x86_64-linux-gnu", "usr/lib/aarch64-linux-gnu", "usr/lib64",
+                                            "usr/lib", "lib/x86_64-linux-gnu", "lib64", "lib" };
+        const char *lib = c->nvml.library;
+        char *real = NULL;
+
+        *ret_version = *ret_file = NULL;
+        if (isempty(lib))
+                return;
+        if (strchr(lib, '/'))
+                real = realpath(lib, NULL);
+        for (size_t i = 0; !real && i < ELEMENTSOF(dirs); i++) {
+                _cleanup_free_ char *dir = path_join(c->paths.root, dirs[i]), *p = dir ? path_join(dir, lib) : NULL;
+                if (p)
+                        real = realpath(p, NULL);
+        }
+        if (!real)
+                return;
+        *ret_version = library_file_version(real);
+        if (*ret_version)
+                *ret_file = real;
+        else
+                free(real);
+}
+
+static int driver_versions_read(Manager *m, ModuleContext *ctx, DriverVersions *v) {
+        _cleanup_module_info_free_ ModuleInfo *info = NULL;
+
+        *v = (DriverVersions) {};
+        if (module_is_usable(ctx, "nvidia")) {
+                v->loaded = loaded_driver_version(m->config);
+                if (!v->loaded)
+                        return -ENOMEM;
+                if (streq(v->loaded, "unknown"))
+                        v->loaded = mfree(v->loaded);
+        }
+        if (module_lookup(ctx, "nvidia", &info, NULL) >= 0 && info->version) {
+                v->installed = strdup(info->version);
+                v->installed_file = strdup(info->filename);
+                if (!v->installed || !v->installed_file)
+                        return -ENOMEM;
+        }
+        library_version(m->config, &v->library, &v->library_file);
+        return 0;
+}
+
+/* Rows for the Modules property next to the live modules: what is installed, and whether it is the
+ * version the kernel runs. */
+static int rows_add_versions(char ***rows, const DriverVersions *v) {
+        const struct {
+                const char *name, *version, *file;
+        } items[] = {
+                { "nvidia (installed)", v->installed, v->installed_file },
+                { "libnvidia-ml (user space)", v->library, v->library_file },
+        };
+
+        for (size_t i = 0; i < ELEMENTSOF(items); i++) {
+                _cleanup_free_ char *detail = NULL;
+                const char *state;
+                int r;
+
+                if (!items[i].version)
+                        continue;
+                state = !v->loaded ? "installed" : streq(items[i].version, v->loaded) ? "same" : "differs";
+                detail = strprintf("%s (%s)%s%s", items[i].version, items[i].file, v->loaded ? ", loaded: " : "",
+                                   v->loaded ?: "");
+                if (!detail)
+                        return -ENOMEM;
+                r = rows_add(rows, items[i].name, state, detail);
+                if (r < 0)
+                        return r;
+        }
+        return 0;
+}
+
+typedef enum VersionVerdict {
+        VERSIONS_OK,
+        VERSIONS_RELOAD,      /* the installed module (and the library, where known) is newer: load it */
+        VERSIONS_LIBRARY,     /* the module is right, the user-space library is not */
+        VERSIONS_INCOMPLETE,  /* installed module and library differ from each other too */
+} VersionVerdict;
+
+/* Compares loaded, installed and user space; the sentence says what NVML will do and the fix. */
+static VersionVerdict versions_verdict(const Manager *m, const DriverVersions *v, char **ret_message) {
+        const char *loaded = v->loaded;
+
+        *ret_message = NULL;
+        if (!loaded)
+                return VERSIONS_OK;
+        if (v->installed && v->library && !streq(v->installed, v->library) && !streq(v->installed, loaded)) {
+                *ret_message = strprintf("The driver upgrade is incomplete: nvidia %s is loaded, the installed module "
+                                         "is %s (%s) and the user-space library is %s (%s); install the same version "
+                                         "of both, then reboot or run `gpunodectl driver reload`.",
+                                         loaded, v->installed, v->installed_file, v->library, v->library_file);
+                return VERSIONS_INCOMPLETE;
+        }
+        if (v->installed && !streq(v->installed, loaded)) {
+                *ret_message = strprintf("nvidia %s is loaded but %s is installed (%s)%s%s%s%s: NVML fails with "
+                                         "\"Driver/library version mismatch\" until it is loaded; reboot or run "
+                                         "`gpunodectl driver reload` to load %s%s.",
+                                         loaded, v->installed, v->installed_file,
+                                         v->library ? ", as is the user-space library (" : "", strempty(v->library_file),
+                                         v->library ? ")" : "", "", v->installed,
+                                         m->config->driver.reload_on_mismatch ? ""
+                                                                               : " (driver.reload-on-mismatch: when-idle "
+                                                                                 "does it once no process uses a GPU)");
+                return VERSIONS_RELOAD;
+        }
+        if (v->library && !streq(v->library, loaded)) {
+                *ret_message = strprintf("nvidia %s is loaded and installed, but the user-space library is %s (%s): "
+                                         "NVML fails with \"Driver/library version mismatch\"; install the user-space "
+                                         "driver of %s (Debian: libnvidia-ml1 of that version).",
+                                         loaded, v->library, v->library_file, loaded);
+                return VERSIONS_LIBRARY;
+        }
+        return VERSIONS_OK;
+}
+
+/* driver.reload-on-mismatch: when-idle: whether anything but us and the driver's own modules holds the
+ * GPU. 1 idle, 0 busy with *ret_who, negative errno. */
+static int driver_idle(Manager *m, char **ret_who) {
+        GpuHolders h = {};
+        static const char *const ours[] = { "nvidia_uvm", "nvidia_modeset", "nvidia_peermem", NULL };
+        _cleanup_strv_free_ char **foreign = NULL;
+        int r;
+
+        r = gpu_holders_collect(m->config->paths.proc, m->config->paths.sys, m->config->paths.dev, getpid(), &h);
+        if (r < 0 && r != -ENOENT)
+                return r;
+        /* Our own NVML worker (a child of ours) holds /dev/nvidia* too; it is stopped before the reload. */
+        for (size_t i = 0; i < h.n_procs;) {
+                _cleanup_free_ char *sp = strprintf("%s/%d/stat", m->config->paths.proc, (int) h.procs[i].pid),
+                                    *stat = NULL;
+                const char *rp = NULL;
+                if (sp && read_one_line_file(sp, &stat) >= 0 && (rp = strrchr(stat, ')')) &&
+                    atoi(rp + 4) == (int) getpid()) { /* ") S PPID" */
+                        free(h.procs[i].comm);
+                        free(h.procs[i].node);
+                        memmove(h.procs + i, h.procs + i + 1, (h.n_procs - i - 1) * sizeof(GpuHolder));
+                        h.n_procs--;
+                        continue;
+                }
+                i++;
+        }
+        STRV_FOREACH(mod, h.modules)
+                if (!strv_contains((char **) ours, *mod) && strv_extend(&foreign, *mod) < 0) {
+                        gpu_holders_done(&h);
+                        return -ENOMEM;
+                }
+        strv_free(h.modules);
+        h.modules = TAKE_PTR(foreign);
+        if (!gpu_holders_busy(&h)) {
+                gpu_holders_done(&h);
+                return 1;
+        }
+        *ret_who = gpu_holders_to_string(&h);
+        gpu_holders_done(&h);
+        return 0;
+}
+
+/* Takes the old driver out for the reload: our NVML handle first (it holds /dev/nvidia*), then the
+ * modules, holders first. */
+static int driver_unload_for_reload(Manager *m, ModuleContext *ctx, char **ret_message) {
+        static char *const modules[] = { DRIVER_UNLOAD_MODULES, NULL };
+        NvmlSnapshot *old;
+        int r;
+
+        manager_nvml_stop(m, "NVML was closed: the driver is reloaded (driver.reload-on-mismatch: when-idle)");
+        old = m->nvml_snapshot;
+        if (old) {
+                m->nvml_snapshot = NULL;
+                manager_bus_nvml_changed(m, old);
+                nvml_snapshot_free(old);
+        }
+        /* We take it out ourselves: not an administrator's modprobe -r (driver_admin_unload_check()). */
+        m->driver_was_live = false;
+        r = module_unload(ctx, modules, ret_message);
+        return r < 0 ? r : 0;
+}
+
 /* The options each module gets, "MODULE opt=val …" (modprobe.d's, then driver.parameters), and the
  * digest of them for driver.state. */
 static int options_digest(const Config *c, ModuleContext *ctx, char **ret) {
@@ -299,6 +695,7 @@ static int driver_peermem(Manager *m, ModuleContext *ctx, char ***rows, char **r
 /* ---- the stage ----------------------------------------------------------------------------------- */
 
 static int driver_ensure(Manager *m, const char *dkms_message, char **ret_message);
+static void module_load_job_set_flavour(ModuleLoadJob *j, char *flavour);
 static int module_load_start(Manager *m, const char *dkms_message, bool enforcing, const char *sb,
                              const char *digest, char **ret_message);
 
@@ -320,9 +717,20 @@ static void on_dkms_done(DkmsRun *run, int error, const char *message, void *use
 
         m->dkms_run = dkms_run_free(run);
         metrics_dkms_finished(m, error >= 0);
+        m->dkms_failed_fingerprint = mfree(m->dkms_failed_fingerprint);
+        m->dkms_failed_message = mfree(m->dkms_failed_message);
         if (error < 0) {
                 ModuleContext *ctx;
                 _cleanup_strv_free_ char **rows = NULL;
+                DkmsOptions o;
+
+                /* Remember what the failure saw: a retry runs dkms again only when that changed. */
+                driver_dkms_options(m->config, &o);
+                if (error != -ECANCELED && error != -ETIME &&
+                    dkms_fingerprint(m->kernel_release, &o, &m->dkms_failed_fingerprint) >= 0) {
+                        m->dkms_failed_message = message ? strdup(message) : NULL;
+                        m->dkms_failed_error = error;
+                }
 
                 state = strprintf("failed: %s", strna(message));
                 driver_set_dkms_state(m, state ?: "failed");
@@ -353,8 +761,20 @@ static int driver_start_dkms(Manager *m, const char *reason, char **ret_message)
         int r;
 
         driver_dkms_options(m->config, &o);
-        log_info("%s Building it with DKMS (%s %s -k %s).", reason, o.program, o.module ? "install" : "autoinstall",
-                 m->kernel_release);
+        if (m->dkms_failed_fingerprint) {
+                _cleanup_free_ char *now = NULL;
+                if (dkms_fingerprint(m->kernel_release, &o, &now) >= 0 && streq(now, m->dkms_failed_fingerprint)) {
+                        /* The same build would fail the same way: say so instead of rebuilding. */
+                        log_debug("Not running dkms again: nothing it depends on changed since it failed.");
+                        *ret_message = strprintf("%s (dkms not run again: the kernel headers, the DKMS tree and "
+                                                 "/usr/src are unchanged since this failure; it runs again once "
+                                                 "one of them changes)",
+                                                 strna(m->dkms_failed_message));
+                        return m->dkms_failed_error < 0 ? m->dkms_failed_error : -EIO;
+                }
+        }
+        log_info("%s Building it with DKMS (%s %s -k %s).", reason, o.program ?: "dkms",
+                 o.module ? "install" : "autoinstall", m->kernel_release);
         r = dkms_run_start(m->event, m->kernel_release, &o, &cb, m, &m->dkms_run, &error);
         if (r >= 0)
                 metrics_dkms_started(m);
@@ -365,6 +785,43 @@ static int driver_start_dkms(Manager *m, const char *reason, char **ret_message)
                 return r;
         }
         return STAGE_RUNNING;
+}
+
+#define DRIVER_RELOAD 1
+
+/* The fast path's version check: 0 fine, DRIVER_RELOAD when driver.reload-on-mismatch: when-idle may
+ * replace the loaded driver now, or a negative errno with the verdict. */
+static int driver_live_versions(Manager *m, char **ret_message) {
+        _cleanup_(driver_versions_done) DriverVersions v = {};
+        _cleanup_free_ char *verdict = NULL, *who = NULL;
+        ModuleContext *ctx;
+        VersionVerdict vv;
+        int r;
+
+        r = manager_module_context(m, &ctx);
+        if (r >= 0)
+                r = driver_versions_read(m, ctx, &v);
+        if (r < 0)
+                return r;
+        vv = versions_verdict(m, &v, &verdict);
+        if (vv == VERSIONS_OK)
+                return 0;
+        if (vv == VERSIONS_RELOAD && m->config->driver.reload_on_mismatch) {
+                r = driver_idle(m, &who);
+                if (r < 0)
+                        return r;
+                if (r > 0) {
+                        log_notice("%s No process uses a GPU: reloading now (driver.reload-on-mismatch: when-idle).",
+                                   verdict);
+                        return DRIVER_RELOAD;
+                }
+                *ret_message = strprintf("%s driver.reload-on-mismatch: when-idle waits until no process uses a "
+                                         "GPU: %s",
+                                         verdict, strna(who));
+                return -EBUSY;
+        }
+        *ret_message = TAKE_PTR(verdict);
+        return -ESTALE;
 }
 
 /* Everything already live: nothing is loaded; the record says whether anything changed. */
@@ -383,6 +840,10 @@ static int driver_live(Manager *m, const char *digest, char **ret_message) {
                                          version, want, want);
                 return -ESTALE;
         }
+
+        r = driver_live_versions(m, ret_message);
+        if (r != 0)
+                return r;
 
         r = driver_state_new(m->kernel_release, version, digest, &now);
         if (r < 0)
@@ -432,9 +893,15 @@ static int driver_precheck(Manager *m, ModuleContext *ctx, const char *name, boo
                                         strna(info->version), want);
                 return 1;
         }
-        r = module_check_firmware(ctx, info, ret_reason);
-        if (r < 0)
-                return r;
+        {
+                _cleanup_free_ char *options =
+                        module_effective_options(ctx, info, module_parameters(m->config, module_id(name)));
+                if (!options)
+                        return -ENOMEM;
+                r = module_check_firmware(ctx, info, options, ret_reason);
+                if (r < 0)
+                        return r;
+        }
         if (secure_boot)
                 log_info("%s: %s, version %s, signed by %s.", name, info->filename, strna(info->version),
                          info->signer ?: "nobody (unsigned)");
@@ -455,15 +922,23 @@ static void driver_rollback(ModuleContext *ctx, char **loaded) {
 
 static int driver_ensure(Manager *m, const char *dkms_message, char **ret_message) {
         _cleanup_strv_free_ char **rows = NULL;
-        _cleanup_free_ char *digest = NULL, *note = NULL, *sb = NULL, *build_reason = NULL, *message = NULL;
+        _cleanup_free_ char *digest = NULL, *note = NULL, *sb = NULL, *build_reason = NULL, *message = NULL,
+                            *flavour_reason = NULL;
         const Config *c = m->config;
         ModuleContext *ctx;
-        bool all_live = true, enforcing = false;
+        bool all_live = true, enforcing = false, flavour_needed = false;
         int r;
 
         r = manager_module_context(m, &ctx);
         if (r < 0)
                 return r;
+        r = driver_choose_flavour(m, ctx, &flavour_reason, &flavour_needed);
+        if (r < 0) {
+                *ret_message = TAKE_PTR(flavour_reason);
+                return r;
+        }
+        if (flavour_reason)
+                log_info("Using the %s.", flavour_reason);
         r = options_digest(c, ctx, &digest);
         if (r < 0)
                 return r;
@@ -471,20 +946,54 @@ static int driver_ensure(Manager *m, const char *dkms_message, char **ret_messag
                 if (core_wanted(c, &core_modules[i]) && !module_is_usable(ctx, core_modules[i].name))
                         all_live = false;
 
+        if (all_live && flavour_needed) {
+                int lo = loaded_flavour_open(c);
+                bool want_open = module_context_get_flavour(ctx) == MODULE_FLAVOUR_OPEN;
+                if (lo >= 0 && (lo == 1) != want_open) {
+                        *ret_message = strprintf("The %s nvidia module is loaded, but this node needs the %s: GPUs "
+                                                 "stay unusable with it. Install the %s kernel modules (Debian: %s), "
+                                                 "then run `gpunodectl driver reload` or reboot.",
+                                                 lo ? "open" : "proprietary", strna(flavour_reason),
+                                                 want_open ? "open" : "proprietary",
+                                                 want_open ? "nvidia-open-kernel-dkms" : "nvidia-kernel-dkms");
+                        return -EMEDIUMTYPE;
+                }
+        }
+
         /* The fast path (Debian loads nvidia at boot): nothing is loaded or looked up; only the
          * peermem rule is checked, since ib_core coming back is what starts such a pass. */
         if (all_live) {
+                _cleanup_(driver_versions_done) DriverVersions v = {};
+
                 r = driver_live(m, digest, &message);
                 if (r < 0) {
+                        if (rows_add_core(&rows, c, ctx) >= 0 && driver_versions_read(m, ctx, &v) >= 0 &&
+                            rows_add_versions(&rows, &v) >= 0)
+                                driver_publish_rows(m, TAKE_PTR(rows));
                         *ret_message = TAKE_PTR(message);
                         return r;
                 }
+                if (r == DRIVER_RELOAD) {
+                        r = driver_unload_for_reload(m, ctx, &message);
+                        if (r < 0) {
+                                *ret_message = strprintf("Cannot reload the driver: %s", strna(message));
+                                return r;
+                        }
+                        /* depmod-fresh view of the tree, then the cold path below loads the new one. */
+                        m->module_ctx = module_context_free(m->module_ctx);
+                        return driver_ensure(m, dkms_message, ret_message);
+                }
                 r = rows_add_core(&rows, c, ctx);
+                if (r >= 0)
+                        r = driver_versions_read(m, ctx, &v);
+                if (r >= 0)
+                        r = rows_add_versions(&rows, &v);
                 if (r >= 0)
                         r = driver_peermem(m, ctx, &rows, &note);
                 if (r < 0)
                         return r;
                 driver_publish_rows(m, TAKE_PTR(rows));
+                m->driver_was_live = true;
                 *ret_message = note ? strprintf("%s; %s", message, note) : TAKE_PTR(message);
                 return STAGE_DONE;
         }
@@ -502,7 +1011,10 @@ static int driver_ensure(Manager *m, const char *dkms_message, char **ret_messag
                 if (r < 0) {
                         if (rows_add_core(&rows, c, ctx) >= 0)
                                 driver_publish_rows(m, TAKE_PTR(rows));
-                        *ret_message = TAKE_PTR(reason);
+                        if (r == -ENOPKG && flavour_reason)
+                                *ret_message = strprintf("%s (needed: %s)", strna(reason), flavour_reason);
+                        else
+                                *ret_message = TAKE_PTR(reason);
                         return r;
                 }
                 if (r > 0)
@@ -525,7 +1037,10 @@ static int driver_ensure(Manager *m, const char *dkms_message, char **ret_messag
                 return driver_start_dkms(m, build_reason, ret_message);
         }
 
-        return module_load_start(m, dkms_message, enforcing, sb, digest, ret_message);
+        r = module_load_start(m, dkms_message, enforcing, sb, digest, ret_message);
+        if (r == STAGE_RUNNING && m->module_load && flavour_reason)
+                module_load_job_set_flavour(m->module_load, TAKE_PTR(flavour_reason));
+        return r;
 }
 
 /* ---- the inserts, in a child process ------------------------------------------------------------
@@ -541,8 +1056,14 @@ struct ModuleLoadJob {
         Spawn *child;
         int fd;
         char *dkms_message, *sb, *digest;
+        char *flavour;           /* why this kernel module flavour, for the message */
         bool enforcing;
 };
+
+static void module_load_job_set_flavour(ModuleLoadJob *j, char *flavour) {
+        free(j->flavour);
+        j->flavour = flavour;
+}
 
 static ModuleLoadJob *module_load_job_free(ModuleLoadJob *j) {
         if (!j)
@@ -553,6 +1074,7 @@ static ModuleLoadJob *module_load_job_free(ModuleLoadJob *j) {
         free(j->dkms_message);
         free(j->sb);
         free(j->digest);
+        free(j->flavour);
         return mfree(j);
 }
 
@@ -681,8 +1203,15 @@ static int module_load_finish(Manager *m, ModuleLoadJob *j, int r, char *load_me
         version = loaded_driver_version(c);
         if (!version)
                 return -ENOMEM;
+        m->driver_was_live = true;
         (void) driver_record(m, version, j->digest);
         r = rows_add_core(&rows, c, ctx);
+        if (r >= 0) {
+                _cleanup_(driver_versions_done) DriverVersions v = {};
+                r = driver_versions_read(m, ctx, &v);
+                if (r >= 0)
+                        r = rows_add_versions(&rows, &v);
+        }
         if (r >= 0)
                 r = driver_peermem(m, ctx, &rows, &note);
         if (r < 0)
@@ -692,10 +1221,11 @@ static int module_load_finish(Manager *m, ModuleLoadJob *j, int r, char *load_me
         message = strv_join(loaded, ", ");
         if (!message)
                 return -ENOMEM;
-        *ret_message = strprintf("%s%s%sloaded %s (driver %s) for kernel %s%s%s%s%s",
+        *ret_message = strprintf("%s%s%sloaded %s (driver %s) for kernel %s%s%s%s%s%s%s",
                                  j->dkms_message ? "built with DKMS (" : "", strempty(j->dkms_message),
                                  j->dkms_message ? "), " : "", isempty(message) ? "nothing new" : message, version,
-                                 m->kernel_release, j->enforcing ? "; " : "", j->enforcing ? strna(j->sb) : "",
+                                 m->kernel_release, j->flavour ? "; " : "", strempty(j->flavour),
+                                 j->enforcing ? "; " : "", j->enforcing ? strna(j->sb) : "",
                                  note ? "; " : "", strempty(note));
         return *ret_message ? STAGE_DONE : -ENOMEM;
 }
@@ -765,8 +1295,49 @@ static int module_load_start(Manager *m, const char *dkms_message, bool enforcin
         return STAGE_RUNNING;
 }
 
+static bool core_all_live(Manager *m, ModuleContext *ctx) {
+        for (size_t i = 0; i < ELEMENTSOF(core_modules); i++)
+                if (core_wanted(m->config, &core_modules[i]) && !module_is_usable(ctx, core_modules[i].name))
+                        return false;
+        return true;
+}
+
+/* The rule for an administrator's own `modprobe -r nvidia` (or rmmod): the agent does not fight them.
+ * When the core modules this daemon saw live are gone and Unload() did not remove them, the driver,
+ * devices and fabric stages hold (as after Unload()) until Reconcile() (`gpunodectl reconcile`),
+ * Reload(), a restart of the agent, or until the administrator loads the driver again. Module uevents,
+ * retries and other automatic passes do not load it back. STAGE_SKIPPED with a message while held,
+ * 0 otherwise. */
+static int driver_admin_unload_check(Manager *m, char **ret_message) {
+        ModuleContext *ctx;
+        int r;
+
+        if (!m->driver_was_live && !m->driver_admin_unloaded)
+                return 0;
+        if (m->unload && !m->driver_admin_unloaded)
+                return 0; /* Unload() removed them: its own hold applies */
+        r = manager_module_context(m, &ctx);
+        if (r < 0)
+                return r;
+        if (core_all_live(m, ctx)) {
+                if (m->driver_admin_unloaded)
+                        log_info("The NVIDIA driver was loaded again outside the agent; managing it again.");
+                m->driver_admin_unloaded = false;
+                return 0;
+        }
+        if (!m->driver_admin_unloaded) {
+                log_notice("The NVIDIA kernel modules were unloaded outside the agent (modprobe -r/rmmod); not "
+                           "loading them back until `gpunodectl reconcile`, a reload or a restart of the agent.");
+                m->driver_admin_unloaded = true;
+        }
+        *ret_message = strdup("the NVIDIA driver was unloaded outside the agent (modprobe -r/rmmod) and is left "
+                              "unloaded; `gpunodectl reconcile` (Reconcile()), a reload or a restart loads it again");
+        return *ret_message ? STAGE_SKIPPED : -ENOMEM;
+}
+
 int stage_driver_run(Manager *m, char **ret_message) {
         const Config *c = m->config;
+        int r;
 
         /* A build or the inserts in flight finish the stage from their completion handlers. */
         if (m->dkms_run || m->module_load)
@@ -779,14 +1350,17 @@ int stage_driver_run(Manager *m, char **ret_message) {
                 *ret_message = strdup("no NVIDIA GPU");
                 return STAGE_SKIPPED;
         }
+        /* Every pass starts from a fresh context: modprobe.d edits, a reload that changed the paths
+         * and a new kernel release all take effect, and libkmod's view of the tree is current. */
+        m->module_ctx = module_context_free(m->module_ctx);
+
+        r = driver_admin_unload_check(m, ret_message);
+        if (r != 0)
+                return r;
         if (manager_driver_unload_held(m)) {
                 *ret_message = strdup("the driver was unloaded with Unload(); Reconcile() or Reload() loads it again");
                 return STAGE_SKIPPED;
         }
-
-        /* Every pass starts from a fresh context: modprobe.d edits, a reload that changed the paths
-         * and a new kernel release all take effect, and libkmod's view of the tree is current. */
-        m->module_ctx = module_context_free(m->module_ctx);
 
         if (!c->driver.enabled) {
                 _cleanup_strv_free_ char **rows = NULL;

@@ -24,6 +24,9 @@ typedef struct DkmsOutput {
         unsigned n_lines;
         bool saw_enospc;         /* "No space left on device" */
         bool saw_headers;        /* dkms's own "kernel headers … cannot be found" */
+        bool saw_build_failed;   /* "Bad return status for module build" */
+        bool saw_excluded;       /* "includes a BUILD_EXCLUSIVE directive" */
+        char *read_only_path;    /* the first path dkms could not write: "Read-only file system" */
 } DkmsOutput;
 
 typedef struct DkmsVerdict {

@@ -24,6 +24,7 @@ void dkms_output_done(DkmsOutput *o) {
         free(o->label);
         free(o->make_log);
         free(o->failed_name);
+        free(o->read_only_path);
         for (size_t i = 0; i < DKMS_TAIL_LINES; i++)
                 free(o->tail[i]);
         *o = (DkmsOutput) {};
@@ -143,6 +144,22 @@ static void observe_summary(DkmsOutput *o, const char *line) {
         }
 }
 
+/* "rm: cannot remove '/var/lib/dkms/x/1/build': Read-only file system" or
+ * "/usr/sbin/dkms: line 1079: /var/lib/dkms/x/1/build/make.log: Read-only file system": the path. */
+static char *read_only_path(const char *line, const char *marker) {
+        size_t n = marker - line;
+        const char *start;
+
+        if (n > 0 && line[n - 1] == '\'')
+                n--;
+        start = line + n;
+        while (start > line && start[-1] != '\'' && !(start - line >= 2 && start[-1] == ' ' && start[-2] == ':'))
+                start--;
+        if (start >= line + n || *start != '/')
+                return NULL;
+        return strndup(start, line + n - start);
+}
+
 void dkms_output_observe(DkmsOutput *o, const char *line) {
         const char *p;
 
@@ -155,6 +172,15 @@ void dkms_output_observe(DkmsOutput *o, const char *line) {
         if ((strstr(line, "kernel headers for kernel") && strstr(line, "cannot be found")) ||
             strstr(line, "Please install the linux-headers-"))
                 o->saw_headers = true;
+        if (strstr(line, "Bad return status for module build"))
+                o->saw_build_failed = true;
+        if (strstr(line, "includes a BUILD_EXCLUSIVE directive"))
+                o->saw_excluded = true;
+        if ((p = strstr(line, ": Read-only file system")) && !o->read_only_path) {
+                o->read_only_path = read_only_path(line, p);
+                if (!o->read_only_path)
+                        o->read_only_path = strdup("(a path dkms names)");
+        }
 
         /* dkms 3.x: "Autoinstall of module nvidia-current/535.261.03 for kernel 6.1.0-57-amd64 (x86_64)" */
         if ((p = strstr(line, "Autoinstall of module "))) {
@@ -200,19 +226,26 @@ DkmsOutcome dkms_output_outcome(DkmsOutput *o, const DkmsVerdict *v) {
                 return code == 0 && v->signal == 0 ? DKMS_OUTCOME_OK : DKMS_OUTCOME_FAILED;
         if (v->signal != 0 || code < 0)
                 return DKMS_OUTCOME_FAILED;
+        /* dkms's words first: a read-only tree is the cause of whatever failed after it, and dkms
+         * 3.0 exits 0 when only the copy into /lib/modules hit it. */
+        if (o->read_only_path)
+                return DKMS_OUTCOME_READ_ONLY;
         if (code == 0)
                 return DKMS_OUTCOME_OK;
         if (o->saw_enospc)
                 return DKMS_OUTCOME_DISK_FULL;
         if (o->saw_headers || code == 21)
                 return DKMS_OUTCOME_HEADERS_MISSING;
+        if (o->saw_excluded)
+                return DKMS_OUTCOME_EXCLUDED;
+        if (o->saw_build_failed)
+                return DKMS_OUTCOME_BUILD_FAILED;
+        /* dkms 3.1's autoinstall summary gives each module's own code; 3.0's 11 alone says nothing. */
         if (code == 11 && o->failed_code > 0)
                 code = o->failed_code;
         switch (code) {
         case 10:
                 return DKMS_OUTCOME_BUILD_FAILED;
-        case 11:
-                return DKMS_OUTCOME_HEADERS_MISSING;
         case 7:
                 return DKMS_OUTCOME_MODULE_MISSING;
         case 77:
@@ -302,6 +335,13 @@ char *dkms_output_message(DkmsOutput *o, const DkmsVerdict *v, DkmsOutcome *outc
                 return strprintf("DKMS failed to build %s for %s: no space left on device; free space "
                                  "under /var/lib/dkms, /usr/src and /lib/modules and retry (see %s)",
                                  what, kver, strna(log));
+        case DKMS_OUTCOME_READ_ONLY:
+                return strprintf("DKMS cannot build %s for %s: it could not write %s (read-only file system%s). "
+                                 "dkms needs write access to /var/lib/dkms and /lib/modules/%s; when it runs under a "
+                                 "service sandbox (ProtectSystem=strict), allow them with ReadWritePaths=, or run "
+                                 "the build outside it: gpu-node-agent --prepare-kernel %s",
+                                 what, kver, o->read_only_path, v->exit_status == 0 ? ", although dkms exited 0" : "",
+                                 kver, kver);
         case DKMS_OUTCOME_TIMED_OUT:
                 dkms_format_elapsed(el, sizeof el, v->timeout_usec);
                 return strprintf("dkms %s for %s timed out after %s; its process group was killed",

@@ -44,6 +44,7 @@ static const char *const outcome_table[_DKMS_OUTCOME_MAX] = {
         [DKMS_OUTCOME_MODULE_MISSING] = "module-missing",
         [DKMS_OUTCOME_EXCLUDED] = "excluded-kernel",
         [DKMS_OUTCOME_DISK_FULL] = "disk-full",
+        [DKMS_OUTCOME_READ_ONLY] = "read-only",
         [DKMS_OUTCOME_TIMED_OUT] = "timed-out",
         [DKMS_OUTCOME_CANCELLED] = "cancelled",
         [DKMS_OUTCOME_FAILED] = "failed",
@@ -78,6 +79,8 @@ int dkms_outcome_to_errno(DkmsOutcome o) {
                 return -EOPNOTSUPP;
         case DKMS_OUTCOME_DISK_FULL:
                 return -ENOSPC;
+        case DKMS_OUTCOME_READ_ONLY:
+                return -EROFS;
         case DKMS_OUTCOME_TIMED_OUT:
                 return -ETIME;
         case DKMS_OUTCOME_CANCELLED:

@@ -4,6 +4,7 @@
  * arguments and environment, what its output lines mean so far, progress for STATUS=, and
  * cancellation. What the output means is dkms-output.c's; status parsing and the string tables are
  * dkms-status.c's; the blocking front ends are dkms-sync.c's. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -419,4 +420,75 @@ int dkms_status_start(sd_event *e, const char *kver, const DkmsOptions *o, DkmsS
 
         *ret = TAKE_PTR(run);
         return 0;
+}
+
+static int fingerprint_stat(char ***l, const char *what, const char *path) {
+        struct stat st;
+
+        if (stat(path, &st) < 0)
+                return strv_extendf(l, "%s -", what);
+        return strv_extendf(l, "%s %llu %lld.%09ld", what, (unsigned long long) st.st_ino,
+                            (long long) st.st_mtim.tv_sec, st.st_mtim.tv_nsec);
+}
+
+int dkms_fingerprint(const char *kver, const DkmsOptions *o, char **ret) {
+        _cleanup_free_ char *modules = options_path(o, o ? o->modules_dir : NULL, "lib/modules"),
+                            *dkms_dir = options_path(o, o ? o->dkms_dir : NULL, "var/lib/dkms"),
+                            *usr_src = options_path(o, NULL, "usr/src"), *kdir = NULL, *build = NULL;
+        _cleanup_strv_free_ char **l = NULL, **entries = NULL;
+        _cleanup_closedir_ DIR *d = NULL;
+        struct dirent *de;
+        int r;
+
+        if (!modules || !dkms_dir || !usr_src)
+                return -ENOMEM;
+        kdir = path_join(modules, kver);
+        build = kdir ? path_join(kdir, "build") : NULL;
+        if (!build)
+                return -ENOMEM;
+        r = strv_extendf(&l, "kernel %s program %s module %s", kver, o && o->program ? o->program : "dkms",
+                         o && o->module ? o->module : "(autoinstall)");
+        if (r >= 0)
+                r = fingerprint_stat(&l, "headers", build);
+        if (r >= 0)
+                r = fingerprint_stat(&l, "modules", kdir);
+        if (r >= 0)
+                r = fingerprint_stat(&l, "usr/src", usr_src);
+        if (r < 0)
+                return r;
+
+        d = opendir(dkms_dir);
+        while (d && (de = readdir(d))) {
+                _cleanup_closedir_ DIR *vd = NULL;
+                _cleanup_free_ char *p = NULL;
+                struct dirent *ve;
+
+                if (de->d_name[0] == '.')
+                        continue;
+                p = path_join(dkms_dir, de->d_name);
+                if (!p)
+                        return -ENOMEM;
+                vd = opendir(p);
+                while (vd && (ve = readdir(vd))) {
+                        _cleanup_free_ char *src = NULL, *conf = NULL, *what = NULL, *what_conf = NULL;
+
+                        if (ve->d_name[0] == '.' || startswith(ve->d_name, "kernel-"))
+                                continue;
+                        src = strprintf("%s/%s/source", p, ve->d_name);
+                        conf = strprintf("%s/%s/source/dkms.conf", p, ve->d_name);
+                        what = strprintf("dkms %s/%s", de->d_name, ve->d_name);
+                        what_conf = strprintf("dkms %s/%s dkms.conf", de->d_name, ve->d_name);
+                        if (!src || !conf || !what || !what_conf)
+                                return -ENOMEM;
+                        if (fingerprint_stat(&entries, what, src) < 0 || fingerprint_stat(&entries, what_conf, conf) < 0)
+                                return -ENOMEM;
+                }
+        }
+        /* readdir order is the file system's: sort so that equal trees give equal strings. */
+        strv_sort(entries);
+        STRV_FOREACH(e, entries)
+                if (strv_extend(&l, *e) < 0)
+                        return -ENOMEM;
+        *ret = strv_join(l, "\n");
+        return *ret ? 0 : -ENOMEM;
 }

@@ -13,10 +13,14 @@
  * blocked process-wide; where pidfd_open() is unavailable (valgrind, old seccomp filters) a 50 ms
  * timer polls with WNOHANG instead.
  *
- * Exit codes: `dkms install` exits with the build's code (10 build failed, 7 built module missing,
- * 77 BUILD_EXCLUSIVE); dkms 3's `autoinstall` exits 11 for "one or more modules failed" and prints
- * a summary with each module's own code, which is what the outcome is made from. Headers missing
- * is recognised by dkms's message (its code is 1, 11 or 21 depending on the version). */
+ * Exit codes say little: `dkms install` exits with the build's code (10 build failed, 7 built module
+ * missing, 77 BUILD_EXCLUSIVE, 1 headers missing); dkms 3.0's `autoinstall` (Debian 12: 3.0.10)
+ * exits 11 for *every* failure and prints no per-module summary, dkms 3.1 prints one ("… failed for
+ * module(s) nvidia(10)"), and a failed install into a read-only /lib/modules exits 0. So the outcome
+ * is made from dkms's own words first (tests/fixtures/dkms holds real 3.0.10 output): "Bad return
+ * status for module build" + the make.log it names, "kernel headers for kernel … cannot be found",
+ * "includes a BUILD_EXCLUSIVE directive", "Read-only file system", "No space left on device"; then
+ * the per-module summary code; the exit code only when dkms said nothing recognisable. */
 #pragma once
 
 #include <errno.h>
@@ -89,6 +93,9 @@ typedef enum DkmsOutcome {
         DKMS_OUTCOME_MODULE_MISSING,   /* exit 7: the build did not produce the module dkms.conf names */
         DKMS_OUTCOME_EXCLUDED,         /* exit 77: BUILD_EXCLUSIVE excludes this kernel (e.g. RT) */
         DKMS_OUTCOME_DISK_FULL,        /* "No space left on device" in the output or make.log */
+        DKMS_OUTCOME_READ_ONLY,        /* "Read-only file system": dkms could not write its tree or
+                                        * /lib/modules (a service sandbox); dkms 3.0 exits 0 when only
+                                        * the install into /lib/modules failed */
         DKMS_OUTCOME_TIMED_OUT,        /* our timeout killed the process group */
         DKMS_OUTCOME_CANCELLED,        /* dkms_run_cancel() */
         DKMS_OUTCOME_FAILED,           /* any other exit code or a signal */
@@ -99,7 +106,7 @@ typedef enum DkmsOutcome {
 const char *dkms_outcome_to_string(DkmsOutcome o);   /* "ok", "build-failed", … (for D-Bus DkmsState) */
 DkmsOutcome dkms_outcome_from_string(const char *s);
 /* The negative errno a stage reports for an outcome: 0, -EIO, -ENOPKG, -ENOENT, -EOPNOTSUPP,
- * -ENOSPC, -ETIME, -ECANCELED, -EPROTO. */
+ * -ENOSPC, -EROFS, -ETIME, -ECANCELED, -EPROTO. */
 int dkms_outcome_to_errno(DkmsOutcome o);
 
 typedef struct DkmsRun DkmsRun;
@@ -148,6 +155,13 @@ typedef void (*DkmsStatusHandler)(DkmsRun *run, int error, const DkmsModule *mod
                                   const char *error_message, void *userdata);
 int dkms_status_start(sd_event *e, const char *kver, const DkmsOptions *o, DkmsStatusHandler done,
                       void *userdata, DkmsRun **ret, char **ret_error);
+
+/* What a build's outcome depends on besides dkms itself, as a string: the kernel release, the
+ * program and module asked for, the headers (<modules_dir>/KVER/build: present, inode, mtime), the
+ * modules directory's mtime, every registered NAME/VERSION in the DKMS tree with its source's and
+ * dkms.conf's mtimes, and <root>/usr/src's mtime. Not the build directories a failed build leaves.
+ * Equal fingerprints before and after a failure mean nothing a retry could pick up has changed. */
+int dkms_fingerprint(const char *kver, const DkmsOptions *o, char **ret);
 
 /* ---- synchronous helpers (they run their own private sd_event loop) ----------------------------- */
 

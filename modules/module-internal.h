@@ -13,6 +13,9 @@ struct ModuleContext {
         char *sys_dir;
         char *firmware_dir;
         char *kernel_release;
+        char *running_flags;     /* the running kernel's vermagic without the release, once looked up */
+        bool running_flags_known;
+        ModuleFlavour flavour;
 
         ModuleLogFunc log_func;
         void *log_userdata;

@@ -135,6 +135,7 @@ ModuleContext *module_context_free(ModuleContext *c) {
         free(c->sys_dir);
         free(c->firmware_dir);
         free(c->kernel_release);
+        free(c->running_flags);
         strv_free(c->failed_names);
         strv_free(c->failed_messages);
         return mfree(c);
@@ -145,6 +146,23 @@ void module_context_set_log(ModuleContext *c, ModuleLogFunc func, void *userdata
         c->log_userdata = userdata;
         c->log_max_priority = func ? max_priority : -1;
         kmod_set_log_priority(c->kmod, func ? max_priority : LOG_ERR);
+}
+
+const char *module_flavour_to_string(ModuleFlavour f) {
+        static const char *const names[_MODULE_FLAVOUR_MAX] = {
+                [MODULE_FLAVOUR_ANY] = "any",
+                [MODULE_FLAVOUR_OPEN] = "open",
+                [MODULE_FLAVOUR_PROPRIETARY] = "proprietary",
+        };
+        return f >= 0 && f < _MODULE_FLAVOUR_MAX ? names[f] : NULL;
+}
+
+void module_context_set_flavour(ModuleContext *c, ModuleFlavour f) {
+        c->flavour = f;
+}
+
+ModuleFlavour module_context_get_flavour(const ModuleContext *c) {
+        return c->flavour;
 }
 
 const char *module_context_kernel_release(const ModuleContext *c) {
@@ -199,10 +217,13 @@ ModuleInfo *module_info_free(ModuleInfo *i) {
         free(i->filename);
         free(i->version);
         free(i->vermagic);
+        free(i->license);
         free(i->signer);
         free(i->sig_key);
         strv_free(i->depends);
         strv_free(i->firmware);
+        strv_free(i->parameters);
+        strv_free(i->softdeps);
         return mfree(i);
 }
 
@@ -257,6 +278,8 @@ int module_info_from_kmod(ModuleContext *c, struct kmod_module *mod, ModuleInfo 
                         r = set_string(&info->version, v);
                 else if (streq(k, "vermagic"))
                         r = set_string(&info->vermagic, v);
+                else if (streq(k, "license"))
+                        r = set_string(&info->license, v);
                 else if (streq(k, "signer"))
                         r = set_string(&info->signer, v);
                 else if (streq(k, "sig_key"))
@@ -265,11 +288,19 @@ int module_info_from_kmod(ModuleContext *c, struct kmod_module *mod, ModuleInfo 
                         r = split_depends(info, v);
                 else if (streq(k, "firmware"))
                         r = strv_extend(&info->firmware, v);
+                else if (streq(k, "softdep"))
+                        r = strv_extend(&info->softdeps, v);
+                else if ((streq(k, "parm") || streq(k, "parmtype")) && strchr(v, ':')) {
+                        _cleanup_free_ char *pn = strndup(v, strcspn(v, ":"));
+                        r = !pn ? -ENOMEM
+                                : strv_contains(info->parameters, pn) ? 0 : strv_consume(&info->parameters, TAKE_PTR(pn));
+                }
                 else
                         r = 0;
                 if (r < 0)
                         return r;
         }
+        strv_sort(info->parameters);
         /* Modules from before name= was added (Linux 5.3) are known by their file name. */
         r = set_string(&info->kernel_name, info->kernel_name ?: info->index_name);
         if (r < 0)
@@ -369,8 +400,21 @@ static int lookup_candidates(ModuleContext *c, const char *norm, char ***ret) {
         return 0;
 }
 
+/* Whether a candidate file is of the context's flavour (module_info_is_open()): packaged names by
+ * their name, nvidia.ko by its license; other upstream names (nvidia-uvm.ko, "Dual MIT/GPL" in both
+ * flavours) pass, since only one flavour is installed under upstream names. */
+static bool flavour_matches(ModuleContext *c, const char *norm, const ModuleInfo *info) {
+        bool want_open = c->flavour == MODULE_FLAVOUR_OPEN;
+
+        if (streq(norm, "nvidia") || startswith(info->index_name, "nvidia_current") ||
+            startswith(info->index_name, "nvidia_tesla"))
+                return module_info_is_open(info) == want_open;
+        return true;
+}
+
 int module_lookup(ModuleContext *c, const char *name, ModuleInfo **ret, char **ret_message) {
-        _cleanup_free_ char *norm = module_name_normalize(name), *display = module_name_display(name);
+        _cleanup_free_ char *norm = module_name_normalize(name), *display = module_name_display(name),
+                            *stale_path = NULL, *other_flavour = NULL;
         _cleanup_strv_free_ char **candidates = NULL;
         int r;
 
@@ -388,6 +432,14 @@ int module_lookup(ModuleContext *c, const char *name, ModuleInfo **ret, char **r
                         return r;
                 if (!kmod_module_get_path(mod))
                         continue; /* not in modules.dep */
+                if (access(kmod_module_get_path(mod), F_OK) < 0 && errno == ENOENT) {
+                        /* modules.dep names a file that is gone (removed without depmod): say
+                         * which, and keep looking at the other candidates. */
+                        module_debug(c, "modules.dep names %s, which does not exist", kmod_module_get_path(mod));
+                        if (!stale_path && !(stale_path = strdup(kmod_module_get_path(mod))))
+                                return -ENOMEM;
+                        continue;
+                }
                 r = module_info_from_kmod(c, mod, &info);
                 if (r < 0) {
                         if (ret_message)
@@ -400,12 +452,39 @@ int module_lookup(ModuleContext *c, const char *name, ModuleInfo **ret, char **r
                         module_debug(c, "%s is kernel module %s, not %s", info->filename, info->kernel_name, norm);
                         continue;
                 }
+                if (c->flavour != MODULE_FLAVOUR_ANY && startswith(norm, "nvidia") &&
+                    !flavour_matches(c, norm, info)) {
+                        module_debug(c, "%s is not of the %s flavour", info->filename,
+                                     module_flavour_to_string(c->flavour));
+                        if (!other_flavour && !(other_flavour = strdup(info->filename)))
+                                return -ENOMEM;
+                        continue;
+                }
                 module_debug(c, "kernel module %s is %s", norm, info->filename);
                 *ret = TAKE_PTR(info);
                 return 0;
         }
 
-        if (ret_message) {
+        if (other_flavour) {
+                bool want_open = c->flavour == MODULE_FLAVOUR_OPEN;
+                if (ret_message)
+                        *ret_message = strprintf(
+                                "No %s %s module for kernel %s: only the %s one is installed (%s); install the %s "
+                                "kernel modules (Debian: %s; NVIDIA's repositories: %s).",
+                                want_open ? "open" : "proprietary", display, c->kernel_release,
+                                want_open ? "proprietary" : "open", other_flavour, want_open ? "open" : "proprietary",
+                                want_open ? "nvidia-open-kernel-dkms" : "nvidia-kernel-dkms",
+                                want_open ? "nvidia-open, kmod-nvidia-open-dkms" : "cuda-drivers, kmod-nvidia-latest-dkms");
+                return -ENOPKG;
+        }
+        if (ret_message && stale_path)
+                *ret_message = strprintf(
+                        "The module index of kernel %s (%s/modules.dep) names %s for %s, but that file does not "
+                        "exist (it was removed without running depmod); reinstall the package that provided it "
+                        "or rebuild it with DKMS (dkms autoinstall -k %s), or run depmod %s if it is gone for good.",
+                        c->kernel_release, c->modules_dir, stale_path, display, c->kernel_release,
+                        c->kernel_release);
+        else if (ret_message) {
                 if (strv_length(candidates) > 1)
                         *ret_message = strprintf(
                                 "No kernel module %s for kernel %s in %s (looked for %s.ko, nvidia-current%s.ko, "
@@ -431,45 +510,182 @@ char *module_vermagic_release(const char *vermagic) {
         return n > 0 ? strndup(vermagic, n) : NULL;
 }
 
+/* The vermagic flags ("SMP preempt mod_unload modversions") of the running kernel, from the first
+ * in-tree module (kernel/…) in modules.dep whose vermagic names the running release; cached. NULL when
+ * no such module is found (then nothing can be compared). */
+static const char *running_vermagic_flags(ModuleContext *c) {
+        _cleanup_free_ char *dep = NULL, *text = NULL;
+        char *save = NULL;
+        unsigned tried = 0;
+
+        if (c->running_flags_known)
+                return c->running_flags;
+        c->running_flags_known = true;
+        dep = path_join(c->modules_dir, "modules.dep");
+        if (!dep || read_full_file(dep, 64 * 1024 * 1024, &text, NULL) < 0)
+                return NULL;
+        for (char *line = strtok_r(text, "\n", &save); line && tried < 20; line = strtok_r(NULL, "\n", &save)) {
+                _cleanup_free_ char *path = NULL, *release = NULL;
+                _cleanup_module_info_free_ ModuleInfo *info = NULL;
+                char *colon = strchr(line, ':');
+
+                if (!startswith(line, "kernel/") || !colon)
+                        continue;
+                tried++;
+                path = strprintf("%s/%.*s", c->modules_dir, (int) (colon - line), line);
+                if (!path || module_info_from_path(c, path, &info) < 0 || !info->vermagic)
+                        continue;
+                release = module_vermagic_release(info->vermagic);
+                if (!release || !streq(release, c->kernel_release))
+                        continue;
+                const char *flags = info->vermagic + strspn(info->vermagic, " \t");
+                flags += strcspn(flags, " \t");
+                c->running_flags = strdup(flags + strspn(flags, " \t"));
+                if (c->running_flags)
+                        strstrip_trailing(c->running_flags);
+                return c->running_flags;
+        }
+        return NULL;
+}
+
+int module_vermagic_compatible(ModuleContext *c, const ModuleInfo *info) {
+        _cleanup_free_ char *release = module_vermagic_release(info->vermagic), *flags = NULL;
+        const char *running, *p;
+
+        if (!release || streq(release, c->kernel_release))
+                return 1;
+        running = running_vermagic_flags(c);
+        if (!running)
+                return 0;
+        p = info->vermagic + strspn(info->vermagic, " \t");
+        p += strcspn(p, " \t");
+        flags = strdup(p + strspn(p, " \t"));
+        if (!flags)
+                return -ENOMEM;
+        strstrip_trailing(flags);
+        /* The kernel skips the release only with MODVERSIONS (then the symbol CRCs decide). */
+        return streq(flags, running) && strstr(flags, "modversions") ? 1 : 0;
+}
+
 int module_check_vermagic(ModuleContext *c, const ModuleInfo *info, char **ret_message) {
         _cleanup_free_ char *release = module_vermagic_release(info->vermagic), *dir = NULL;
         const char *slash;
+        int r;
 
         if (!release || streq(release, c->kernel_release))
                 return 0; /* without a vermagic the kernel's own check decides */
+        r = module_vermagic_compatible(c, info);
+        if (r < 0)
+                return r;
+        if (r > 0) {
+                /* RHEL's weak-updates, or a module carried over on purpose: the kernel accepts it. */
+                module_debug(c, "%s was built for kernel %s; its vermagic otherwise matches the running %s "
+                             "(MODVERSIONS), so the kernel's symbol check decides",
+                             info->filename, release, c->kernel_release);
+                return 0;
+        }
         slash = strrchr(info->filename, '/');
         dir = slash ? strndup(info->filename, slash - info->filename) : strdup(".");
         if (ret_message)
-                *ret_message = strprintf("%s in %s was built for kernel %s, not the running %s; rebuild it with "
+                *ret_message = strprintf("%s in %s was built for kernel %s, not the running %s%s; rebuild it with "
                                          "DKMS: dkms autoinstall -k %s.",
                                          slash ? slash + 1 : info->filename, strna(dir), release,
-                                         c->kernel_release, c->kernel_release);
+                                         c->kernel_release,
+                                         running_vermagic_flags(c) ? ", and its vermagic flags differ from the "
+                                                                     "running kernel's"
+                                                                   : "",
+                                         c->kernel_release);
         return -ESTALE;
 }
 
-int module_check_firmware(ModuleContext *c, const ModuleInfo *info, char **ret_message) {
-        STRV_FOREACH(fw, info->firmware) {
-                static const char *const suffixes[] = { "", ".xz", ".zst" };
-                bool found = false;
+/* Whether options turn GSP firmware off: the last NVreg_EnableGpuFirmware= wins, as the kernel parses
+ * parameters in order; its low 4 bits are the mode (0 = disabled, 1 = enabled, 2 = default). */
+static bool options_disable_gsp(const char *options) {
+        _cleanup_free_ char *copy = options ? strdup(options) : NULL;
+        bool off = false;
+        char *save = NULL;
 
-                for (size_t i = 0; i < ELEMENTSOF(suffixes) && !found; i++) {
-                        _cleanup_free_ char *p = strprintf("%s/%s%s", c->firmware_dir, *fw, suffixes[i]);
+        for (char *w = copy ? strtok_r(copy, " \t", &save) : NULL; w; w = strtok_r(NULL, " \t", &save)) {
+                const char *v = w + strlen("NVreg_EnableGpuFirmware=");
+                char *end = NULL;
+                unsigned long n;
+
+                if (!startswith(w, "NVreg_EnableGpuFirmware="))
+                        continue;
+                errno = 0;
+                n = strtoul(v, &end, 0);
+                if (errno == 0 && end != v && *end == '\0')
+                        off = (n & 0xF) == 0;
+        }
+        return off;
+}
+
+bool module_info_is_open(const ModuleInfo *info) {
+        if (!info)
+                return false;
+        /* Debian's packaged names say it: nvidia-current-open*.ko (nvidia-open-kernel-dkms) against
+         * nvidia-current*.ko and nvidia-tesla-*.ko. */
+        if (info->index_name && (startswith(info->index_name, "nvidia_current") ||
+                                 startswith(info->index_name, "nvidia_tesla")))
+                return strstr(info->index_name, "_open") != NULL;
+        /* Upstream names: nvidia.ko of the open modules is "Dual MIT/GPL", the proprietary one "NVIDIA"
+         * (nvidia-uvm and nvidia-drm are "Dual MIT/GPL" in both, so only nvidia.ko tells). */
+        return info->license && strstr(info->license, "MIT");
+}
+
+/* Where the kernel's firmware loader looks, in its order (drivers/base/firmware_loader/main.c), below
+ * the firmware directory (<root>/lib/firmware): updates/<release>, updates, <release>, itself. */
+static int find_firmware(ModuleContext *c, const char *fw, bool *ret_found) {
+        static const char *const suffixes[] = { "", ".xz", ".zst" };
+        const char *subdirs[] = { "updates/", "updates/", "", "" };
+        const bool with_release[] = { true, false, true, false };
+
+        for (size_t d = 0; d < ELEMENTSOF(subdirs); d++)
+                for (size_t i = 0; i < ELEMENTSOF(suffixes); i++) {
+                        _cleanup_free_ char *p = strprintf("%s/%s%s%s%s%s", c->firmware_dir, subdirs[d],
+                                                           with_release[d] ? c->kernel_release : "",
+                                                           with_release[d] ? "/" : "", fw, suffixes[i]);
                         if (!p)
                                 return -ENOMEM;
-                        found = access(p, F_OK) >= 0;
+                        if (access(p, F_OK) >= 0) {
+                                *ret_found = true;
+                                return 0;
+                        }
                 }
+        *ret_found = false;
+        return 0;
+}
+
+int module_check_firmware(ModuleContext *c, const ModuleInfo *info, const char *options, char **ret_message) {
+        STRV_FOREACH(fw, info->firmware) {
+                bool found = false;
+                int r = find_firmware(c, *fw, &found);
+
+                if (r < 0)
+                        return r;
                 if (found)
                         continue;
+                if (!module_info_is_open(info) && options_disable_gsp(options)) {
+                        /* The proprietary module runs without GSP then; the open one cannot. */
+                        module_debug(c, "firmware %s is missing, but GSP is off (NVreg_EnableGpuFirmware): not "
+                                     "needed", *fw);
+                        continue;
+                }
                 if (ret_message) {
                         _cleanup_free_ char *display = module_name_display(info->kernel_name);
                         _cleanup_free_ char *branch =
                                 info->version ? strndup(info->version, strcspn(info->version, ".")) : NULL;
                         *ret_message = strprintf(
-                                "Kernel module %s needs the firmware file %s, which is missing from %s; install "
+                                "Kernel module %s needs the firmware file %s, which is missing from %s (searched "
+                                "updates/%s, updates, %s and the directory itself, as the kernel does); install "
                                 "the GSP firmware package of driver %s (Debian: firmware-nvidia-gsp; NVIDIA's "
-                                "repositories: nvidia-firmware-%s).",
-                                strna(display), *fw, c->firmware_dir, info->version ?: "(unknown version)",
-                                branch ?: "<branch>");
+                                "repositories: nvidia-firmware-%s)%s.",
+                                strna(display), *fw, c->firmware_dir, c->kernel_release, c->kernel_release,
+                                info->version ?: "(unknown version)", branch ?: "<branch>",
+                                module_info_is_open(info) ? ""
+                                                          : ", or run the proprietary module without GSP "
+                                                            "(options nvidia NVreg_EnableGpuFirmware=0; not on "
+                                                            "Blackwell and newer GPUs)");
                 }
                 return -ENOENT;
         }
@@ -571,7 +787,7 @@ int module_status(ModuleContext *c, const char *name, ModuleStatus *ret) {
                         detail = TAKE_PTR(msg);
                 } else {
                         _cleanup_free_ char *release = module_vermagic_release(info->vermagic);
-                        if (release && !streq(release, c->kernel_release)) {
+                        if (release && !streq(release, c->kernel_release) && module_vermagic_compatible(c, info) <= 0) {
                                 state = MODULE_STATE_STALE;
                                 detail = strprintf("built for kernel %s", release);
                         } else

@@ -43,6 +43,22 @@ typedef struct ModuleContextConfig {
 } ModuleContextConfig;
 
 int module_context_new(const ModuleContextConfig *config, ModuleContext **ret);
+
+/* Which kernel module flavour of NVIDIA's driver lookups accept: NVIDIA's open kernel modules
+ * (nvidia.ko's license "Dual MIT/GPL"; Debian: nvidia-open-kernel-dkms, files nvidia-current-open*.ko)
+ * or the proprietary ones (nvidia.ko's license "NVIDIA"; nvidia-kernel-dkms, nvidia-current*.ko).
+ * Both have the kernel names nvidia*. nvidia.ko is told by its license; nvidia-uvm and the others by
+ * the packaged file name (their license is "Dual MIT/GPL" in both flavours), upstream names pass. */
+typedef enum ModuleFlavour {
+        MODULE_FLAVOUR_ANY,
+        MODULE_FLAVOUR_OPEN,
+        MODULE_FLAVOUR_PROPRIETARY,
+        _MODULE_FLAVOUR_MAX,
+} ModuleFlavour;
+
+const char *module_flavour_to_string(ModuleFlavour f);   /* "any", "open", "proprietary" */
+void module_context_set_flavour(ModuleContext *c, ModuleFlavour f);
+ModuleFlavour module_context_get_flavour(const ModuleContext *c);
 ModuleContext *module_context_free(ModuleContext *c);
 DEFINE_CLEANUP_FUNC(ModuleContext *, module_context_free);
 #define _cleanup_module_context_free_ _cleanup_(module_context_freep)
@@ -84,10 +100,13 @@ typedef struct ModuleInfo {
         char *filename;    /* absolute path of the .ko */
         char *version;     /* may be NULL */
         char *vermagic;    /* may be NULL */
+        char *license;     /* "NVIDIA" (proprietary) or "Dual MIT/GPL" (open modules); may be NULL */
         char *signer;      /* from the appended signature or .modinfo; NULL when unsigned */
         char *sig_key;
         char **depends;    /* kernel names of the modules it needs ('-' → '_') */
         char **firmware;   /* firmware= files, relative to the firmware directory */
+        char **parameters; /* the parameter names it takes (parm=/parmtype= "NAME:…"), sorted */
+        char **softdeps;   /* its own softdep= lines ("pre: ecdh_generic ecdsa_generic"), as modinfo shows */
 } ModuleInfo;
 
 ModuleInfo *module_info_free(ModuleInfo *i);
@@ -97,27 +116,49 @@ DEFINE_CLEANUP_FUNC(ModuleInfo *, module_info_free);
 /* Finds the module file for a kernel name in the modules directory: the name itself, then for
  * nvidia* names Debian's packaged variants nvidia-current<suffix>, nvidia-current-open<suffix> and
  * nvidia-tesla-<branch><suffix> (highest branch first; branches found in modules.dep), where suffix
- * is what follows "nvidia" ("-uvm"). A candidate counts only if its name= is the wanted kernel name.
- * Returns 0, or -ENOENT with a message that names what was searched and says to build with DKMS. */
+ * is what follows "nvidia" ("-uvm"). A candidate counts only if its name= is the wanted kernel name
+ * and, for nvidia* modules, its flavour is the context's (module_context_set_flavour()).
+ * Returns 0, or -ENOENT with a message that names what was searched and says to build with DKMS, or
+ * -ENOPKG when only the other flavour is installed (the message names the package to install). */
 int module_lookup(ModuleContext *c, const char *name, ModuleInfo **ret, char **ret_message);
 /* modinfo of a module file (e.g. one DKMS just built). */
 int module_info_from_path(ModuleContext *c, const char *path, ModuleInfo **ret);
 
 /* The release a vermagic names (its first word), newly allocated; NULL on OOM or an empty vermagic. */
 char *module_vermagic_release(const char *vermagic);
-/* -ESTALE with a message when the module was built for another kernel release than the running one.
- * The kernel itself accepts that with MODVERSIONS, so only this check notices it. */
+/* Whether the kernel accepts info's module despite another release in its vermagic: 1 when the
+ * release is the running one, or when the rest of the vermagic ("SMP preempt mod_unload modversions")
+ * equals the running kernel's and names modversions (the kernel then skips the release and the symbol
+ * CRCs decide: RHEL's weak-updates rely on it). The running kernel's flags come from an in-tree
+ * module (kernel/…) of modules.dep; 0 when none names the running release, or negative errno. */
+int module_vermagic_compatible(ModuleContext *c, const ModuleInfo *info);
+/* -ESTALE with a message when the module was built for another kernel release than the running one
+ * and its vermagic is not otherwise the running kernel's (module_vermagic_compatible()). */
 int module_check_vermagic(ModuleContext *c, const ModuleInfo *info, char **ret_message);
-/* -ENOENT with a message naming the first firmware= file missing from the firmware directory (also
- * accepted: .xz and .zst variants, which the kernel's loader decompresses). */
-int module_check_firmware(ModuleContext *c, const ModuleInfo *info, char **ret_message);
+/* -ENOENT with a message naming the first firmware= file missing where the kernel's loader looks:
+ * <firmware_dir>/updates/<release>, updates, <release>, <firmware_dir> (also .xz and .zst, which the
+ * loader decompresses). A missing file is no error for the proprietary module when options (the
+ * effective ones, see module_effective_options()) turn GSP off with NVreg_EnableGpuFirmware=0; the
+ * open modules always need it. */
+int module_check_firmware(ModuleContext *c, const ModuleInfo *info, const char *options, char **ret_message);
+/* The open kernel modules, not the proprietary ones: by Debian's file name (nvidia-current-open*),
+ * else by the license of an upstream-named file (nvidia.ko: "Dual MIT/GPL" open, "NVIDIA" not). */
+bool module_info_is_open(const ModuleInfo *info);
+/* The options a load of info's module gets: modprobe.d's for its file name, those for the kernel name
+ * when the file is a packaged variant, then extra. NULL on OOM. */
+char *module_effective_options(ModuleContext *c, const ModuleInfo *info, const char *extra);
 
-/* Makes a module live. Returns 0 when it already was (nothing is touched, no syscall), 1 when it was
- * loaded now, or a negative errno with a message. Before loading: lookup (-ENOENT), vermagic
- * (-ESTALE), firmware (-ENOENT). The load goes through libkmod's probe, so dependencies load first
- * and modprobe.d options apply; options (may be NULL) are appended to the module's own. For a
- * packaged variant (nvidia-current) the options modprobe.d gives the kernel name (nvidia) apply too,
- * as Debian's install lines would have passed them. An "already loaded" from the kernel (EEXIST) is
+/* Makes a module live, following modprobe.d as modprobe does (docs/driver.md). Returns 0 when it
+ * already was (nothing is touched, no syscall), 1 when it was loaded now, or a negative errno with a
+ * message. Before loading: lookup (-ENOENT), vermagic (-ESTALE), firmware (-ENOENT), every option's
+ * name against the module's parameters (-EINVAL naming it). Then, in modprobe's order: softdep pre:
+ * modules, the hard dependencies (each by its kernel name, through this same function), the module
+ * itself (through modprobe.d's install command when there is one: Debian's "modprobe -i
+ * nvidia-current" redirects without a shell, anything else through /bin/sh, and the module must be
+ * live after it, else -ECANCELED), softdep post: modules. softdep/install lines apply under the
+ * kernel name and the packaged file name; blacklist lines do not apply (loads by name). The options
+ * are modprobe.d's for the file, those for the kernel name when the file is a packaged variant
+ * (nvidia-current), then options (may be NULL). An "already loaded" from the kernel (EEXIST) is
  * success. The failure is remembered for module_status() until a later load succeeds. */
 int module_load(ModuleContext *c, const char *name, const char *options, char **ret_message);
 
@@ -134,7 +175,9 @@ int module_peermem_check(ModuleContext *c, bool has_mellanox_device, char **ret_
 /* Holders (module names from <sys>/module/<name>/holders/, sorted) and the refcnt. */
 int module_get_holders(ModuleContext *c, const char *name, char ***ret_holders, unsigned *ret_refcnt);
 
-/* Unloads the named modules that are loaded, holders first, without force (the kernel's O_NONBLOCK).
+/* Unloads the named modules that are loaded, holders first, without force (the kernel's O_NONBLOCK);
+ * a modprobe.d remove command other than Debian's "modprobe -r -i …" list runs instead of the removal
+ * and must leave the module gone (else -ECANCELED naming the line).
  * Refuses before removing anything when a module is held by one not in the list, by references
  * that are not modules (processes with the device open), or is built in; the message lists them.
  * Returns the number of modules removed, or a negative errno (-EBUSY for a refusal, or the kernel's

@@ -163,12 +163,39 @@ static int driver_unload(sd_bus *bus, const CtlDriverOptions *o) {
         return CTL_EXIT_OK;
 }
 
+/* `driver reload`: Unload() (refused with the holders while anything uses a GPU), then Reconcile(), whose
+ * pass loads the installed driver. The answer to Reconcile() comes at once; the load follows. */
+static int driver_reload(sd_bus *bus, const CtlDriverOptions *o) {
+        _cleanup_(sd_bus_error_free) sd_bus_error error = SD_BUS_ERROR_NULL;
+        _cleanup_(sd_bus_message_unrefp) sd_bus_message *call = NULL, *reply = NULL;
+        int r;
+
+        r = sd_bus_message_new_method_call(bus, &call, AGENT_BUS_NAME, AGENT_OBJECT_PATH, AGENT_MANAGER_INTERFACE,
+                                           "Unload");
+        if (r >= 0)
+                r = sd_bus_call(bus, call, o->timeout_usec, &error, &reply);
+        if (r < 0)
+                return ctl_bus_error_exit("Unload", "Unload refused", &error, r);
+        call = sd_bus_message_unref(call);
+        reply = sd_bus_message_unref(reply);
+        r = sd_bus_call_method(bus, AGENT_BUS_NAME, AGENT_OBJECT_PATH, AGENT_MANAGER_INTERFACE, "Reconcile", &error,
+                               &reply, NULL);
+        if (r < 0)
+                return ctl_bus_error_exit("Reconcile", "Reconcile refused", &error, r);
+        if (o->json)
+                fputs("{\"unloaded\":true,\"reconcile\":true}\n", stdout);
+        else
+                printf("Unloaded the NVIDIA driver; the agent now loads the installed one (see 'gpunodectl driver "
+                       "status').\n");
+        return CTL_EXIT_OK;
+}
+
 int ctl_driver_check_args(char **args) {
         const char *what = args && args[0] ? args[0] : "status";
 
-        if (!streq(what, "status") && !streq(what, "unload")) {
-                fprintf(stderr, "gpunodectl: Unknown driver command '%s': expected 'status' or 'unload'. See "
-                        "gpunodectl --help.\n", what);
+        if (!streq(what, "status") && !streq(what, "unload") && !streq(what, "reload")) {
+                fprintf(stderr, "gpunodectl: Unknown driver command '%s': expected 'status', 'unload' or 'reload'. "
+                        "See gpunodectl --help.\n", what);
                 return CTL_EXIT_USAGE;
         }
         if (args && args[0] && args[1]) {
@@ -182,5 +209,7 @@ int ctl_driver_check_args(char **args) {
 int ctl_driver(sd_bus *bus, char **args, const CtlDriverOptions *o) {
         if (args && args[0] && streq(args[0], "unload"))
                 return driver_unload(bus, o);
+        if (args && args[0] && streq(args[0], "reload"))
+                return driver_reload(bus, o);
         return driver_status(bus, o);
 }

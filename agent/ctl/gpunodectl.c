@@ -590,6 +590,8 @@ static int help(void) {
                "  driver [status]       Show the kernel modules, DKMS state and driver version\n"
                "  driver unload         Stop the driver's daemons and unload its modules, refused\n"
                "                        with the list of processes while the GPU is in use (root)\n"
+               "  driver reload         Unload the driver (as driver unload) and load the installed\n"
+               "                        one, e.g. after an upgrade left the old one loaded (root)\n"
                "  mig [show]            Show the MIG mode and devices of every GPU, the selected\n"
                "                        MIG config and its state\n"
                "  mig apply NAME        Apply a MIG config of mig.config-file (or --config) and wait\n"
@@ -817,7 +819,8 @@ int main(int argc, char **argv) {
                         argv[optind + 1]);
                 return CTL_EXIT_USAGE;
         }
-        bool unload = verb->run == verb_driver && optind + 1 < argc && streq(argv[optind + 1], "unload");
+        bool unload = verb->run == verb_driver && optind + 1 < argc &&
+                      (streq(argv[optind + 1], "unload") || streq(argv[optind + 1], "reload"));
         bool mig_apply = verb->run == verb_mig && optind + 1 < argc && streq(argv[optind + 1], "apply");
         if (arg_timeout_set && verb->run != verb_wait_ready && !unload && !mig_apply) {
                 fprintf(stderr, "gpunodectl: --timeout only applies to wait-ready, driver unload and mig apply.\n");

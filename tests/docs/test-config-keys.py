@@ -52,7 +52,7 @@ def man_keys():
     for line in read("docs/man/gpu-node-agent.yaml.5").splitlines():
         if not line.startswith(".BR ") or "default" not in line:
             continue
-        line = line.replace("\\(dq\\(dq", '""').replace("\\fI", "").replace("\\fB", "").replace("\\fR", "")
+        line = line.replace("\\-", "-").replace("\\(dq\\(dq", '""').replace("\\fI", "").replace("\\fB", "").replace("\\fR", "")
         head, _, tail = line[4:].partition(" (")
         names = re.findall(r'[a-z][a-z0-9-]*(?:\.[a-z0-9-]+)+', head)
         m = re.search(r'default(?: empty\)"|"? "? ?(\S+) ?\)?)', '(' + tail)

@@ -17,8 +17,8 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import (AGENT, Agent, BUILD, Bus, Fail, NODES, Node, Notify, SRC, TempDir, check,  # noqa: E402
-                     get_property, tap_main)
+from harness import (AGENT, FAKE_NVML, Agent, BUILD, Bus, Fail, NODES, Node, Notify, SRC, TempDir,  # noqa: E402
+                     check, get_property, tap_main)
 
 SCALE = float(os.environ.get("GNA_TIMEOUT_SCALE", "1"))
 TREES = os.environ.get("GNA_KMOD_FIXTURES", os.path.join(BUILD, "tests/kmod/trees"))
@@ -127,8 +127,8 @@ class Case:
         env.update(extra or {})
         return env
 
-    def oneshot(self, extra_env=None, timeout=60):
-        p = subprocess.run([AGENT, "--oneshot"] + self.node.args(), env=self.full_env(extra_env),
+    def oneshot(self, extra_env=None, timeout=60, args=()):
+        p = subprocess.run([AGENT, "--oneshot"] + self.node.args() + list(args), env=self.full_env(extra_env),
                            capture_output=True, text=True, timeout=timeout * SCALE)
         out = p.stdout + p.stderr
         no_sanitizer_report(out)
@@ -248,16 +248,41 @@ def test_missing_firmware():
         msg = expect_stage(c, out, "failed")
         check("gsp_ga10x.bin" in msg, "missing firmware not named: " + msg)
         check("nvidia" not in c.loads(), "loaded without its firmware: %r" % c.loads())
+    with TempDir() as tmp:
+        # GSP turned off: the proprietary module does not need the file.
+        c = Case(tmp, tree="no-firmware", driver_yaml="  parameters:\n    nvidia: NVreg_EnableGpuFirmware=0\n")
+        _, out = c.oneshot()
+        expect_stage(c, out, "done")
+        check("nvidia" in c.loads(), "not loaded with GSP off: %r" % c.loads())
+
+
+def write_secure_boot(c, on):
+    sb = os.path.join(c.sys, SECURE_BOOT_VAR)
+    os.makedirs(os.path.dirname(sb), exist_ok=True)
+    with open(sb, "wb") as f:
+        f.write(b"\x06\x00\x00\x00" + (b"\x01" if on else b"\x00"))
 
 
 def test_ekeyrejected():
     with TempDir() as tmp:
         c = Case(tmp)
+        write_secure_boot(c, True)
         _, out = c.oneshot({"GNA_KMOD_TRAP_FAIL": "nvidia:EKEYREJECTED"})
         msg = expect_stage(c, out, "failed")
         check("Secure Boot rejected it" in msg and "mokutil --import" in msg, "message: " + msg)
         check("DKMS module signing key" in msg, "signer not named: " + msg)
         check(not os.path.exists(os.path.join(c.sys, "module/nvidia/initstate")), "nvidia left loaded")
+    with TempDir() as tmp:
+        # Secure Boot off, module.sig_enforce=1: that is what is named, not Secure Boot.
+        c = Case(tmp)
+        write_secure_boot(c, False)
+        os.makedirs(os.path.join(c.sys, "module/module/parameters"))
+        with open(os.path.join(c.sys, "module/module/parameters/sig_enforce"), "w") as f:
+            f.write("Y\n")
+        _, out = c.oneshot({"GNA_KMOD_TRAP_FAIL": "nvidia:EKEYREJECTED"})
+        msg = expect_stage(c, out, "failed")
+        check("module.sig_enforce=1; Secure Boot is off" in msg and "Secure Boot rejected" not in msg,
+              "message: " + msg)
 
 
 def test_partial_load_rolled_back():
@@ -334,7 +359,7 @@ def test_dkms_build_while_dbus_answers():
             check(dkms_state.startswith('s "building') and KVER in dkms_state, "DkmsState: " + dkms_state)
             notify.wait_for("READY=1", 30 * SCALE)
             modules = get_property(bus, "Modules")
-            check(modules.startswith("a(sss) 3 ") and '"nvidia" "live" "%s"' % VERSION in modules
+            check(modules.startswith("a(sss) 4 ") and '"nvidia (installed)" "same" "%s (' % VERSION in modules and '"nvidia" "live" "%s"' % VERSION in modules
                   and '"nvidia-uvm" "live" "%s"' % VERSION in modules and '"nvidia-peermem" "skipped"' in modules,
                   "Modules: " + modules)
             dkms_state = get_property(bus, "DkmsState")
@@ -398,6 +423,221 @@ def test_slow_insert_while_dbus_answers():
             bus.stop()
 
 
+def test_admin_modprobe_r_respected():
+    """An administrator's `modprobe -r nvidia-uvm nvidia` outside the agent: automatic passes (here the
+    feature file's expiry refresh; on a host also the module uevents) leave the driver unloaded; the
+    stage says why; Reconcile() loads it again."""
+    with TempDir() as tmp:
+        c = Case(tmp)
+        with open(os.path.join(c.node.confd, "70-refresh.yaml"), "w") as f:
+            f.write("labels:\n  expiry: 2s\n")
+        bus = Bus(tmp)
+        notify = Notify(tmp)
+        agent = Agent(c.node, bus, notify, extra_env=c.env, wrapper=[])
+        try:
+            notify.wait_for("READY=1", 30 * SCALE)
+            check(c.loads().count("nvidia") == 1, "loads: %r" % c.loads())
+            # What rmmod leaves: no /sys/module/<name> for the removed modules.
+            for name in ("nvidia_uvm", "nvidia"):
+                shutil.rmtree(os.path.join(c.sys, "module", name))
+            deadline = time.monotonic() + 20 * SCALE
+            while "unloaded outside the agent" not in agent.output():
+                check(time.monotonic() < deadline, "no automatic pass noticed it:\n" + agent.output())
+                check(agent.proc.poll() is None, "agent died:\n" + agent.output())
+                time.sleep(0.1)
+            # More automatic passes: still not loaded back.
+            n = agent.output().count("Stage driver:")
+            deadline = time.monotonic() + 20 * SCALE
+            while agent.output().count("Stage driver:") < n + 2:
+                check(time.monotonic() < deadline, "no further passes:\n" + agent.output())
+                time.sleep(0.1)
+            check(c.loads().count("nvidia") == 1, "the agent loaded nvidia back: %r" % c.loads())
+            msg = stage_message(agent.output(), "skipped")
+            check("unloaded outside the agent" in msg and "gpunodectl reconcile" in msg, "message: " + msg)
+            # The administrator asks for it back.
+            subprocess.run(["busctl", "--address=" + bus.address, "call", "org.gpunodeagent.Agent1",
+                            "/org/gpunodeagent/Agent1", "org.gpunodeagent.Agent1.Manager", "Reconcile"], check=True)
+            deadline = time.monotonic() + 20 * SCALE
+            while c.loads().count("nvidia") < 2:
+                check(time.monotonic() < deadline, "Reconcile did not load it:\n" + agent.output())
+                time.sleep(0.1)
+            rc = agent.stop()
+            check(rc == 0, "agent exited %d:\n%s" % (rc, agent.output()))
+            no_sanitizer_report(agent.output())
+        finally:
+            if agent.proc.poll() is None:
+                agent.proc.kill()
+                agent.proc.wait()
+            notify.close()
+            bus.stop()
+
+
+def test_version_truth():
+    """The loaded driver (550.127.05, as left by the boot before an upgrade) is not the one installed for the running
+    kernel (550.54.15 in the tree) nor the user-space library: said with the fix instead of "already
+    loaded"; driver.reload-on-mismatch: when-idle reloads it once nothing holds the GPU, and waits,
+    naming the holder, while a process has /dev/nvidia0 open."""
+    def case(tmp, yaml=""):
+        c = Case(tmp, driver_yaml=yaml)
+        c.module_live("nvidia", "550.127.05")
+        c.module_live("nvidia_uvm", "550.127.05")
+        os.symlink("../../nvidia_uvm", os.path.join(c.sys, "module/nvidia/holders/nvidia_uvm"))
+        with open(os.path.join(c.sys, "module/nvidia/refcnt"), "w") as f:
+            f.write("1\n")
+        # The user-space driver of the installed version: libnvidia-ml.so.1 → libnvidia-ml.so.550.54.15.
+        libdir = os.path.join(tmp, "lib")
+        os.makedirs(libdir)
+        shutil.copy(os.path.realpath(FAKE_NVML), os.path.join(libdir, "libnvidia-ml.so." + VERSION))
+        os.symlink("libnvidia-ml.so." + VERSION, os.path.join(libdir, "libnvidia-ml.so.1"))
+        with open(os.path.join(c.node.confd, "70-nvml.yaml"), "w") as f:
+            f.write("nvml:\n  library: %s\n" % os.path.join(libdir, "libnvidia-ml.so.1"))
+        return c
+
+    with TempDir() as tmp:
+        c = case(tmp)
+        _, out = c.oneshot()
+        msg = expect_stage(c, out, "failed")
+        check("nvidia 550.127.05 is loaded but %s is installed" % VERSION in msg
+              and "as is the user-space library" in msg and "libnvidia-ml.so." + VERSION in msg
+              and "Driver/library version mismatch" in msg
+              and "reboot or run `gpunodectl driver reload` to load %s" % VERSION in msg, "message: " + msg)
+        check("already loaded" not in msg, "said already loaded: " + msg)
+        check(c.trap_log() == [], "never must not touch the kernel: %r" % c.trap_log())
+
+    with TempDir() as tmp:
+        c = case(tmp, "  reload-on-mismatch: when-idle\n")
+        # A process with /dev/nvidia0 open: the reload waits and says who.
+        dev = os.path.join(c.node_dir, "dev")
+        os.makedirs(dev, exist_ok=True)
+        with open(os.path.join(c.node.confd, "71-dev.yaml"), "w") as f:
+            f.write("paths:\n  dev: %s\n" % dev)
+        node0 = os.path.join(dev, "nvidia0")
+        open(node0, "w").close()
+        holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nf = open(sys.argv[1])\n"
+                                   "print('open', flush=True)\ntime.sleep(60)\n", node0],
+                                  stdout=subprocess.PIPE, text=True)
+        try:
+            check(holder.stdout.readline().strip() == "open", "holder did not start")
+            os.symlink("/proc/%d" % holder.pid, os.path.join(c.node_dir, "proc", str(holder.pid)))
+            _, out = c.oneshot()
+            msg = expect_stage(c, out, "failed")
+            check("when-idle waits until no process uses a GPU" in msg and "process %d" % holder.pid in msg,
+                  "message: " + msg)
+            check(c.trap_log() == [], "reloaded under a holder: %r" % c.trap_log())
+        finally:
+            holder.kill()
+            holder.wait()
+        os.unlink(os.path.join(c.node_dir, "proc", str(holder.pid)))
+        # Idle now: the old driver goes, the installed one comes.
+        _, out = c.oneshot()
+        msg = expect_stage(c, out, "done")
+        log = c.trap_log()
+        check("unload nvidia_uvm" in log and "unload nvidia" in log, "old driver not unloaded: %r" % log)
+        check(c.loads()[-2:] == ["nvidia", "nvidia_uvm"], "installed driver not loaded: %r" % log)
+        check("reloading now" in out and "(driver %s)" % VERSION in msg, "message: " + msg)
+
+
+def test_reload_failure_is_no_admin_unload():
+    """A when-idle reload whose new driver then fails to load is retried, not mistaken for an
+    administrator's modprobe -r (the agent removed the old driver itself)."""
+    with TempDir() as tmp:
+        c = Case(tmp, driver_yaml="  reload-on-mismatch: when-idle\n")
+        c.module_live("nvidia", "550.127.05")
+        with open(os.path.join(c.node.confd, "70-retry.yaml"), "w") as f:
+            f.write("engine:\n  retry-min: 100ms\n  retry-max: 200ms\n")
+        c.env["GNA_KMOD_TRAP_FAIL"] = "nvidia:EINVAL"
+        bus = Bus(tmp)
+        agent = Agent(c.node, bus, extra_env=c.env, wrapper=[])
+        try:
+            deadline = time.monotonic() + 30 * SCALE
+            while c.trap_log().count("load-failed nvidia EINVAL") < 3:
+                check(time.monotonic() < deadline, "no retried loads: %r\n%s" % (c.trap_log(), agent.output()))
+                check(agent.proc.poll() is None, "agent died:\n" + agent.output())
+                time.sleep(0.1)
+            check("unloaded outside the agent" not in agent.output(), "own reload taken for modprobe -r:\n"
+                  + agent.output())
+            rc = agent.stop()
+            check(rc == 0, "agent exited %d:\n%s" % (rc, agent.output()))
+        finally:
+            if agent.proc.poll() is None:
+                agent.proc.kill()
+                agent.proc.wait()
+            bus.stop()
+
+
+def test_driver_reload_command():
+    """`gpunodectl driver reload` after an upgrade left the old driver loaded: Unload() then Reconcile(),
+    and the installed version is loaded."""
+    from harness import CTL, run
+    with TempDir() as tmp:
+        c = Case(tmp)
+        c.module_live("nvidia", "550.127.05")
+        c.module_live("nvidia_uvm", "550.127.05")
+        os.symlink("../../nvidia_uvm", os.path.join(c.sys, "module/nvidia/holders/nvidia_uvm"))
+        with open(os.path.join(c.sys, "module/nvidia/refcnt"), "w") as f:
+            f.write("1\n")
+        bus = Bus(tmp)
+        agent = Agent(c.node, bus, extra_env=c.env, wrapper=[])
+        try:
+            deadline = time.monotonic() + 20 * SCALE
+            while "Stage driver: running → failed" not in agent.output():
+                check(time.monotonic() < deadline, "no verdict:\n" + agent.output())
+                check(agent.proc.poll() is None, "agent died:\n" + agent.output())
+                time.sleep(0.1)
+            st = run([CTL, "driver", "status"], bus=bus, check_rc=0).stdout
+            check("nvidia (installed)" in st and "differs" in st and VERSION in st, "driver status:\n" + st)
+            p = run([CTL, "driver", "reload"], bus=bus, check_rc=0)
+            check("Unloaded the NVIDIA driver" in p.stdout, "reload output: " + p.stdout)
+            deadline = time.monotonic() + 20 * SCALE
+            while c.loads()[-2:] != ["nvidia", "nvidia_uvm"]:
+                check(time.monotonic() < deadline, "not loaded after reload: %r\n%s" % (c.trap_log(), agent.output()))
+                time.sleep(0.1)
+            check(c.trap_log()[:2] == ["unload nvidia_uvm", "unload nvidia"], "trap log: %r" % c.trap_log())
+            rc = agent.stop()
+            check(rc == 0, "agent exited %d:\n%s" % (rc, agent.output()))
+            no_sanitizer_report(agent.output())
+        finally:
+            if agent.proc.poll() is None:
+                agent.proc.kill()
+                agent.proc.wait()
+            bus.stop()
+
+
+def test_kernel_module_type():
+    """driver.kernel-module-type: auto picks the open modules for Blackwell (B200) and says why, fails
+    clearly when only the proprietary ones are installed there, keeps the proprietary ones for a 550
+    driver on Hopper, and an explicit choice wins."""
+    with TempDir() as tmp:
+        c = Case(tmp, node="b200-noload", tree="debian-both")
+        _, out = c.oneshot(args=["--log-level=debug"])
+        msg = expect_stage(c, out, "done")
+        check("open kernel modules (driver.kernel-module-type: auto): GPU 0000:1b:00.0" in msg
+              and "Blackwell or newer" in msg, "choice and reason not reported: " + msg)
+        check("/updates/dkms/nvidia-current-open.ko with options" in out
+              and "/updates/dkms/nvidia-current.ko with options" not in out,
+              "the open module was not the one loaded:\n" + out)
+    with TempDir() as tmp:
+        c = Case(tmp, node="b200-noload", tree="debian")
+        _, out = c.oneshot()
+        msg = expect_stage(c, out, "failed")
+        check("No open nvidia module for kernel %s: only the proprietary one is installed" % KVER in msg
+              and "nvidia-open-kernel-dkms" in msg and "Blackwell or newer" in msg, "message: " + msg)
+        check(c.loads() == [], "loaded something: %r" % c.loads())
+        check(not os.path.exists(c.env["GNA_FAKE_DKMS_LOG"]), "ran dkms for a flavour it cannot build")
+    with TempDir() as tmp:
+        c = Case(tmp, tree="debian-both")
+        _, out = c.oneshot(args=["--log-level=debug"])
+        msg = expect_stage(c, out, "done")
+        check("proprietary kernel modules (driver.kernel-module-type: auto): both flavours are installed and "
+              "the %s branch predates 560" % VERSION in msg, "message: " + msg)
+        check("/updates/dkms/nvidia-current.ko with options" in out, "the proprietary module was not loaded:\n" + out)
+    with TempDir() as tmp:
+        c = Case(tmp, tree="debian-both", driver_yaml="  kernel-module-type: open\n")
+        _, out = c.oneshot()
+        msg = expect_stage(c, out, "done")
+        check("open kernel modules: driver.kernel-module-type: open" in msg, "message: " + msg)
+
+
 def process_gone(pid):
     try:
         with open("/proc/%d/stat" % pid) as f:
@@ -449,6 +689,51 @@ def test_dkms_build_failed():
         log = os.path.join(c.dkms_state, "nvidia", VERSION, "build/make.log")
         check(log in msg, "make.log path not in the message: " + msg)
         check("nvidia" not in c.loads(), "loaded after a failed build")
+
+
+def dkms_calls(c):
+    try:
+        with open(c.env["GNA_FAKE_DKMS_LOG"]) as f:
+            return [line for line in f.read().splitlines() if not line.startswith("status")]
+    except FileNotFoundError:
+        return []
+
+
+def test_dkms_failure_not_rerun_unchanged():
+    """A failed build is not repeated by the retry loop while nothing it depends on has changed; a new
+    DKMS source (or headers) makes the next retry run it again."""
+    with TempDir() as tmp:
+        c = Case(tmp)
+        c.remove_driver_modules()
+        c.headers()
+        c.dkms_add()
+        c.env["GNA_FAKE_DKMS_RESULT"] = "10"
+        with open(os.path.join(c.node.confd, "70-retry.yaml"), "w") as f:
+            f.write("engine:\n  retry-min: 100ms\n  retry-max: 200ms\n")
+        bus = Bus(tmp)
+        agent = Agent(c.node, bus, extra_env=c.env, wrapper=[])
+        try:
+            deadline = time.monotonic() + 30 * SCALE
+            while agent.output().count("dkms not run again") < 3:
+                check(time.monotonic() < deadline, "no retries seen:\n" + agent.output())
+                check(agent.proc.poll() is None, "agent died:\n" + agent.output())
+                time.sleep(0.1)
+            check(dkms_calls(c) == ["autoinstall -k " + KVER], "dkms re-run unchanged: %r" % dkms_calls(c))
+            check("make.log" in stage_message(agent.output(), "failed"), "retry lost the diagnosis")
+            # Something changed (a fixed source package registered): the next retry builds again.
+            c.dkms_add("nvidia-fixed", VERSION)
+            deadline = time.monotonic() + 30 * SCALE
+            while len(dkms_calls(c)) < 2:
+                check(time.monotonic() < deadline, "dkms not run after a change: %r\n%s" % (dkms_calls(c), agent.output()))
+                time.sleep(0.1)
+            rc = agent.stop()
+            check(rc == 0, "agent exited %d:\n%s" % (rc, agent.output()))
+            no_sanitizer_report(agent.output())
+        finally:
+            if agent.proc.poll() is None:
+                agent.proc.kill()
+                agent.proc.wait()
+            bus.stop()
 
 
 def test_dkms_headers_missing():
@@ -504,6 +789,17 @@ def test_prepare_kernel():
         check("ready for kernel " + KVER in p.stderr, "no success line:\n" + p.stderr)
         check(c.trap_log() == [], "--prepare-kernel loaded something")
 
+        # dkms exits 0 without building anything (no DKMS package registered): not "ready".
+        os.unlink(os.path.join(c.module_dir(), "updates/dkms/nvidia.ko"))
+        subprocess.run([DEPMOD, "-C", os.path.join(c.root, "etc/depmod.d"), "-b", c.root, KVER], check=True)
+        shutil.rmtree(c.dkms_state)
+        p = subprocess.run([AGENT, "--prepare-kernel", KVER] + c.node.args(), env=env, capture_output=True,
+                           text=True, timeout=60 * SCALE)
+        check(p.returncode == 1, "--prepare-kernel with nothing built exited %d:\n%s" % (p.returncode, p.stderr))
+        check("ready for kernel" not in p.stderr, "claimed success:\n" + p.stderr)
+        check("dkms reported success, but the NVIDIA module for kernel " + KVER + " is not there" in p.stderr
+              and "No DKMS module is registered" in p.stderr, "not explained:\n" + p.stderr)
+
         other = "6.1.0-99-amd64"
         os.makedirs(os.path.join(c.root, "lib/modules", other))
         p = subprocess.run([AGENT, "--prepare-kernel", other] + c.node.args(), env=env, capture_output=True,
@@ -527,8 +823,14 @@ TESTS = [
     test_disabled_and_no_gpu,
     test_dkms_build_while_dbus_answers,
     test_slow_insert_while_dbus_answers,
+    test_admin_modprobe_r_respected,
+    test_version_truth,
+    test_kernel_module_type,
+    test_driver_reload_command,
+    test_reload_failure_is_no_admin_unload,
     test_sigterm_during_build,
     test_dkms_build_failed,
+    test_dkms_failure_not_rerun_unchanged,
     test_dkms_headers_missing,
     test_dkms_disabled,
     test_dkms_hang_timeout,

@@ -33,13 +33,15 @@ FIRMWARE = ['nvidia/{v}/gsp_ga10x.bin', 'nvidia/{v}/gsp_tu10x.bin']
 
 
 def mod(file, name, path='updates/dkms', version=VERSION, kver=KVER, exports=(), needs=(),
-        depends=None, firmware=(), signer=DKMS_SIGNER, aliases=(), parms=(), init_error=None):
+        depends=None, firmware=(), signer=DKMS_SIGNER, aliases=(), parms=(), init_error=None,
+        flags=VERMAGIC_FLAGS, license=None):
     """One fake module. needs: (module file, symbol) pairs resolved by depmod; depends: the
     kernel names modpost would have written (defaults to the needed modules' kernel names);
     init_error: what the kmod trap makes the module's init return (trap_init_error=)."""
     return dict(file=file, name=name, path=path, version=version, kver=kver, exports=list(exports),
                 needs=list(needs), depends=depends, firmware=list(firmware), signer=signer,
-                aliases=list(aliases), parms=list(parms), init_error=init_error)
+                aliases=list(aliases), parms=list(parms), init_error=init_error, flags=flags,
+                license=license)
 
 
 def ib_core():
@@ -54,7 +56,8 @@ def ipmi():
                 needs=[('ipmi_msghandler', 'ipmi_create_user')], signer='Debian Secure Boot CA')]
 
 
-def nvidia_set(prefix='nvidia', version=VERSION, kver=KVER, firmware=True, peermem='real', sym=''):
+def nvidia_set(prefix='nvidia', version=VERSION, kver=KVER, firmware=True, peermem='real', sym='',
+               flags=VERMAGIC_FLAGS, license=None):
     """The driver's modules under their packaged file names (prefix 'nvidia' upstream,
     'nvidia-current' or 'nvidia-tesla-535' on Debian); kernel names are always nvidia*. sym suffixes
     the exported symbols so two branches in one tree do not resolve to each other."""
@@ -64,14 +67,22 @@ def nvidia_set(prefix='nvidia', version=VERSION, kver=KVER, firmware=True, peerm
     mods = [mod(core, 'nvidia', version=version, kver=kver, firmware=fw,
                 exports=['nvidia_get_rm_ops' + sym, 'nvidia_p2p_get_pages' + sym],
                 aliases=['pci:v000010DEd*sv*sd*bc03sc02i00*', 'pci:v000010DEd*sv*sd*bc03sc00i00*'],
-                parms=['NVreg_DeviceFileMode:int', 'NVreg_EnableGpuFirmware:int']),
+                parms=['NVreg_DeviceFileMode:int', 'NVreg_EnableGpuFirmware:int', 'NVreg_OpenRmEnableUnsupportedGpus:int',
+                       'NVreg_RegistryDwords:charp']),
             mod(core + sep + 'uvm', 'nvidia_uvm', version=version, kver=kver,
-                needs=[(core, 'nvidia_get_rm_ops' + sym)], parms=['uvm_perf_prefetch_enable:uint']),
+                needs=[(core, 'nvidia_get_rm_ops' + sym)],
+                parms=['uvm_perf_prefetch_enable:uint', 'uvm_ats_mode:int', 'uvm_disable_hmm:bool']),
             mod(core + sep + 'modeset', 'nvidia_modeset', version=version, kver=kver,
-                needs=[(core, 'nvidia_get_rm_ops' + sym)], exports=['nvKmsKapiGetFunctionsTable' + sym]),
+                needs=[(core, 'nvidia_get_rm_ops' + sym)], exports=['nvKmsKapiGetFunctionsTable' + sym],
+                parms=['hdmi_deepcolor:bool']),
             mod(core + sep + 'drm', 'nvidia_drm', version=version, kver=kver,
                 needs=[(core + sep + 'modeset', 'nvKmsKapiGetFunctionsTable' + sym)],
                 depends=['nvidia-modeset'], parms=['modeset:bool'])]
+    for m in mods:
+        m['flags'] = flags
+        # As NVIDIA ships them: nvidia.ko and nvidia-modeset.ko say "NVIDIA" in the proprietary
+        # flavour, nvidia-uvm and nvidia-drm are "Dual MIT/GPL" in both; license= overrides (open).
+        m['license'] = license or ('Dual MIT/GPL' if m['name'] in ('nvidia_uvm', 'nvidia_drm') else None)
     if peermem == 'real':
         mods.append(mod(core + sep + 'peermem', 'nvidia_peermem', version=version, kver=kver,
                         needs=[(core, 'nvidia_p2p_get_pages' + sym),
@@ -95,14 +106,26 @@ TREES = {
                      modprobe={'nvidia.conf': 'options nvidia NVreg_DeviceFileMode=0660\n'
                                               'options nvidia-uvm uvm_perf_prefetch_enable=0\n'}),
     # Debian's nvidia-kernel-dkms: nvidia-current*.ko whose kernel name is nvidia*, loaded by
-    # `modprobe nvidia` only through install lines (which we do not run; see modules/module.c).
+    # `modprobe nvidia` only through install lines (modules/module-load.c carries out Debian's redirects).
     'debian': dict(modules=nvidia_set('nvidia-current') + [ib_core()] + ipmi(), firmware=firmware_files(),
+                   # Debian's nvidia-kernel-support /etc/modprobe.d/nvidia.conf (install and remove
+                   # lines as shipped), plus options under the kernel name.
                    modprobe={'nvidia.conf':
-                             'alias nvidia nvidia-current\n'
-                             'install nvidia modprobe nvidia-current $CMDLINE_OPTS\n'
-                             'install nvidia-uvm modprobe nvidia-current-uvm $CMDLINE_OPTS\n'
+                             'install nvidia modprobe -i nvidia-current $CMDLINE_OPTS\n'
+                             'install nvidia-modeset modprobe nvidia ; modprobe -i nvidia-current-modeset $CMDLINE_OPTS\n'
+                             'install nvidia-drm modprobe nvidia-modeset ; modprobe -i nvidia-current-drm $CMDLINE_OPTS\n'
+                             'install nvidia-uvm modprobe nvidia ; modprobe -i nvidia-current-uvm $CMDLINE_OPTS\n'
+                             'install nvidia-peermem modprobe nvidia ; modprobe -i nvidia-current-peermem $CMDLINE_OPTS\n'
+                             'remove nvidia modprobe -r -i nvidia-drm nvidia-modeset nvidia-peermem nvidia-uvm nvidia\n'
+                             'remove nvidia-modeset modprobe -r -i nvidia-drm nvidia-modeset\n'
+                             'alias char-major-195* nvidia\n'
                              'options nvidia NVreg_DeviceFileMode=0660\n',
                              'nvidia-options.conf': 'options nvidia-current NVreg_EnableGpuFirmware=1\n'}),
+    # Debian's nvidia-kernel-dkms and nvidia-open-kernel-dkms side by side: nvidia-current*.ko
+    # (proprietary, license NVIDIA) and nvidia-current-open*.ko (open, Dual MIT/GPL), all kernel name nvidia*.
+    'debian-both': dict(modules=nvidia_set('nvidia-current', peermem=None)
+                        + nvidia_set('nvidia-current-open', peermem=None, sym='_open', license='Dual MIT/GPL'),
+                        firmware=firmware_files(), modprobe={}),
     # Debian's nvidia-tesla-<branch>-kernel-dkms, two branches installed side by side.
     'tesla': dict(modules=nvidia_set('nvidia-tesla-470', version='470.239.06', firmware=False, peermem=None, sym='_470')
                   + nvidia_set('nvidia-tesla-535', version=OLD_VERSION, peermem=None, sym='_535'),
@@ -117,6 +140,22 @@ TREES = {
                          modprobe={}),
     # The GSP firmware package is not installed.
     'no-firmware': dict(modules=nvidia_set(peermem=None), firmware=firmware_files()[1:], modprobe={}),
+    # The open kernel modules ("Dual MIT/GPL"), GSP firmware not installed: they cannot run without it.
+    'open-no-firmware': dict(modules=nvidia_set(peermem=None, license='Dual MIT/GPL'),
+                             firmware=firmware_files()[1:], modprobe={}),
+    # Firmware where the kernel also looks: /lib/firmware/updates/<release> and /lib/firmware/updates.
+    'firmware-updates': dict(modules=nvidia_set(peermem=None), firmware=[], modprobe={},
+                             firmware_at={'updates/' + KVER: firmware_files()[:1],
+                                          'updates': firmware_files()[1:]}),
+    # Built for the previous release with the same vermagic flags (modversions), next to the running
+    # kernel's own modules: the kernel accepts it (RHEL's weak-updates work this way).
+    'weak': dict(modules=nvidia_set(kver=OLD_KVER, peermem=None) + ipmi(), firmware=firmware_files(), modprobe={}),
+    # Built for the previous release and another configuration (no preempt, no modversions): refused.
+    'stale-flags': dict(modules=nvidia_set(kver=OLD_KVER, peermem=None, flags='SMP mod_unload ') + ipmi(),
+                        firmware=firmware_files(), modprobe={}),
+    # modules.dep names nvidia.ko, but the file was deleted afterwards without depmod.
+    'stale-dep': dict(modules=nvidia_set(peermem=None), firmware=firmware_files(), modprobe={},
+                      remove=['updates/dkms/nvidia.ko']),
 }
 
 
@@ -129,7 +168,7 @@ def module_source(m, kernel_name_of):
     info = ['name=' + m['name']]
     if m['version']:
         info.append('version=' + m['version'])
-    info.append('license=NVIDIA' if m['name'].startswith('nvidia') else 'license=GPL')
+    info.append('license=' + (m['license'] or ('NVIDIA' if m['name'].startswith('nvidia') else 'GPL')))
     for f in m['firmware']:
         info.append('firmware=' + f)
     for a in m['aliases']:
@@ -149,7 +188,7 @@ def module_source(m, kernel_name_of):
         info.append('sig_hashalgo=sha256')
     if m['init_error']:
         info.append('trap_init_error=' + m['init_error'])
-    info.append('vermagic=' + m['kver'] + ' ' + VERMAGIC_FLAGS)
+    info.append('vermagic=' + m['kver'] + ' ' + m['flags'])
     for i, kv in enumerate(info):
         lines.append('static const char modinfo_%d[] __attribute__((section(".modinfo"), used, aligned(1))) = %s;'
                      % (i, c_string(kv)))
@@ -181,8 +220,11 @@ def build_tree(root, tree, cc, depmod, tmp):
         f.write(''.join(o + '\n' for o in order))
     for name in ('modules.builtin', 'modules.builtin.modinfo'):
         open(os.path.join(mdir, name), 'w').close()
-    for fw in tree['firmware']:
-        p = os.path.join(root, 'lib', 'firmware', fw)
+    placed = [('', fw) for fw in tree['firmware']]
+    for sub, files in tree.get('firmware_at', {}).items():
+        placed += [(sub, fw) for fw in files]
+    for sub, fw in placed:
+        p = os.path.join(root, 'lib', 'firmware', sub, fw)
         os.makedirs(os.path.dirname(p), exist_ok=True)
         with open(p, 'wb') as f:
             f.write(b'\x7fGSP fixture firmware\n')
@@ -197,6 +239,8 @@ def build_tree(root, tree, cc, depmod, tmp):
     subprocess.run([depmod, '-C', depmod_d, '-b', root, KVER], check=True)
     if not os.path.exists(os.path.join(mdir, 'modules.dep.bin')):
         sys.exit('depmod wrote no modules.dep.bin in ' + mdir)
+    for rel in tree.get('remove', []):
+        os.unlink(os.path.join(mdir, rel))
 
 
 def main():

@@ -7,7 +7,7 @@
 #   GNA-VM: PASS <check>            GNA-VM: FAIL <check>: <what was wrong>
 #   GNA-VM: LOG <text>              output of the agent/helper, for diagnosis
 # Which checks run depends on the kernel command line: module.sig_enforce=1 → signature checks;
-# lockdown=integrity → lockdown checks; otherwise the main sequence. The host (run-vm-test.sh)
+# lockdown=integrity → lockdown checks; gna.seq=real → Debian's real driver; otherwise the main sequence. The host (run-vm-test.sh)
 # knows the list of checks each boot must report as passed.
 . /gna/expect.env
 
@@ -185,16 +185,53 @@ main_sequence() {
         check enoexec-kernel "the kernel did not refuse the other headers' module with ENOEXEC" \
                 has /tmp/enoexec.log "errno=ENOEXEC"
 
-        # 7. A vermagic naming another release: the kernel would take it (MODVERSIONS), the agent
-        #    must not.
-        drive release NVreg_EnableGpuFirmware=0
-        check vermagic-flagged "the module built for $OTHER_RELEASE was not flagged (or was loaded)" \
-                eval 'absent nvidia && has $out "was built for kernel $OTHER_RELEASE, not the running $K"'
+        # 7. A vermagic naming another release, the rest equal to the running kernel's: the kernel
+        #    takes it (MODVERSIONS), and so does the agent (as RHEL's weak-updates need).
         vm-modctl insmod /gna/ko/release/nvidia-current.ko >/tmp/release.log 2>&1
         show "insmod release" /tmp/release.log
         check vermagic-kernel-accepts "the kernel refused a module whose vermagic differs only in the release" \
                 eval 'has /tmp/release.log "rc=0 " && live nvidia'
         vm-modctl rmmod nvidia >/dev/null 2>&1
+        drive release NVreg_EnableGpuFirmware=0
+        check vermagic-accepted "the module built for $OTHER_RELEASE (vermagic otherwise the kernel's) was refused" \
+                eval 'live nvidia && ! has $out "was built for kernel $OTHER_RELEASE, not the running $K"'
+        modctl main unload nvidia nvidia-uvm nvidia-modeset nvidia-peermem >/dev/null 2>&1
+
+        # 8. modprobe.d as modprobe honours it (Debian's install lines are in /etc/modprobe.d/nvidia.conf
+        #    throughout): an administrator's install command, a softdep, a blacklist, a typo.
+        # modprobe takes the first install line for a name, in file name order: the administrator's
+        # file must sort before Debian's nvidia.conf.
+        echo "install nvidia /bin/false" >/etc/modprobe.d/00-admin.conf
+        drive main NVreg_EnableGpuFirmware=0
+        check install-false-honoured "\"install nvidia /bin/false\" was not honoured (or not reported)" \
+                eval 'absent nvidia && absent nvidia_uvm && has $out "install nvidia /bin/false"'
+        modctl main unload nvidia nvidia-uvm nvidia-modeset nvidia-peermem >/dev/null 2>&1
+        rm -f /etc/modprobe.d/00-admin.conf
+        echo "softdep nvidia-current pre: ipmi_devintf post: nvidia-current-uvm" >/etc/modprobe.d/zz-admin.conf
+        modctl main unload ipmi_devintf >/dev/null 2>&1
+        dmesg -c >/dev/null
+        modctl main load nvidia >/tmp/softdep.log 2>&1
+        show "load nvidia with softdeps" /tmp/softdep.log
+        check softdep-pre-post "softdep pre:/post: written for the Debian file names were not applied in order" \
+                eval 'live ipmi_devintf && live nvidia && live nvidia_uvm && absent nvidia_modeset &&
+                      dmesg_before "nvidia stand-in: loaded" "nvidia-uvm stand-in: loaded"'
+        modctl main unload nvidia nvidia-uvm nvidia-modeset nvidia-peermem >/dev/null 2>&1
+        echo "blacklist nvidia" >/etc/modprobe.d/zz-admin.conf
+        drive main NVreg_EnableGpuFirmware=0
+        check blacklist-ignored "a blacklist line kept nvidia from an explicit load (modprobe loads it)" live nvidia
+        # An administrator's remove command is honoured as modprobe -r honours it (Debian's own
+        # "modprobe -r -i …" remove lines are in nvidia.conf throughout and do not get in the way).
+        echo "remove nvidia /bin/false" >/etc/modprobe.d/00-admin.conf
+        modctl main unload nvidia nvidia-uvm nvidia-modeset nvidia-peermem >/tmp/unload3.log 2>&1
+        show "unload with remove /bin/false" /tmp/unload3.log
+        check remove-false-honoured "\"remove nvidia /bin/false\" was not honoured (or not reported)" \
+                eval 'live nvidia && has /tmp/unload3.log "remove nvidia /bin/false"'
+        rm -f /etc/modprobe.d/00-admin.conf
+        modctl main unload nvidia nvidia-uvm nvidia-modeset nvidia-peermem >/dev/null 2>&1
+        rm -f /etc/modprobe.d/zz-admin.conf
+        drive main NVreg_EnableGpuFirmwar=0
+        check unknown-parameter "a parameter nvidia does not have was not refused by name" \
+                eval 'absent nvidia && has $out "no parameter \"NVreg_EnableGpuFirmwar\""'
 }
 
 sig_enforce_sequence() {
@@ -225,8 +262,60 @@ lockdown_sequence() {
                 has /tmp/ld.log "errno=EPERM"
 }
 
+# Debian's real nvidia-current (the proprietary 535 driver from nvidia-kernel-dkms), with Debian's own
+# modprobe.d files. The guest has no GPU: the module's init fails with ENODEV ("NVRM: No NVIDIA GPU
+# found"), which the agent must say as such, with the PCI state it sees (the dgx-h100-noload fixture:
+# GPUs without a driver).
+real_sequence() {
+        . /gna/real.env
+        vm-modctl --modules=/gna/trees/real/lib/modules/$K --sys=/gna/sys-noload --config=/gna/real-etc/modprobe.d \
+                --firmware=/lib/firmware info nvidia >/tmp/real-info.log 2>&1
+        show "real modinfo" /tmp/real-info.log
+        check real-modinfo "the real module's modinfo (version, vermagic, firmware, softdep, flavour) was not read as modinfo reads it" \
+                eval 'has /tmp/real-info.log "index=nvidia_current " && has /tmp/real-info.log "version=$REAL_VERSION " &&
+                      has /tmp/real-info.log "vermagic=$REAL_VERMAGIC" && has /tmp/real-info.log "firmware=$REAL_FIRMWARE" &&
+                      { [ -z "$REAL_SOFTDEP" ] || has /tmp/real-info.log "softdep=$REAL_SOFTDEP"; } &&
+                      has /tmp/real-info.log "license=$REAL_LICENSE open=no"'
+        cat >/tmp/agent-real.yaml <<EOF
+paths:
+  sys: /gna/sys-noload
+  etc: /gna/real-etc
+  modules: /gna/trees/real/lib/modules
+  pci-ids: /gna/pci.ids
+  state: /tmp/gna-state-real
+  run: /run
+driver:
+  parameters:
+    nvidia: "NVreg_EnableGpuFirmware=0"
+  dkms:
+    enabled: false
+devices:
+  enabled: false
+fabric:
+  persistenced: off
+  fabricmanager: off
+cdi:
+  enabled: false
+labels:
+  enabled: false
+EOF
+        out=/tmp/real-drive.log
+        dmesg -c >/dev/null
+        gpu-node-agent -c /tmp/agent-real.yaml --config-dir=/gna/empty --oneshot --log-level=debug >"$out" 2>&1
+        show "drive real" "$out"
+        dmesg | sed 's/^/GNA-VM: LOG dmesg: /' | grep -i nvrm
+        check real-debian-conf "Debian's install line (modprobe -i nvidia-current) did not lead to nvidia-current.ko" \
+                has "$out" "/updates/dkms/nvidia-current.ko with options"
+        check real-enodev "the real module's ENODEV was not reported as no GPU bound, with the PCI state" \
+                eval 'absent nvidia && has $out "ENODEV; dmesg: \"NVRM: No NVIDIA GPU found\"" &&
+                      has $out "GPUs without a driver: 0000:1b:00.0"'
+        check real-enodev-kernel "the kernel did not say NVRM: No NVIDIA GPU found" \
+                eval 'dmesg | grep -q "NVRM: No NVIDIA GPU found"'
+}
+
 pick_mode
 case " $(cat /proc/cmdline) " in
+*" gna.seq=real "*) real_sequence ;;
 *" module.sig_enforce=1 "*) sig_enforce_sequence ;;
 *" lockdown=integrity "*) lockdown_sequence ;;
 *) main_sequence ;;

@@ -15,10 +15,15 @@
 #                             another release); all with the in-tree ib_core and ipmi modules
 #   /gna/ko/<variant>/        the DKMS-built files, for raw finit_module checks
 #   /gna/expect.env           K, the DKMS key's signer and key id, the other release
+# With REAL (setup.sh's Debian nvidia-current build, optional 9th argument) also:
+#   /gna/trees/real/...       the in-tree modules plus Debian's real nvidia-current*.ko
+#   /gna/real-etc/modprobe.d  Debian's nvidia-kernel-support files as installed (nvidia.conf, ...)
+#   /gna/sys-noload           the dgx-h100-noload node's sys (GPUs without a driver), module state real
+#   /gna/real.env             what the host's modinfo says of the real nvidia-current.ko
 set -euo pipefail
 export PATH=/usr/sbin:/sbin:$PATH
 
-out=$1 K=$2 kdir=$3 mods=$4 agent=$5 modctl=$6 node=$7 pciids=$8
+out=$1 K=$2 kdir=$3 mods=$4 agent=$5 modctl=$6 node=$7 pciids=$8 real=${9:-}
 src=$(cd "$(dirname "$0")" && pwd)
 
 stage=$(mktemp -d "${TMPDIR:-/tmp}/gna-initramfs.XXXXXX")
@@ -81,13 +86,50 @@ mktree main std nvidia-current-peermem
 mktree stub std nvidia-current-peermem-stub
 mktree enoexec enoexec nvidia-current-peermem
 mktree release release nvidia-current-peermem
+if [ -n "$real" ]; then
+        t=gna/trees/real/lib/modules/$K
+        mkdir -p "$t/updates/dkms" gna/real-etc/modprobe.d
+        cp -al gna/kernel/. "$t/"
+        cp "$real"/nvidia-current*.ko "$t/updates/dkms/"
+        depmod -b gna/trees/real "$K"
+        # As Debian's alternatives install them: /etc/modprobe.d/nvidia.conf is nvidia-modprobe.conf.
+        cp "$real/modprobe/nvidia-modprobe.conf" gna/real-etc/modprobe.d/nvidia.conf
+        for f in "$real"/modprobe/*.conf; do
+                case $(basename "$f") in
+                nvidia-modprobe.conf|nvidia-load.conf) ;;
+                *) cp "$f" gna/real-etc/modprobe.d/ ;;
+                esac
+        done
+        cp -a "$(dirname "$node")/dgx-h100-noload/sys" gna/sys-noload
+        rm -rf gna/sys-noload/module gna/sys-noload/kernel/security
+        ln -s /sys/module gna/sys-noload/module
+        mkdir -p gna/sys-noload/kernel
+        ln -s /sys/kernel/security gna/sys-noload/kernel/security
+        rko=$real/nvidia-current.ko
+        {
+                echo "REAL_VERSION='$(modinfo -F version "$rko")'"
+                echo "REAL_VERMAGIC='$(modinfo -F vermagic "$rko")'"
+                echo "REAL_FIRMWARE='$(modinfo -F firmware "$rko" | head -n1)'"
+                echo "REAL_SOFTDEP='$(modinfo -F softdep "$rko" | head -n1)'"
+                echo "REAL_LICENSE='$(modinfo -F license "$rko")'"
+        } >gna/real.env
+fi
 rm -rf gna/kernel
 
+
 # Options for the Debian file name and for the kernel name: both must reach the kernel.
+# Debian's own install/remove lines (nvidia-kernel-support's nvidia.conf) are honoured as modprobe does.
 cat >etc/modprobe.d/nvidia.conf <<'EOF'
 # Debian's nvidia-kernel-dkms names the file nvidia-current; its options may use either name.
 options nvidia-current NVreg_DeviceFileMode=432
 options nvidia NVreg_RegistryDwords=RMTestKey=1
+install nvidia modprobe -i nvidia-current $CMDLINE_OPTS
+install nvidia-modeset modprobe nvidia ; modprobe -i nvidia-current-modeset $CMDLINE_OPTS
+install nvidia-drm modprobe nvidia-modeset ; modprobe -i nvidia-current-drm $CMDLINE_OPTS
+install nvidia-uvm modprobe nvidia ; modprobe -i nvidia-current-uvm $CMDLINE_OPTS
+install nvidia-peermem modprobe nvidia ; modprobe -i nvidia-current-peermem $CMDLINE_OPTS
+remove nvidia modprobe -r -i nvidia-drm nvidia-modeset nvidia-peermem nvidia-uvm nvidia
+remove nvidia-modeset modprobe -r -i nvidia-drm nvidia-modeset
 EOF
 
 cat >gna/expect.env <<EOF

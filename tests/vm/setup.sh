@@ -11,8 +11,9 @@
 # Everything lands in CACHE_DIR/<release>/ (about 10 MB), keyed by the kernel release because old
 # ABIs leave the Debian archive at point releases:
 #   kernel/vmlinuz
-#   kernel/lib/modules/<K>/   ib_core and ipmi closures, modules.builtin*, modules.order (depmod'd)
+#   kernel/lib/modules/<K>/   ib_core, ipmi and drm closures, modules.builtin*, modules.order (depmod'd)
 #   dkms-<hash>/{std,enoexec,release}/*.ko   <hash> covers dkms-src/ and this script
+#   nvidia-real-<version>/    Debian's real nvidia-current modules and modprobe.d files (see below)
 # DKMS runs with private --dkmstree/--sourcetree/--installtree and --no-depmod, so the host's DKMS
 # state and /lib/modules are never touched; only DKMS's MOK key (/var/lib/dkms/mok.{key,pub}) is
 # shared, created by dkms itself on first use exactly as on a real host. Runs hold a lock on
@@ -58,7 +59,11 @@ tmp=$(mktemp -d "$dir/.tmp.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 
 # --- the stock kernel, unpacked --------------------------------------------------------------------
-if [ ! -e "$dir/kernel/.done" ]; then
+# The in-tree modules the tests load, each with its dependency closure: ib_core (nvidia-peermem's
+# dependency), the ipmi stack the driver stage loads best effort, drm (the real nvidia's dependency).
+# .done holds this list: a cache made for another list is made again.
+intree="ib_core ipmi_devintf drm"
+if [ "$(cat "$dir/kernel/.done" 2>/dev/null)" != "$intree" ]; then
         start=$SECONDS
         rm -rf "$dir/kernel"
         log "downloading linux-image-$K"
@@ -71,9 +76,7 @@ if [ ! -e "$dir/kernel/.done" ]; then
         cp "$tmp/root/boot/vmlinuz-$K" "$dir/.kernel.new/vmlinuz"
         cp "$tmp/root/lib/modules/$K"/modules.builtin* "$tmp/root/lib/modules/$K/modules.order" \
                 "$dir/.kernel.new/lib/modules/$K/"
-        # The in-tree modules the tests load: ib_core (nvidia-peermem's dependency) and the ipmi stack
-        # the driver stage loads best effort, each with its dependency closure.
-        for m in ib_core ipmi_devintf; do
+        for m in $intree; do
                 modprobe -d "$tmp/root" -S "$K" --show-depends "$m" | awk '$1 == "insmod" { print $2 }'
         done | sort -u | while read -r ko; do
                 rel=${ko#"$tmp/root/"}
@@ -82,8 +85,9 @@ if [ ! -e "$dir/kernel/.done" ]; then
         done
         depmod -b "$dir/.kernel.new" "$K"
         rm -rf "$tmp/root"
+        rm -rf "$dir/kernel"
         mv "$dir/.kernel.new" "$dir/kernel"
-        touch "$dir/kernel/.done"
+        echo "$intree" >"$dir/kernel/.done"
         log "kernel $K unpacked in $((SECONDS - start)) s"
 fi
 
@@ -143,6 +147,60 @@ if [ ! -e "$mods/.done" ]; then
         log "stand-in modules built by dkms in $((SECONDS - start)) s"
 fi
 
+# --- Debian's real NVIDIA driver, built by the real dkms (item 6 of issue 16) ------------------------
+# nvidia-kernel-dkms (the proprietary modules' source) and nvidia-kernel-support (modprobe.d files)
+# fetched with `apt-get download` through a private apt configuration (bookworm with contrib and
+# non-free; the host's sources are never used or changed), built once for $K with private DKMS trees
+# (minutes), cached by driver version under $dir/nvidia-real-<version>/:
+#   *.ko        nvidia-current*.ko as dkms installs them
+#   modprobe/   Debian's /etc/nvidia/current/*.conf (installed as /etc/modprobe.d/nvidia*.conf)
+# GNA_VM_REAL_NVIDIA=0 leaves it out (the "real" boot is then not run, and the run says so).
+real=
+if [ "${GNA_VM_REAL_NVIDIA:-1}" != 0 ]; then
+        for d in "$dir"/nvidia-real-*/; do
+                [ -e "$d.done" ] && real=${d%/}
+        done
+        if [ -z "$real" ]; then
+                start=$SECONDS
+                apt_dir=$cache/apt
+                mkdir -p "$apt_dir/lists/partial" "$apt_dir/cache/archives/partial" "$apt_dir/debs"
+                for suite in bookworm bookworm-updates; do
+                        echo "deb http://deb.debian.org/debian $suite main contrib non-free non-free-firmware"
+                done >"$apt_dir/sources.list"
+                echo "deb http://deb.debian.org/debian-security bookworm-security main contrib non-free non-free-firmware" \
+                        >>"$apt_dir/sources.list"
+                apt_opts=(-o "Dir::Etc::SourceList=$apt_dir/sources.list" -o Dir::Etc::SourceParts=/dev/null
+                          -o "Dir::State::Lists=$apt_dir/lists" -o "Dir::Cache=$apt_dir/cache" -o Debug::NoLocking=1
+                          -o APT::Sandbox::User=root)
+                log "fetching nvidia-kernel-dkms and nvidia-kernel-support (private apt configuration)"
+                apt-get -q "${apt_opts[@]}" update >&2
+                rm -f "$apt_dir/debs"/*.deb
+                (cd "$apt_dir/debs" && apt-get -q "${apt_opts[@]}" download nvidia-kernel-dkms nvidia-kernel-support >&2)
+                rm -rf "$tmp/real" && mkdir -p "$tmp/real/x" "$tmp/real/dkms" "$tmp/real/install/$K"
+                for deb in "$apt_dir/debs"/*.deb; do dpkg-deb -x "$deb" "$tmp/real/x"; done
+                rver=$(ls "$tmp/real/x/usr/src" | sed -n 's/^nvidia-current-//p' | head -n1)
+                [ -n "$rver" ] || { echo "vm-setup: nvidia-kernel-dkms has no /usr/src/nvidia-current-*." >&2; exit 1; }
+                d=(--dkmstree "$tmp/real/dkms" --sourcetree "$tmp/real/x/usr/src" --installtree "$tmp/real/install")
+                log "dkms build nvidia-current/$rver -k $K (Debian's real driver; minutes)"
+                if ! { dkms add "${d[@]}" "nvidia-current/$rver" &&
+                       dkms build "${d[@]}" "nvidia-current/$rver" -k "$K" &&
+                       dkms install "${d[@]}" --no-depmod "nvidia-current/$rver" -k "$K"; } >"$tmp/real.log" 2>&1; then
+                        tail -n 50 "$tmp/real.log" >&2
+                        find "$tmp/real/dkms" -name make.log -exec tail -n 50 {} + >&2 2>/dev/null || true
+                        echo "vm-setup: dkms failed to build Debian's nvidia-current $rver; log above." >&2
+                        exit 1
+                fi
+                real=$dir/nvidia-real-$rver
+                rm -rf "$dir"/nvidia-real-*
+                mkdir -p "$real/modprobe"
+                cp "$tmp/real/install/$K"/updates/dkms/nvidia-current*.ko "$real/"
+                cp "$tmp/real/x/etc/nvidia/current"/*.conf "$real/modprobe/"
+                touch "$real/.done"
+                log "Debian's nvidia-current $rver built by dkms in $((SECONDS - start)) s"
+        fi
+fi
+
 echo "K=$K"
 echo "DIR=$dir"
 echo "MODS=$mods"
+echo "REAL=$real"

@@ -89,6 +89,11 @@ static int cmd_info(ModuleContext *c, int argc, char **argv) {
         printf("info name=%s index=%s file=%s version=%s signer=%s depends=%s\n", info->kernel_name,
                info->index_name, info->filename, strna(info->version), strna(info->signer), strna(deps));
         printf("info vermagic=%s\n", strna(info->vermagic));
+        STRV_FOREACH(f, info->firmware)
+                printf("info firmware=%s\n", *f);
+        STRV_FOREACH(sd, info->softdeps)
+                printf("info softdep=%s\n", *sd);
+        printf("info license=%s open=%s\n", strna(info->license), module_info_is_open(info) ? "yes" : "no");
         return 0;
 }
 
