@@ -58,7 +58,10 @@ class Sim:
                 text = f.read()
             with open(path, "w") as f:
                 f.write(text.replace("550.127.05", VERSION))
-        modules = os.path.join(KMOD_TREES, tree, "lib/modules")
+        # The node is prepared with the matching tree: since the driver stage checks the installed module
+        # against the loaded one, a preparation on another tree fails by design. The tree the test asks
+        # for replaces it afterwards (an upgrade installed after the agent prepared the node).
+        modules = os.path.join(KMOD_TREES, "debian", "lib/modules")
         self.dev = os.path.join(tmp, "dev")
         self.run = os.path.join(tmp, "run")
         self.features = os.path.join(tmp, "features.d")
@@ -81,6 +84,11 @@ class Sim:
                            capture_output=True, text=True, timeout=60)
         check(p.returncode == 0, "the agent's --oneshot preparation failed:\n" + p.stdout + p.stderr)
         self.cdi = os.path.join(self.run, "cdi/nvidia.yaml")
+        if tree != "debian":
+            with open(self.config) as f:
+                text = f.read()
+            with open(self.config, "w") as f:
+                f.write(text.replace(modules, os.path.join(KMOD_TREES, tree, "lib/modules")))
 
     def doctor(self, *args, env=None):
         e = dict(self.env)
