@@ -74,6 +74,7 @@ typedef struct Manager {
         struct ModuleContext *module_ctx;/* libkmod for the running kernel, created on first use */
         struct DkmsRun *dkms_run;        /* a DKMS build in flight, NULL otherwise */
         struct ModuleLoadJob *module_load; /* module inserts in flight in a child process (stage-driver.c) */
+        struct ModuleChild *peermem_insert; /* nvidia-peermem's insert in flight in a child (stage-driver.c) */
         char *dkms_state;                /* DkmsState property: "idle", "building …", "failed: …", "built …" */
         char **module_rows;              /* Modules property: "name\tstate\tdetail" per module, in load order */
         struct FabricOp *fabric_op;      /* a unit start in flight */

@@ -394,9 +394,9 @@ static void on_plan_read(GpuNvmlWorker *w, int r, const uint8_t *data, size_t le
         if (r >= 0 && (r = mig_states_job_result(data, len, &states, &n)) < 0)
                 error = "the NVML worker sent a malformed answer";
         if (r < 0) {
-                plan_refuse(mm, r, strprintf("%s the MIG layout cannot be read: %s", mm->plan.recovery
-                                             ? "An interrupted MIG apply was found, but" : "NVML failed:",
-                                             strna(error)));
+                plan_refuse(mm, r, strprintf(mm->plan.recovery
+                                             ? "An interrupted MIG apply was found, but its GPUs cannot be read: %s"
+                                             : "Reading the MIG layout before the apply failed: %s", strna(error)));
                 return;
         }
         if (mm->plan.recovery)
