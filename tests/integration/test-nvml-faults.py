@@ -519,10 +519,35 @@ def test_daemon_never_maps_nvml():
             d.close()
 
 
+def test_slow_gpu_reset():
+    """The latency model's GPU reset (fake-nvml-ctl, the reset program, `reset:*:MS`): an A100 MIG mode
+    change waits for a 2 s reset per GPU. The reset is a child process: D-Bus answers within 100 ms and
+    the watchdog keeps its period meanwhile, and the apply takes at least the resets' time."""
+    with TempDir() as tmp:
+        ctl_fake = os.path.join(os.path.dirname(os.environ["GNA_FAKE_NVML"]), "fake-nvml-ctl")
+        d = Daemon(tmp, "a100-pcie", dropin=mig_dropin(selected=False),
+                   env=fault_env(tmp, FAKE_NVML_DELAY="reset:*:2000", GNA_MIG_RESET_PROGRAM=ctl_fake))
+        try:
+            t0 = time.monotonic()
+            call = _apply_async(d, "all-1g.10gb")
+            times = probe_reads(d, 30 * SCALE, lambda: call.poll() is None)
+            out, err = call.communicate(timeout=60 * SCALE)
+            took = time.monotonic() - t0
+            check(call.returncode == 0 and '"success"' in out, "ApplyMigConfig: %d %s %s" % (call.returncode, out, err))
+            check_reads(times, "two 2 s GPU resets")
+            check_watchdog(d, t0, time.monotonic(), "two 2 s GPU resets")
+            note("ApplyMigConfig with two 2 s GPU resets took %.1f s", took)
+            check(took >= 4.0, "the apply took %.1f s: the resets' delay was not applied" % took)
+            d.stop_clean()
+        finally:
+            d.close()
+
+
 TESTS = [test_hang_in_init, test_hang_in_gpu_read, test_crash_in_library, test_sigterm_during_hung_call,
          test_reconcile_coalesced, test_unprivileged_mig_reads_rate_limited, test_hang_in_mig_create_at_start,
          test_hang_and_crash_in_mig_create_over_dbus, test_hang_in_mig_read_assert_export,
-         test_hang_and_crash_in_mig_planning_read, test_hang_in_mig_planning_read_at_start, test_daemon_never_maps_nvml]
+         test_hang_and_crash_in_mig_planning_read, test_hang_in_mig_planning_read_at_start, test_daemon_never_maps_nvml,
+         test_slow_gpu_reset]
 
 if __name__ == "__main__":
     sys.exit(tap_main(TESTS, sys.argv[1:]))
