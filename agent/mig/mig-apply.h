@@ -121,6 +121,8 @@ typedef struct MigGpuStepsJob {
         const MigGpuRun *run;
         MigJournal *journal;        /* NULL: none */
         const MigGpuState *restore_to;
+        const MigGpuState *known;   /* the GPU as read before the apply (NULL: unknown): the read after the
+                                     * steps then covers only what they can have changed */
         bool read_only;
 } MigGpuStepsJob;
 

@@ -662,3 +662,111 @@ char *mig_state_layout_summary(const MigGpuState *g) {
                 }
         return strv_join(parts, ", ");
 }
+
+int mig_state_read_layout(GpuNvml *n, const MigGpuState *known, const unsigned *gi_profile_ids, size_t n_gi_profile_ids,
+                          const unsigned *ci_profile_ids, size_t n_ci_profile_ids, MigGpuState *ret, char **ret_error) {
+        _cleanup_(mig_gpu_state_done) MigGpuState g = {};
+        unsigned current = 0, pending = 0;
+        nvmlDevice_t d = NULL;
+        int r;
+
+        assert(n && known && ret);
+
+        /* What a MIG write cannot change comes from known: identity and the profile table. */
+        r = mig_state_copy_layout(known, &g);
+        if (r < 0)
+                return r;
+        g.n_gis = 0;
+        for (size_t i = 0; i < known->n_gis; i++)
+                mig_gi_state_done(&g.gis[i]);
+        g.gis = mfree(g.gis);
+        g.busy = false;
+        if (known->n_gi_profiles > 0) {
+                r = gi_profiles_copy(known->gi_profiles, known->n_gi_profiles, &g.gi_profiles, &g.n_gi_profiles);
+                if (r < 0)
+                        return r;
+        }
+        if (!known->mig_capable) {
+                *ret = g;
+                g = (MigGpuState) {};
+                return 0;
+        }
+
+        r = mig_state_device(n, known->pci_address, &d);
+        if (r == -ENODEV)
+                return r;
+        if (r < 0)
+                return failed(n, known->pci_address, r, ret_error);
+        r = gpu_nvml_device_get_mig_mode(n, d, &current, &pending);
+        if (r < 0)
+                return failed(n, known->pci_address, r, ret_error);
+        g.mig_current = current == NVML_DEVICE_MIG_ENABLE;
+        g.mig_pending = pending == NVML_DEVICE_MIG_ENABLE;
+        if (!g.mig_current) {
+                *ret = g;
+                g = (MigGpuState) {};
+                return 0;
+        }
+
+        for (size_t i = 0; i < n_gi_profile_ids; i++) {
+                nvmlGpuInstance_t gis[MAX_INSTANCES];
+                unsigned count = ELEMENTSOF(gis);
+
+                r = gpu_nvml_device_get_gpu_instances(n, d, gi_profile_ids[i], gis, &count);
+                if (r == -EOPNOTSUPP || r == -EINVAL)
+                        continue;
+                if (r < 0)
+                        return failed(n, known->pci_address, r, ret_error);
+                for (unsigned k = 0; k < count; k++) {
+                        nvmlGpuInstanceInfo_t info = {};
+                        const MigGiProfile *p;
+                        MigGiState *gi;
+
+                        r = gpu_nvml_gpu_instance_get_info(n, gis[k], &info);
+                        if (r < 0)
+                                return failed(n, known->pci_address, r, ret_error);
+                        gi = realloc(g.gis, (g.n_gis + 1) * sizeof *gi);
+                        if (!gi)
+                                return -ENOMEM;
+                        g.gis = gi;
+                        gi = &g.gis[g.n_gis++];
+                        *gi = (MigGiState) { .id = info.id, .profile_id = info.profileId,
+                                             .start = info.placement.start, .size = info.placement.size };
+                        gi->ci_ids = calloc(MAX_INSTANCES, sizeof *gi->ci_ids);
+                        gi->ci_profile_ids = calloc(MAX_INSTANCES, sizeof *gi->ci_profile_ids);
+                        if (!gi->ci_ids || !gi->ci_profile_ids)
+                                return -ENOMEM;
+                        p = mig_state_gi_profile(&g, info.profileId);
+                        for (size_t c = 0; c < n_ci_profile_ids; c++) {
+                                nvmlComputeInstance_t cis[MAX_INSTANCES];
+                                unsigned n_cis = ELEMENTSOF(cis);
+                                bool listed = !p;
+
+                                /* Only CI profiles this GI profile takes (when the table says). */
+                                for (size_t q = 0; p && q < p->n_ci_profiles; q++)
+                                        listed = listed || p->ci_profiles[q].id == ci_profile_ids[c];
+                                if (!listed)
+                                        continue;
+                                r = gpu_nvml_gpu_instance_get_compute_instances(n, gis[k], ci_profile_ids[c], cis, &n_cis);
+                                if (r == -EOPNOTSUPP || r == -EINVAL)
+                                        continue;
+                                if (r < 0)
+                                        return failed(n, known->pci_address, r, ret_error);
+                                for (unsigned m = 0; m < n_cis && gi->n_cis < MAX_INSTANCES; m++) {
+                                        nvmlComputeInstanceInfo_t ci = {};
+
+                                        r = gpu_nvml_compute_instance_get_info(n, cis[m], &ci);
+                                        if (r < 0)
+                                                return failed(n, known->pci_address, r, ret_error);
+                                        gi->ci_ids[gi->n_cis] = ci.id;
+                                        gi->ci_profile_ids[gi->n_cis++] = ci.profileId;
+                                }
+                        }
+                }
+        }
+        if (g.n_gis > 1)
+                qsort(g.gis, g.n_gis, sizeof *g.gis, gi_compare);
+        *ret = g;
+        g = (MigGpuState) {};
+        return 0;
+}
