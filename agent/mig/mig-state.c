@@ -373,10 +373,16 @@ static int read_cis(GpuNvml *n, nvmlGpuInstance_t handle, MigModelFacts *facts, 
         if (!gi->ci_ids || !gi->ci_profile_ids)
                 return -ENOMEM;
 
-        for (size_t i = 0; i < p->n_ci_profiles; i++) {
+        /* Largest CI profile first (a GI usually holds one CI of its full size): once the CIs found use
+         * all of the GI's compute slices, no other CI can exist, and the smaller profiles are not asked. */
+        unsigned used = 0;
+        for (size_t j = p->n_ci_profiles; j > 0; j--) {
                 nvmlComputeInstance_t cis[MAX_INSTANCES];
                 unsigned count = ELEMENTSOF(cis);
+                size_t i = j - 1;
 
+                if (p->slices > 0 && used >= p->slices)
+                        break;
                 r = gpu_nvml_gpu_instance_get_compute_instances(n, handle, p->ci_profiles[i].id, cis, &count);
                 if (r == -EOPNOTSUPP || r == -EINVAL)
                         continue;
@@ -390,6 +396,7 @@ static int read_cis(GpuNvml *n, nvmlGpuInstance_t handle, MigModelFacts *facts, 
                                 return r;
                         gi->ci_ids[gi->n_cis] = info.id;
                         gi->ci_profile_ids[gi->n_cis++] = info.profileId;
+                        used += p->ci_profiles[i].slices;
                 }
         }
         /* By CI id, as nvidia-smi lists them. */
@@ -405,7 +412,25 @@ static int read_cis(GpuNvml *n, nvmlGpuInstance_t handle, MigModelFacts *facts, 
         return 0;
 }
 
+/* Whether every placement of p overlaps a memory slice in occupied: then no GI of p can exist (GIs never
+ * overlap), and NVML need not be asked. */
+static bool profile_cannot_fit(const MigGiProfile *p, uint64_t occupied) {
+        if (p->n_starts == 0 || p->memory_slices == 0)
+                return false;
+        for (size_t i = 0; i < p->n_starts; i++) {
+                uint64_t mask;
+
+                if (p->starts[i] + p->memory_slices > 64)
+                        return false;
+                mask = (p->memory_slices >= 64 ? ~UINT64_C(0) : (UINT64_C(1) << p->memory_slices) - 1) << p->starts[i];
+                if (!(occupied & mask))
+                        return false;
+        }
+        return true;
+}
+
 static int read_gis(GpuNvml *n, nvmlDevice_t d, MigModelFacts *facts, MigGpuState *g) {
+        uint64_t occupied = 0; /* memory slices of the GIs found so far */
         int r;
 
         for (size_t i = 0; i < g->n_gi_profiles; i++) {
@@ -413,6 +438,8 @@ static int read_gis(GpuNvml *n, nvmlDevice_t d, MigModelFacts *facts, MigGpuStat
                 nvmlGpuInstance_t gis[MAX_INSTANCES];
                 unsigned count = ELEMENTSOF(gis);
 
+                if (profile_cannot_fit(p, occupied))
+                        continue;
                 r = gpu_nvml_device_get_gpu_instances(n, d, p->id, gis, &count);
                 if (r < 0)
                         return r;
@@ -430,6 +457,8 @@ static int read_gis(GpuNvml *n, nvmlDevice_t d, MigModelFacts *facts, MigGpuStat
                         gi = &g->gis[g->n_gis++];
                         *gi = (MigGiState) { .id = info.id, .profile_id = info.profileId,
                                              .start = info.placement.start, .size = info.placement.size };
+                        for (unsigned m = info.placement.start; m < info.placement.start + info.placement.size && m < 64; m++)
+                                occupied |= UINT64_C(1) << m;
                         r = read_cis(n, gis[k], facts, p, k == 0, gi);
                         if (r < 0)
                                 return r;
