@@ -169,11 +169,13 @@ void manager_nvml_stop(Manager *m, const char *why);
 int manager_nvml_read_async(Manager *m, char *const *addresses, GpuNvmlJobFunc fn, GpuNvmlJobDone done,
                             void *userdata, char **ret_error);
 
-/* Re-reads the NVML snapshot on the MIG reader after a MIG change and publishes it (D-Bus, m->nvml_snapshot;
- * on failure NVML counts as unavailable until the next nvml stage); then cb (from the loop) with the
- * result. Errors to start as manager_nvml_read_async(). */
+/* Re-reads, on the MIG reader after a MIG change, only the GPUs a MIG write changed (pci_addresses; NULL:
+ * every GPU) — a MIG write changes nothing else — and publishes the snapshot with them replaced (D-Bus,
+ * m->nvml_snapshot; on failure NVML counts as unavailable until the next nvml stage); then cb (from the
+ * loop) with the result. Errors to start as manager_nvml_read_async(). */
 typedef void (*ManagerRefreshDone)(Manager *m, int r, const char *error, void *userdata);
-int manager_nvml_refresh_async(Manager *m, ManagerRefreshDone cb, void *userdata, char **ret_error);
+int manager_nvml_refresh_async(Manager *m, char *const *pci_addresses, ManagerRefreshDone cb, void *userdata,
+                               char **ret_error);
 
 /* Name of the Stage property: "starting", the running stage's name, or "ready" between passes. */
 const char *manager_stage_name(const Manager *m);

@@ -64,7 +64,7 @@ static void on_refreshed(Manager *m, int r, const char *error, void *userdata) {
         after_change_finish(userdata, r < 0 ? strna(error) : NULL);
 }
 
-static void after_change(Manager *m, bool recovered, int r, char *message) {
+static void after_change(Manager *m, char *const *changed_gpus, bool recovered, int r, char *message) {
         _cleanup_free_ char *error = NULL;
         AfterChange *ac = calloc(1, sizeof *ac);
 
@@ -74,7 +74,7 @@ static void after_change(Manager *m, bool recovered, int r, char *message) {
                 return;
         }
         *ac = (AfterChange) { .m = m, .recovered = recovered, .r = r, .message = message };
-        if (manager_nvml_refresh_async(m, on_refreshed, ac, &error) < 0)
+        if (manager_nvml_refresh_async(m, changed_gpus, on_refreshed, ac, &error) < 0)
                 after_change_finish(ac, strna(error));
 }
 
@@ -92,7 +92,7 @@ static void on_applied(MigManager *mm, const MigApplyOutcome *o, void *userdata)
         if (streq(o->state, "failed") && r >= 0)
                 r = -EIO;
         if (o->changed) {
-                after_change(m, false, r < 0 ? r : STAGE_DONE, TAKE_PTR(message));
+                after_change(m, o->changed_gpus, false, r < 0 ? r : STAGE_DONE, TAKE_PTR(message));
                 return;
         }
         message = with_recovery(m, TAKE_PTR(message));
@@ -133,7 +133,7 @@ static void on_recovered(MigManager *mm, const MigApplyOutcome *o, void *userdat
         int r;
 
         if (o->changed) {
-                after_change(m, true, 0, NULL);
+                after_change(m, o->changed_gpus, true, 0, NULL);
                 return;
         }
         r = apply_selected(m, &message);

@@ -164,11 +164,48 @@ int manager_nvml_read_async(Manager *m, char *const *addresses, GpuNvmlJobFunc f
         return r;
 }
 
+/* The published snapshot with the GPUs of fresh (a read of some of them) replaced; fresh is taken. The
+ * GPUs keep the NVML index the full read gave them (a read of a few numbers them from 0 where the driver
+ * has no nvmlDeviceGetIndex). NULL on OOM. */
+static NvmlSnapshot *snapshot_merge(const NvmlSnapshot *old, NvmlSnapshot *fresh) {
+        _cleanup_(nvml_snapshot_freep) NvmlSnapshot *in = fresh, *copy = NULL;
+        _cleanup_(wire_buf_done) WireBuf b = {};
+        WireReader rd;
+
+        wire_put_snapshot(&b, old);
+        if (b.oom)
+                return NULL;
+        rd = (WireReader) { .p = b.data, .left = b.len };
+        if (wire_get_snapshot(&rd, &copy) < 0)
+                return NULL;
+        for (size_t i = 0; i < in->n_gpus; i++)
+                for (size_t k = 0; k < copy->n_gpus; k++) {
+                        if (!streq(copy->gpus[k].pci_address, in->gpus[i].pci_address))
+                                continue;
+                        in->gpus[i].nvml_index = copy->gpus[k].nvml_index;
+                        gpu_info_done(&copy->gpus[k]);
+                        copy->gpus[k] = in->gpus[i];
+                        in->gpus[i] = (GpuInfo) {};
+                        break;
+                }
+        STRV_FOREACH(w, in->warnings)
+                if (strv_extend(&copy->warnings, *w) < 0)
+                        return NULL;
+        return TAKE_PTR(copy);
+}
+
 static void on_refreshed(GpuNvmlWorker *w, int r, NvmlSnapshot *snap, const char *error, void *userdata) {
         Manager *m = userdata;
         ManagerRefreshDone cb = TAKE_PTR(m->refresh_cb);
         void *ud = TAKE_PTR(m->refresh_userdata);
 
+        if (r >= 0 && m->nvml_snapshot) {
+                snap = snapshot_merge(m->nvml_snapshot, snap);
+                if (!snap) {
+                        r = -ENOMEM;
+                        error = "Out of memory.";
+                }
+        }
         if (r < 0)
                 /* Start from scratch: the driver may have been unloaded or reset. The next nvml stage reads. */
                 nvml_publish(m, NULL);
@@ -184,7 +221,8 @@ static void on_refreshed(GpuNvmlWorker *w, int r, NvmlSnapshot *snap, const char
 
 /* After a MIG change (the writes ran in NVML workers): the new layout for cdi and labels, read by the MIG
  * reader — which keeps its handle and caches — never in this process. */
-int manager_nvml_refresh_async(Manager *m, ManagerRefreshDone cb, void *userdata, char **ret_error) {
+int manager_nvml_refresh_async(Manager *m, char *const *pci_addresses, ManagerRefreshDone cb, void *userdata,
+                               char **ret_error) {
         _cleanup_strv_free_ char **addresses = NULL;
         int r;
 
@@ -192,9 +230,12 @@ int manager_nvml_refresh_async(Manager *m, ManagerRefreshDone cb, void *userdata
         r = reader_get(m, ret_error);
         if (r < 0)
                 return r;
-        r = gpu_addresses(m, &addresses);
-        if (r < 0)
-                return r;
+        if (pci_addresses && *pci_addresses)
+                addresses = strv_copy(pci_addresses);
+        else
+                r = gpu_addresses(m, &addresses);
+        if (r < 0 || !addresses)
+                return -ENOMEM;
         r = gpu_nvml_worker_snapshot(m->nvml_reader, m->config->nvml.library, addresses, m->config->nvml.timeout_usec,
                                      (unsigned) strv_length(addresses), on_refreshed, m);
         if (r < 0) {

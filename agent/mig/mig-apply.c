@@ -95,6 +95,7 @@ struct MigApply {
         Spawn *reset;                 /* the GPU reset child, NULL when none runs */
         char *reset_output;           /* the last non-empty line it printed */
 
+        char **changed_gpus;          /* PCI addresses of the GPUs written to */
         char **lines;                 /* per GPU and per problem: the result message */
         char **log;
         int error;
@@ -297,7 +298,10 @@ static void gpu_finish(MigApply *a, const char *result) {
 
         if (a->journal)
                 (void) mig_journal_gpu_end(a->journal, p->pci_address, result);
-        a->changed = a->changed || a->run.wrote || a->rollback_run.wrote;
+        if (a->run.wrote || a->rollback_run.wrote) {
+                a->changed = true;
+                (void) strv_extend(&a->changed_gpus, p->pci_address);
+        }
         mig_gpu_run_done(&a->run);
         mig_gpu_run_done(&a->rollback_run);
         mig_gpu_plan_done(&a->rollback);
@@ -548,6 +552,7 @@ static void finish(MigApply *a) {
                 .state = a->failed ? MIG_CONFIG_FAILED : a->rebooting ? MIG_CONFIG_REBOOTING : MIG_CONFIG_SUCCESS,
                 .error = a->error,
                 .changed = a->changed,
+                .changed_gpus = a->changed_gpus,
                 .log = a->log,
         };
 
@@ -797,6 +802,7 @@ MigApply *mig_apply_free(MigApply *a) {
         free(a->journal_path);
         free(a->gpu_error);
         strv_free(a->lines);
+        strv_free(a->changed_gpus);
         strv_free(a->log);
         return mfree(a);
 }

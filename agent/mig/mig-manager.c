@@ -241,12 +241,14 @@ static void on_apply_finished(MigApply *a, const MigApplyResult *res, void *user
         }
 
         /* res belongs to a: done with it. The callback may start the next apply. */
+        _cleanup_strv_free_ char **changed_gpus = strv_copy(res->changed_gpus);
         MigApplyOutcome o = {
                 .error = res->error,
                 .config = name,
                 .state = state,
                 .message = message,
                 .changed = res->changed,
+                .changed_gpus = changed_gpus, /* NULL (on OOM too): every GPU is re-read */
         };
         mm->apply = mig_apply_free(a);
         mm->cb = NULL;

@@ -23,6 +23,7 @@ typedef struct MigApplyOutcome {
         const char *state;          /* "success", "rebooting" or "failed" */
         const char *message;        /* what happened, one line */
         bool changed;               /* MIG devices changed: CDI, device nodes and labels need a refresh */
+        char *const *changed_gpus;  /* the PCI addresses of the GPUs that changed (valid during the call) */
         bool refused;               /* nothing was started: the GPUs could not be read, the planner rejected
                                      * the config (-EINVAL), a GPU has compute processes (-EBUSY) */
 } MigApplyOutcome;
