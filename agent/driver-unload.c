@@ -1,11 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /* Owns Unload(): taking the NVIDIA driver out of the kernel for a driver upgrade, as specs/driver.md
  * "Unload" says. First the units the fabric stage started are stopped (nvidia-persistenced keeps the
- * GPU open), one after the other on the event loop; then, in one go so that no stage can open the
- * GPU in between, NVML is closed (our own handle holds /dev/nvidia*), the holders are collected —
- * processes with a /dev/nvidia* node open and modules holding nvidia other than the driver's own —
- * and either the call is refused with that list, or the modules are removed holders first, never
- * forced. Afterwards the driver, devices and fabric stages keep their hands off ("held") until
+ * GPU open), one after the other on the event loop; then the NVML workers are killed (their handles
+ * hold /dev/nvidia*), the holders are collected — processes with a /dev/nvidia* node open and modules
+ * holding nvidia other than the driver's own — and either the call is refused with that list, or the
+ * modules are removed holders first, never forced, in a child process (module-child.h: a module's exit
+ * runs in the kernel and may take long); the stages stay away meanwhile ("held"). Afterwards the driver, devices and fabric stages keep their hands off ("held") until
  * Reconcile(), Reload() or a restart: a device event must not load the old driver again in the middle
  * of an upgrade. The method call is answered when all that is done. */
 #include <unistd.h>
@@ -186,10 +186,10 @@ static void unload_modules_now(DriverUnload *u) {
         ModuleContext *ctx = NULL;
         int r;
 
-        /* Our own NVML handle keeps /dev/nvidia* open; so would a stage that opened it again, which
-         * is why everything from here on happens in this one callback. The worker's is killed (it
-         * may not be gone yet when the holders are looked at: it is ours, and the kernel's refcount
-         * settles when it is reaped). */
+        /* The NVML workers' handles keep /dev/nvidia* open; so would a stage that opened NVML again,
+         * which the hold (u->held) prevents until the removals are done. The workers are killed (they
+         * may not be gone yet when the holders are looked at: they are ours, and the kernel's refcount
+         * settles when they are reaped). */
         manager_nvml_stop(m, "NVML was closed for Unload(): the driver is being removed");
 
         r = gpu_holders_collect(m->config->paths.proc, m->config->paths.sys, m->config->paths.dev, getpid(),
