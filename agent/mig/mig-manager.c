@@ -54,6 +54,10 @@ struct MigManager {
                 sd_event_source *defer;   /* delivers a refusal from the next iteration */
                 MigApplyOutcome refusal;
                 char *refusal_message;
+                /* A request reports "pending" from its start; a refusal by the planner puts back: */
+                bool reported;
+                char *prev_name, *prev_message;
+                MigConfigState prev_state;
         } plan;
 
         bool journal_checked;         /* recovery runs once per MigManager (= per start) */
@@ -91,6 +95,8 @@ static void plan_done(MigManager *mm) {
         strv_free(mm->plan.addresses);
         sd_event_source_disable_unref(mm->plan.defer);
         free(mm->plan.refusal_message);
+        free(mm->plan.prev_name);
+        free(mm->plan.prev_message);
         mm->plan = (typeof(mm->plan)) {};
 }
 
@@ -326,7 +332,10 @@ static void plan_refuse(MigManager *mm, int r, char *message) {
         /* NVML not answering is a reason the next pass may not have: the request stays selected. */
         if (mm->plan.request && (r == -ENODEV || r == -ETIMEDOUT || r == -EIO))
                 (void) remember_request(mm, mm->plan.name, mm->plan.file);
-        if (!mm->plan.recovery && !(mm->plan.request && r == -EINVAL))
+        if (mm->plan.request && r == -EINVAL) {
+                if (mm->plan.reported)
+                        set_result(mm, mm->plan.prev_name, mm->plan.prev_state, mm->plan.prev_message);
+        } else if (!mm->plan.recovery)
                 set_result(mm, mm->plan.name, MIG_CONFIG_FAILED, message);
         log_error("MIG: %s", strna(message));
         plan_deliver(mm, (MigApplyOutcome) { .error = r, .state = "failed", .refused = true }, message);
@@ -448,6 +457,17 @@ static int apply_internal(MigManager *mm, const char *name, const char *file, bo
                         r = plan_read(mm, ret_error);
                 if (r < 0)
                         plan_done(mm);
+        }
+        /* A request is in flight from now on (ApplyMigConfig() callers watch MigConfigState); a config
+         * that waits for a reboot keeps saying so. */
+        if (r >= 0 && request && !(streq_ptr(mm->config_name, name) && mm->state == MIG_CONFIG_REBOOTING)) {
+                mm->plan.reported = true;
+                mm->plan.prev_state = mm->state;
+                if ((mm->config_name && !(mm->plan.prev_name = strdup(mm->config_name))) ||
+                    (mm->message && !(mm->plan.prev_message = strdup(mm->message))))
+                        mm->plan.reported = false;
+                else
+                        set_result(mm, name, MIG_CONFIG_PENDING, NULL);
         }
         if (r < 0) {
                 if (!*ret_error)
