@@ -463,21 +463,24 @@ def test_hang_in_mig_planning_read_at_start():
     """The mig stage's read before planning hangs at start: D-Bus answers and the watchdog keeps its
     period while it hangs, READY=1 comes, the stage fails naming the call; Reconcile() applies once the
     library answers."""
+    # The reads are probed while the call hangs, not after its deadline, when the stages after mig (cdi,
+    # labels: CPU work on the loop, slow under valgrind) run.
+    timeout = max(2, int(3 * SCALE))
     with TempDir() as tmp:
         hang = os.path.join(tmp, "hang")
         touch(hang)
-        d = Daemon(tmp, "h200", wait_ready=False, dropin=mig_dropin(),
+        d = Daemon(tmp, "h200", wait_ready=False, dropin=mig_dropin(timeout="%ds" % timeout),
                    env=fault_env(tmp, FAKE_NVML_HANG=PROCS + ":1", FAKE_NVML_HANG_FILE=hang))
         try:
             wait_until("the planning read to hang", lambda: PROCS + " hangs" in d.agent.output(), 30)
             t_hang = time.monotonic()
-            times = probe_reads(d, 1.5 * SCALE, lambda: d.stage("mig")[0] == "running")
+            times = probe_reads(d, 1.5, lambda: d.stage("mig")[0] == "running")
             check_reads(times, "the MIG read before planning hanging (mig stage at start)")
             d.notify.wait_for("READY=1", 30 * SCALE)
             wait_until("the mig stage to fail", lambda: d.stage("mig")[0] == "failed", 20)
             check_watchdog(d, t_hang, time.monotonic(), "the MIG read before planning hanging (mig stage at start)")
             state, msg = d.stage("mig")
-            check(PROCS + " on GPU 0 has not returned for 2 s" in msg, "mig stage message: " + msg)
+            check(PROCS + " on GPU 0 has not returned for %d s" % timeout in msg, "mig stage message: " + msg)
             note("mig stage message: %s", msg)
 
             os.unlink(hang)
