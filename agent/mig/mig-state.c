@@ -475,6 +475,7 @@ int mig_state_read_gpu(GpuNvml *n, const char *pci_address, unsigned index, MigG
         nvmlPciInfo_t pci = {};
         nvmlMemory_t mem = {};
         nvmlDevice_t d = NULL;
+        GpuNvmlCached *c;
         MigModelFacts *facts;
         unsigned current = 0, pending = 0, procs = 0;
         int r;
@@ -492,16 +493,35 @@ int mig_state_read_gpu(GpuNvml *n, const char *pci_address, unsigned index, MigG
         if (r < 0)
                 return failed(n, pci_address, r, ret_error);
 
-        r = gpu_nvml_device_get_pci_info(n, d, &pci);
-        if (r < 0)
-                return failed(n, pci_address, r, ret_error);
-        g.pci_id = pci.pciDeviceId;
-        g.subsystem_id = pci.pciSubSystemId;
+        /* PCI ids, name and memory size do not change while the handle lives: asked once per handle
+         * (shared with the snapshot read's cache of static facts). */
+        c = gpu_nvml_cached(n, pci_address);
+        if (c && (c->facts & GPU_FACT_PCI_IDS)) {
+                g.pci_id = c->pci_device_id;
+                g.subsystem_id = c->pci_subsystem_id;
+        } else {
+                r = gpu_nvml_device_get_pci_info(n, d, &pci);
+                if (r < 0)
+                        return failed(n, pci_address, r, ret_error);
+                g.pci_id = pci.pciDeviceId;
+                g.subsystem_id = pci.pciSubSystemId;
+                if (c) {
+                        c->pci_device_id = g.pci_id;
+                        c->pci_subsystem_id = g.subsystem_id;
+                        c->facts |= GPU_FACT_PCI_IDS;
+                }
+        }
 
-        r = gpu_nvml_device_get_name(n, d, name, sizeof name);
-        if (r < 0)
-                return failed(n, pci_address, r, ret_error);
-        g.model = strdup(name);
+        if (c && (c->facts & GPU_FACT_NAME) && c->name)
+                g.model = strdup(c->name);
+        else {
+                r = gpu_nvml_device_get_name(n, d, name, sizeof name);
+                if (r < 0)
+                        return failed(n, pci_address, r, ret_error);
+                g.model = strdup(name);
+                if (g.model && c && *name && !c->name && (c->name = strdup(name)))
+                        c->facts |= GPU_FACT_NAME;
+        }
         if (!g.model)
                 return -ENOMEM;
 
@@ -522,9 +542,17 @@ int mig_state_read_gpu(GpuNvml *n, const char *pci_address, unsigned index, MigG
         g.mig_current = current == NVML_DEVICE_MIG_ENABLE;
         g.mig_pending = pending == NVML_DEVICE_MIG_ENABLE;
 
-        r = gpu_nvml_device_get_memory_info(n, d, &mem);
-        if (r < 0)
-                return failed(n, pci_address, r, ret_error);
+        if (c && (c->facts & GPU_FACT_MEMORY))
+                mem.total = c->memory_total_bytes;
+        else {
+                r = gpu_nvml_device_get_memory_info(n, d, &mem);
+                if (r < 0)
+                        return failed(n, pci_address, r, ret_error);
+                if (c && mem.total > 0) {
+                        c->memory_total_bytes = mem.total;
+                        c->facts |= GPU_FACT_MEMORY;
+                }
+        }
 
         facts = model_facts_find(n, &g, mem.total);
         if (facts) {
