@@ -528,12 +528,20 @@ def test_slow_gpu_reset():
     the watchdog keeps its period meanwhile, and the apply takes at least the resets' time."""
     with TempDir() as tmp:
         ctl_fake = os.path.join(os.path.dirname(os.environ["GNA_FAKE_NVML"]), "fake-nvml-ctl")
+        # The reset program, marking when a reset starts: D-Bus is probed while the first one runs (the
+        # forks of the apply's NVML workers are outside that window: slow in an ASan build).
+        started = os.path.join(tmp, "reset-started")
+        reset = os.path.join(tmp, "reset")
+        with open(reset, "w") as f:
+            f.write('#!/bin/sh\ntouch %s\nexec %s "$@"\n' % (started, ctl_fake))
+        os.chmod(reset, 0o755)
         d = Daemon(tmp, "a100-pcie", dropin=mig_dropin(selected=False),
-                   env=fault_env(tmp, FAKE_NVML_DELAY="reset:*:2000", GNA_MIG_RESET_PROGRAM=ctl_fake))
+                   env=fault_env(tmp, FAKE_NVML_DELAY="reset:*:2000", GNA_MIG_RESET_PROGRAM=reset))
         try:
             t0 = time.monotonic()
             call = _apply_async(d, "all-1g.10gb")
-            times = probe_reads(d, 30 * SCALE, lambda: call.poll() is None)
+            wait_until("the first GPU reset", lambda: os.path.exists(started), 30 * SCALE)
+            times = probe_reads(d, 1.5, lambda: call.poll() is None)
             out, err = call.communicate(timeout=60 * SCALE)
             took = time.monotonic() - t0
             check(call.returncode == 0 and '"success"' in out, "ApplyMigConfig: %d %s %s" % (call.returncode, out, err))
