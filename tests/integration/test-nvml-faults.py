@@ -465,7 +465,7 @@ def test_hang_in_mig_planning_read_at_start():
     library answers."""
     # The reads are probed while the call hangs, not after its deadline, when the stages after mig (cdi,
     # labels: CPU work on the loop, slow under valgrind) run.
-    timeout = max(2, int(3 * SCALE))
+    timeout = int(6 * SCALE)
     with TempDir() as tmp:
         hang = os.path.join(tmp, "hang")
         touch(hang)
@@ -477,7 +477,7 @@ def test_hang_in_mig_planning_read_at_start():
             times = probe_reads(d, 1.5, lambda: d.stage("mig")[0] == "running")
             check_reads(times, "the MIG read before planning hanging (mig stage at start)")
             d.notify.wait_for("READY=1", 30 * SCALE)
-            wait_until("the mig stage to fail", lambda: d.stage("mig")[0] == "failed", 20)
+            wait_until("the mig stage to fail", lambda: d.stage("mig")[0] == "failed", 20 + timeout)
             check_watchdog(d, t_hang, time.monotonic(), "the MIG read before planning hanging (mig stage at start)")
             state, msg = d.stage("mig")
             check(PROCS + " on GPU 0 has not returned for %d s" % timeout in msg, "mig stage message: " + msg)
