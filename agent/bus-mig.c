@@ -48,19 +48,16 @@ int bus_mig_property_get_config_state(sd_bus *bus, const char *path, const char 
         return sd_bus_message_append(reply, "s", mig_manager_state(m->mig) ?: "");
 }
 
-/* The stages own device nodes, CDI and labels: after an apply the NVML snapshot is re-read at once (so the
- * GPUs' MigDevices are current when the caller gets its answer), and a pass makes the rest follow — also
- * when only mig.config/mig.config.state moved, e.g. to "failed". Nothing at all changed: no pass. */
+/* The stages own device nodes, CDI and labels: a pass makes them follow an apply — also when only
+ * mig.config/mig.config.state moved, e.g. to "failed". Nothing at all changed: no pass. */
 static void follow_up(Manager *m, bool changed, const char *reason) {
-        _cleanup_free_ char *error = NULL;
-
-        if (changed && manager_nvml_refresh(m, &error) < 0)
-                log_warning("Re-reading NVML after the MIG change failed: %s", strna(error));
         if (changed || !m->labels ||
             !streq_ptr(label_set_get(m->labels, "nvidia.com/mig.config"), mig_manager_config(m->mig)) ||
             !streq_ptr(label_set_get(m->labels, "nvidia.com/mig.config.state"), mig_manager_state(m->mig)))
                 manager_request_pass(m, reason);
 }
+
+static int mig_error(sd_bus_error *error, int r, const char *message, const char *what);
 
 /* -EBUSY: another apply, or compute processes; -ENOENT/-EINVAL: the file, the name or the geometry. */
 static int mig_error(sd_bus_error *error, int r, const char *message, const char *what) {
@@ -88,24 +85,69 @@ static int check_config_file(const char *file, const char *method, sd_bus_error 
         return 0;
 }
 
-static void on_applied(MigManager *mm, const MigApplyOutcome *o, void *userdata) {
-        Manager *m = userdata;
+/* The answer to ApplyMigConfig(), once what follows the apply is done. */
+typedef struct ApplyAnswer {
+        int r;
+        bool refused, failed, changed;
+        char *config, *state, *message;
+} ApplyAnswer;
+
+static void apply_answer(Manager *m, ApplyAnswer *a) {
         sd_bus_message **slot = bus_mig_pending_request(m);
         _cleanup_(sd_bus_message_unrefp) sd_bus_message *request = slot ? TAKE_PTR(*slot) : NULL;
-        int r;
+        _cleanup_(sd_bus_error_free) sd_bus_error error = SD_BUS_ERROR_NULL;
+        int r = 0;
 
-        metrics_count_mig_apply(m, o->state, o->changed);
-        follow_up(m, o->changed, "ApplyMigConfig() finished");
-        if (!request)
-                return;
-        if (streq(o->state, "failed"))
-                r = sd_bus_reply_method_errorf(request, AGENT_ERROR_FAILED, "MIG config %s failed: %s", o->config,
-                                               strna(o->message));
-        else
-                r = sd_bus_reply_method_return(request, "ss", o->state, strna(o->message));
+        if (!a->refused)
+                metrics_count_mig_apply(m, a->state, a->changed);
+        follow_up(m, a->changed, a->refused ? "ApplyMigConfig() refused" : "ApplyMigConfig() finished");
+        if (request) {
+                if (a->refused) {
+                        r = mig_error(&error, a->r, a->message, "Cannot apply the MIG config");
+                        r = r == -ENOMEM ? sd_bus_reply_method_errno(request, r, NULL)
+                                         : sd_bus_reply_method_error(request, &error);
+                } else if (a->failed)
+                        r = sd_bus_reply_method_errorf(request, AGENT_ERROR_FAILED, "MIG config %s failed: %s",
+                                                       a->config, strna(a->message));
+                else
+                        r = sd_bus_reply_method_return(request, "ss", a->state, strna(a->message));
+        }
         /* The caller may have gone (gpunodectl --no-block): the apply is done all the same. */
         if (r < 0)
                 log_debug("Could not answer ApplyMigConfig(): %s", strerror(-r));
+        free(a->config);
+        free(a->state);
+        free(a->message);
+        free(a);
+}
+
+/* After a change the NVML snapshot is re-read (on the MIG reader) before the answer, so that the GPUs'
+ * MigDevices are current when the caller gets it. */
+static void on_refreshed(Manager *m, int r, const char *error, void *userdata) {
+        if (r < 0)
+                log_warning("Re-reading NVML after the MIG change failed: %s", strna(error));
+        apply_answer(m, userdata);
+}
+
+static void on_applied(MigManager *mm, const MigApplyOutcome *o, void *userdata) {
+        Manager *m = userdata;
+        _cleanup_free_ char *error = NULL;
+        ApplyAnswer *a = calloc(1, sizeof *a);
+
+        if (!a) {
+                log_oom();
+                return;
+        }
+        *a = (ApplyAnswer) { .r = o->error, .refused = o->refused, .failed = streq_ptr(o->state, "failed"),
+                             .changed = o->changed, .config = strdup(strna(o->config)),
+                             .state = strdup(strna(o->state)), .message = o->message ? strdup(o->message) : NULL };
+        if (a->refused)
+                log_error("ApplyMigConfig(%s) refused: %s", strna(o->config), strna(o->message));
+        if (o->changed && manager_nvml_refresh_async(m, o->changed_gpus, on_refreshed, a, &error) >= 0)
+                return;
+        if (error)
+                log_warning("Re-reading NVML after the MIG change failed: %s", error);
+        apply_answer(m, a);
 }
 
 int bus_mig_method_apply(sd_bus_message *msg, void *userdata, sd_bus_error *error) {

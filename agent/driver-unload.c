@@ -1,11 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /* Owns Unload(): taking the NVIDIA driver out of the kernel for a driver upgrade, as specs/driver.md
  * "Unload" says. First the units the fabric stage started are stopped (nvidia-persistenced keeps the
- * GPU open), one after the other on the event loop; then, in one go so that no stage can open the
- * GPU in between, NVML is closed (our own handle holds /dev/nvidia*), the holders are collected —
- * processes with a /dev/nvidia* node open and modules holding nvidia other than the driver's own —
- * and either the call is refused with that list, or the modules are removed holders first, never
- * forced. Afterwards the driver, devices and fabric stages keep their hands off ("held") until
+ * GPU open), one after the other on the event loop; then the NVML workers are killed (their handles
+ * hold /dev/nvidia*), the holders are collected — processes with a /dev/nvidia* node open and modules
+ * holding nvidia other than the driver's own — and either the call is refused with that list, or the
+ * modules are removed holders first, never forced, in a child process (module-child.h: a module's exit
+ * runs in the kernel and may take long); the stages stay away meanwhile ("held"). Afterwards the driver, devices and fabric stages keep their hands off ("held") until
  * Reconcile(), Reload() or a restart: a device event must not load the old driver again in the middle
  * of an upgrade. The method call is answered when all that is done. */
 #include <unistd.h>
@@ -18,6 +18,7 @@
 #include "gpu-holders.h"
 #include "log.h"
 #include "mig-manager.h"
+#include "module-child.h"
 #include "module.h"
 #include "strv.h"
 
@@ -28,6 +29,8 @@ typedef struct DriverUnload {
         char **to_stop;          /* units still to stop, in stop order */
         char **stopped;
         bool held;               /* the driver is (being) unloaded: the stages leave it alone */
+        ModuleChild *child;      /* the removals in flight (module-child.h) */
+        char **loaded;           /* which of ours were loaded when they started */
 } DriverUnload;
 
 static const char *const unload_modules[] = { DRIVER_UNLOAD_MODULES, NULL };
@@ -36,6 +39,8 @@ static DriverUnload *driver_unload_free(DriverUnload *u) {
         if (!u)
                 return NULL;
         fabric_op_free(u->op);
+        module_child_free(u->child);
+        strv_free(u->loaded);
         sd_bus_message_unref(u->request);
         strv_free(u->to_stop);
         strv_free(u->stopped);
@@ -144,18 +149,54 @@ static bool unload_is_ours(const char *module) {
         return false;
 }
 
+#define UNLOAD_TIMEOUT_USEC (5 * 60 * USEC_PER_SEC)
+
+/* In the child: the removals, holders first, never forced. */
+static int unload_child(Manager *m, void *userdata, char **ret_message, char ***ret_names) {
+        ModuleContext *ctx;
+        int r;
+
+        r = manager_module_context(m, &ctx);
+        if (r < 0)
+                return r;
+        return module_unload(ctx, (char *const *) unload_modules, ret_message);
+}
+
+static void on_unloaded(Manager *m, int r, const char *message, char **names, void *userdata) {
+        DriverUnload *u = userdata;
+        _cleanup_strv_free_ char **removed = NULL;
+        ModuleContext *ctx = NULL;
+
+        u->child = NULL;
+        /* The removals happened in the child; module states are read from the kernel (sysfs) each time. */
+        if (manager_module_context(m, &ctx) >= 0)
+                unload_refresh_module_rows(m, ctx);
+        if (r < 0)
+                return unload_fail(u, r == -EBUSY || r == -EAGAIN ? AGENT_ERROR_BUSY : AGENT_ERROR_UNLOAD_FAILED,
+                                   message ?: strerror(-r));
+        STRV_FOREACH(n, u->loaded)
+                if (ctx && module_get_state(ctx, *n) == MODULE_STATE_ABSENT && strv_extend(&removed, *n) < 0)
+                        return unload_fail(u, AGENT_ERROR_UNLOAD_FAILED, "Out of memory.");
+        _cleanup_free_ char *units = strv_join(u->stopped, ", "), *mods = strv_join(removed, ", ");
+        log_info("Unload() done: stopped %s; removed %s. The driver stays unloaded until Reconcile() or Reload().",
+                 isempty(units) ? "no units" : units, isempty(mods) ? "no modules (none was loaded)" : mods);
+        unload_forget_nvml(m);
+        unload_reply(u, removed);
+        u->request = sd_bus_message_unref(u->request);
+}
+
 static void unload_modules_now(DriverUnload *u) {
         Manager *m = u->manager;
         _cleanup_(gpu_holders_done) GpuHolders holders = {};
-        _cleanup_strv_free_ char **loaded = NULL, **removed = NULL, **others = NULL;
+        _cleanup_strv_free_ char **others = NULL;
         _cleanup_free_ char *message = NULL;
         ModuleContext *ctx = NULL;
         int r;
 
-        /* Our own NVML handle keeps /dev/nvidia* open; so would a stage that opened it again, which
-         * is why everything from here on happens in this one callback. The worker's is killed (it
-         * may not be gone yet when the holders are looked at: it is ours, and the kernel's refcount
-         * settles when it is reaped). */
+        /* The NVML workers' handles keep /dev/nvidia* open; so would a stage that opened NVML again,
+         * which the hold (u->held) prevents until the removals are done. The workers are killed (they
+         * may not be gone yet when the holders are looked at: they are ours, and the kernel's refcount
+         * settles when they are reaped). */
         manager_nvml_stop(m, "NVML was closed for Unload(): the driver is being removed");
 
         r = gpu_holders_collect(m->config->paths.proc, m->config->paths.sys, m->config->paths.dev, getpid(),
@@ -181,29 +222,21 @@ static void unload_modules_now(DriverUnload *u) {
                                     strerror(-r));
                 return unload_fail(u, AGENT_ERROR_UNLOAD_FAILED, message ?: "Out of memory.");
         }
+        u->loaded = strv_free(u->loaded);
         for (size_t i = 0; unload_modules[i]; i++) {
                 int s = module_get_state(ctx, unload_modules[i]);
                 if ((s == MODULE_STATE_LIVE || s == MODULE_STATE_COMING || s == MODULE_STATE_GOING) &&
-                    strv_extend(&loaded, unload_modules[i]) < 0)
+                    strv_extend(&u->loaded, unload_modules[i]) < 0)
                         return unload_fail(u, AGENT_ERROR_UNLOAD_FAILED, "Out of memory.");
         }
-
-        r = module_unload(ctx, (char *const *) unload_modules, &message);
-        unload_refresh_module_rows(m, ctx);
-        if (r < 0)
-                return unload_fail(u, r == -EBUSY || r == -EAGAIN ? AGENT_ERROR_BUSY : AGENT_ERROR_UNLOAD_FAILED,
-                                   message ?: strerror(-r));
-
-        STRV_FOREACH(n, loaded)
-                if (module_get_state(ctx, *n) == MODULE_STATE_ABSENT && strv_extend(&removed, *n) < 0)
-                        return unload_fail(u, AGENT_ERROR_UNLOAD_FAILED, "Out of memory.");
-
-        _cleanup_free_ char *units = strv_join(u->stopped, ", "), *mods = strv_join(removed, ", ");
-        log_info("Unload() done: stopped %s; removed %s. The driver stays unloaded until Reconcile() or Reload().",
-                 isempty(units) ? "no units" : units, isempty(mods) ? "no modules (none was loaded)" : mods);
-        unload_forget_nvml(m);
-        unload_reply(u, removed);
-        u->request = sd_bus_message_unref(u->request);
+        /* delete_module() runs the module's exit in the kernel (nvidia's tears down every GPU): in a child,
+         * off the loop. The stages stay away meanwhile (held). */
+        r = module_child_start(m, "removing the NVIDIA modules", UNLOAD_TIMEOUT_USEC, unload_child, NULL,
+                               on_unloaded, u, NULL, &u->child);
+        if (r < 0) {
+                message = strprintf("Cannot start removing the NVIDIA modules: %s", strerror(-r));
+                return unload_fail(u, AGENT_ERROR_UNLOAD_FAILED, message ?: "Out of memory.");
+        }
 }
 
 static void unload_next(DriverUnload *u);

@@ -594,15 +594,7 @@ static void worker_start(Health *h) {
         h->restart_timer = sd_event_source_disable_unref(h->restart_timer);
         if (!h->active || strv_length(h->addresses) == 0)
                 return;
-        /* A fork must not inherit an initialised libnvidia-ml (docs/HACKING.md): release the daemon's own
-         * handle (reopened on demand); while a MIG apply holds it, try again in a moment. */
-        manager_nvml_close(h->m);
-        if (h->m->nvml) {
-                if (sd_event_add_time_relative(h->m->event, &h->restart_timer, CLOCK_MONOTONIC,
-                                               HEALTH_RESTART_MIN_USEC, 0, on_restart, h) < 0)
-                        log_warning("Cannot defer the GPU event worker's start; it starts after the next pass.");
-                return;
-        }
+        /* The daemon itself never loads libnvidia-ml (docs/HACKING.md), so the fork starts clean. */
         if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0) {
                 log_warning_errno(errno, "Failed to start the GPU event worker: %m");
                 return worker_schedule_restart(h, "could not be started");

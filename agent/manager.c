@@ -104,7 +104,7 @@ Manager *manager_free(Manager *m) {
         inventory_free(m->inventory);
         gpu_nvml_worker_free(m->nvml_worker);
         nvml_snapshot_free(m->nvml_snapshot);
-        gpu_nvml_close(m->nvml);
+        gpu_nvml_worker_free(m->nvml_reader);
         free(m->cdi_spec_text);
         cdi_mig_minors_cache_free(m->cdi_minors);
         free(m->devices_mig);

@@ -9,6 +9,7 @@
 #include <systemd/sd-event.h>
 
 #include "config.h"
+#include "gpu-nvml-worker.h"
 #include "gpu-nvml.h"
 #include "label.h"
 #include "probe.h"
@@ -61,8 +62,10 @@ typedef struct Manager {
 
         Inventory *inventory;            /* last successful probe, NULL before */
         struct GpuNvmlWorker *nvml_worker; /* the process that runs NVML for the nvml stage (gpu-nvml-worker.h) */
-        GpuNvml *nvml;                   /* NVML in this process, for MIG writes only: opened on first need
-                                          * after the worker found NVML answering (manager_nvml_open_local) */
+        struct GpuNvmlWorker *nvml_reader; /* the MIG reads (before planning, after a change), a worker of
+                                          * their own (stage-nvml.c); the daemon never loads NVML itself */
+        void (*refresh_cb)(struct Manager *m, int r, const char *error, void *userdata);
+        void *refresh_userdata;          /* manager_nvml_refresh_async() in flight */
         NvmlSnapshot *nvml_snapshot;     /* last successful read, NULL while NVML is unavailable */
         char *cdi_spec_text;             /* last CDI spec written (or found current), NULL none */
         struct CdiMigMinorsCache *cdi_minors; /* the parsed mig-minors table, kept while the file is unchanged */
@@ -73,6 +76,7 @@ typedef struct Manager {
         struct ModuleContext *module_ctx;/* libkmod for the running kernel, created on first use */
         struct DkmsRun *dkms_run;        /* a DKMS build in flight, NULL otherwise */
         struct ModuleLoadJob *module_load; /* module inserts in flight in a child process (stage-driver.c) */
+        struct ModuleChild *peermem_insert; /* nvidia-peermem's insert in flight in a child (stage-driver.c) */
         char *dkms_state;                /* DkmsState property: "idle", "building …", "failed: …", "built …" */
         char *dkms_failed_fingerprint;   /* dkms_fingerprint() when the last build failed, NULL otherwise */
         char *dkms_failed_message;       /* … and what it said, for retries that do not run it again */
@@ -167,20 +171,23 @@ void manager_stage_complete(Manager *m, StageId id, int r, const char *message);
  * Stages property, no state change. */
 void manager_stage_progress(Manager *m, StageId id, const char *text);
 
-/* Re-reads NVML (opening m->nvml again when an apply released it) into m->nvml_snapshot and publishes a change on D-Bus; the nvml
- * stage's work, also called by the mig stage after a MIG change. On failure NVML is closed (reopened by
- * the next nvml stage) and *ret_error says why. */
-void manager_nvml_close(Manager *m);
-int manager_nvml_refresh(Manager *m, char **ret_error);
-
-/* Closes NVML in this process and kills the worker (its handle keeps /dev/nvidia* open too); an nvml
- * stage waiting for it fails with why. */
+/* Kills the NVML workers (their handles keep /dev/nvidia* open too); an nvml stage or a MIG read waiting
+ * for one is answered with -ECANCELED and why. */
 void manager_nvml_stop(Manager *m, const char *why);
 
-/* Opens m->nvml (this process's NVML, for MIG management) unless open: only once the worker's last
- * snapshot succeeded, so a missing or wedged library fails the nvml stage rather than the loop. -ENODEV
- * with a sentence when NVML is not available. */
-int manager_nvml_open_local(Manager *m, char **ret_error);
+/* Reads through fn (a GpuNvmlJobFunc of this program; its userdata is addresses) on the MIG reader, the
+ * long-lived NVML worker of the MIG code: done is called from the loop. -ENODEV with a sentence while the
+ * nvml stage has not found NVML answering, -EBUSY while a read is in flight. */
+int manager_nvml_read_async(Manager *m, char *const *addresses, GpuNvmlJobFunc fn, GpuNvmlJobDone done,
+                            void *userdata, char **ret_error);
+
+/* Re-reads, on the MIG reader after a MIG change, only the GPUs a MIG write changed (pci_addresses; NULL:
+ * every GPU) — a MIG write changes nothing else — and publishes the snapshot with them replaced (D-Bus,
+ * m->nvml_snapshot; on failure NVML counts as unavailable until the next nvml stage); then cb (from the
+ * loop) with the result. Errors to start as manager_nvml_read_async(). */
+typedef void (*ManagerRefreshDone)(Manager *m, int r, const char *error, void *userdata);
+int manager_nvml_refresh_async(Manager *m, char *const *pci_addresses, ManagerRefreshDone cb, void *userdata,
+                               char **ret_error);
 
 /* Name of the Stage property: "starting", the running stage's name, or "ready" between passes. */
 const char *manager_stage_name(const Manager *m);

@@ -20,6 +20,7 @@
 #include "fileio.h"
 #include "gpu-holders.h"
 #include "log.h"
+#include "module-child.h"
 #include "spawn-child.h"
 #include "strv.h"
 
@@ -164,6 +165,7 @@ static ModuleLoadJob *module_load_job_free(ModuleLoadJob *j);
 
 void manager_driver_done(Manager *m) {
         m->module_load = module_load_job_free(m->module_load);
+        m->peermem_insert = module_child_free(m->peermem_insert);
         m->dkms_run = dkms_run_free(m->dkms_run);
         m->module_ctx = module_context_free(m->module_ctx);
         m->module_rows = strv_free(m->module_rows);
@@ -651,11 +653,12 @@ static int driver_record(Manager *m, const char *version, const char *digest) {
 
 /* ---- nvidia-peermem ----------------------------------------------------------------------------- */
 
-/* Loads nvidia-peermem when the rule says so. Never fails the stage: GPUDirect RDMA is optional, so
- * the outcome goes into its row and, when the sysadmin should act, into *ret_note. */
+/* Checks nvidia-peermem against the rule. Never fails the stage: GPUDirect RDMA is optional, so the
+ * outcome goes into its row and, when the sysadmin should act, into *ret_note. Returns 1 (no row added)
+ * when it is to be inserted: peermem_insert_start() does that in a child process. */
 static int driver_peermem(Manager *m, ModuleContext *ctx, char ***rows, char **ret_note) {
         const char *name = "nvidia-peermem";
-        _cleanup_free_ char *reason = NULL, *msg = NULL;
+        _cleanup_free_ char *reason = NULL;
         bool has_nic = m->inventory && m->inventory->n_nics > 0;
         int r;
 
@@ -678,18 +681,106 @@ static int driver_peermem(Manager *m, ModuleContext *ctx, char ***rows, char **r
                         *ret_note = strdup(strna(reason));
                 return rows_add(rows, name, state, reason);
         }
+        return 1;
+}
 
-        r = module_load(ctx, name, module_parameters(m->config, DRIVER_MODULE_PEERMEM), &msg);
+/* The insert (its init runs in the kernel, as nvidia's does) in a child: the stage finishes from
+ * on_peermem_inserted() with the rows so far and the message so far. */
+#define PEERMEM_INSERT_TIMEOUT_USEC (60 * USEC_PER_SEC)
+
+typedef struct PeermemInsert {
+        char **rows;
+        char *message;
+} PeermemInsert;
+
+static void peermem_insert_free(void *userdata) {
+        PeermemInsert *p = userdata;
+
+        strv_free(p->rows);
+        free(p->message);
+        free(p);
+}
+
+static int peermem_insert_child(Manager *m, void *userdata, char **ret_message, char ***ret_names) {
+        ModuleContext *ctx;
+        int r;
+
+        r = manager_module_context(m, &ctx);
+        if (r < 0)
+                return r;
+        r = module_load(ctx, "nvidia-peermem", module_parameters(m->config, DRIVER_MODULE_PEERMEM), ret_message);
+        if (r > 0 && strv_extend(ret_names, "nvidia-peermem") < 0)
+                return -ENOMEM;
+        return r < 0 ? r : 0;
+}
+
+static void on_peermem_inserted(Manager *m, int r, const char *msg, char **names, void *userdata) {
+        PeermemInsert *p = userdata;
+        _cleanup_strv_free_ char **rows = TAKE_PTR(p->rows);
+        _cleanup_free_ char *message = TAKE_PTR(p->message), *note = NULL, *full = NULL;
+        ModuleContext *ctx;
+        int k;
+
+        free(p);
+        m->peermem_insert = NULL;
         if (r < 0) {
                 log_warning("%s", strna(msg));
-                *ret_note = strprintf("nvidia-peermem (GPUDirect RDMA) is not loaded: %s", strna(msg));
-                return rows_add(rows, name, "failed", msg);
+                note = strprintf("nvidia-peermem (GPUDirect RDMA) is not loaded: %s", strna(msg));
+                k = rows_add(&rows, "nvidia-peermem", "failed", msg);
+        } else {
+                if (strv_length(names) > 0) {
+                        log_info("Loaded nvidia-peermem (GPUDirect RDMA).");
+                        note = strdup("nvidia-peermem loaded");
+                }
+                k = manager_module_context(m, &ctx);
+                if (k >= 0)
+                        k = rows_add_status(&rows, ctx, "nvidia-peermem");
         }
-        if (r > 0) {
-                log_info("Loaded nvidia-peermem (GPUDirect RDMA).");
-                *ret_note = strdup("nvidia-peermem loaded");
+        if (k < 0) {
+                manager_stage_complete(m, STAGE_DRIVER, k, NULL);
+                return;
         }
-        return rows_add_status(rows, ctx, name);
+        driver_publish_rows(m, TAKE_PTR(rows));
+        full = note ? strprintf("%s; %s", strna(message), note) : TAKE_PTR(message);
+        manager_stage_complete(m, STAGE_DRIVER, STAGE_DONE, full);
+}
+
+/* The end of a pass that got the core modules live: peermem's rule, then the rows and the message
+ * (rows and message taken). STAGE_DONE, or STAGE_RUNNING while peermem is inserted. */
+static int driver_finish(Manager *m, ModuleContext *ctx, char **rows_taken, char *message_taken, char **ret_message) {
+        _cleanup_strv_free_ char **rows = rows_taken;
+        _cleanup_free_ char *message = message_taken, *note = NULL;
+        PeermemInsert *p;
+        int r;
+
+        if (!message)
+                return -ENOMEM;
+        r = driver_peermem(m, ctx, &rows, &note);
+        if (r < 0)
+                return r;
+        if (r == 0) {
+                driver_publish_rows(m, TAKE_PTR(rows));
+                *ret_message = note ? strprintf("%s; %s", message, note) : TAKE_PTR(message);
+                return *ret_message ? STAGE_DONE : -ENOMEM;
+        }
+        p = calloc(1, sizeof *p);
+        if (!p)
+                return -ENOMEM;
+        *p = (PeermemInsert) { .rows = TAKE_PTR(rows), .message = TAKE_PTR(message) };
+        r = module_child_start(m, "inserting nvidia-peermem", PEERMEM_INSERT_TIMEOUT_USEC, peermem_insert_child,
+                               NULL, on_peermem_inserted, p, peermem_insert_free, &m->peermem_insert);
+        if (r < 0) {
+                *ret_message = strprintf("%s; nvidia-peermem (GPUDirect RDMA) is not loaded: cannot start the "
+                                         "insert: %s", p->message, strerror(-r));
+                if (rows_add(&p->rows, "nvidia-peermem", "failed", strerror(-r)) >= 0)
+                        driver_publish_rows(m, TAKE_PTR(p->rows));
+                strv_free(p->rows);
+                free(p->message);
+                free(p);
+                return *ret_message ? STAGE_DONE : -ENOMEM;
+        }
+        manager_stage_progress(m, STAGE_DRIVER, "inserting nvidia-peermem");
+        return STAGE_RUNNING;
 }
 
 /* ---- the stage ----------------------------------------------------------------------------------- */
@@ -988,14 +1079,10 @@ static int driver_ensure(Manager *m, const char *dkms_message, char **ret_messag
                         r = driver_versions_read(m, ctx, &v);
                 if (r >= 0)
                         r = rows_add_versions(&rows, &v);
-                if (r >= 0)
-                        r = driver_peermem(m, ctx, &rows, &note);
                 if (r < 0)
                         return r;
-                driver_publish_rows(m, TAKE_PTR(rows));
                 m->driver_was_live = true;
-                *ret_message = note ? strprintf("%s; %s", message, note) : TAKE_PTR(message);
-                return STAGE_DONE;
+                return driver_finish(m, ctx, TAKE_PTR(rows), TAKE_PTR(message), ret_message);
         }
 
         sb = secure_boot_summary(c, &enforcing);
@@ -1185,7 +1272,7 @@ static int module_load_result(ModuleLoadJob *j, char **ret_message, char ***ret_
 static int module_load_finish(Manager *m, ModuleLoadJob *j, int r, char *load_message, char **loaded,
                               char **ret_message) {
         _cleanup_strv_free_ char **rows = NULL;
-        _cleanup_free_ char *version = NULL, *note = NULL, *message = NULL;
+        _cleanup_free_ char *version = NULL, *message = NULL;
         const Config *c = m->config;
         ModuleContext *ctx;
         int k;
@@ -1212,22 +1299,18 @@ static int module_load_finish(Manager *m, ModuleLoadJob *j, int r, char *load_me
                 if (r >= 0)
                         r = rows_add_versions(&rows, &v);
         }
-        if (r >= 0)
-                r = driver_peermem(m, ctx, &rows, &note);
         if (r < 0)
                 return r;
-        driver_publish_rows(m, TAKE_PTR(rows));
 
         message = strv_join(loaded, ", ");
         if (!message)
                 return -ENOMEM;
-        *ret_message = strprintf("%s%s%sloaded %s (driver %s) for kernel %s%s%s%s%s%s%s",
-                                 j->dkms_message ? "built with DKMS (" : "", strempty(j->dkms_message),
-                                 j->dkms_message ? "), " : "", isempty(message) ? "nothing new" : message, version,
-                                 m->kernel_release, j->flavour ? "; " : "", strempty(j->flavour),
-                                 j->enforcing ? "; " : "", j->enforcing ? strna(j->sb) : "",
-                                 note ? "; " : "", strempty(note));
-        return *ret_message ? STAGE_DONE : -ENOMEM;
+        return driver_finish(m, ctx, TAKE_PTR(rows),
+                             strprintf("%s%s%sloaded %s (driver %s) for kernel %s%s%s%s%s",
+                                       j->dkms_message ? "built with DKMS (" : "", strempty(j->dkms_message),
+                                       j->dkms_message ? "), " : "", isempty(message) ? "nothing new" : message,
+                                       version, m->kernel_release, j->flavour ? "; " : "", strempty(j->flavour),
+                                       j->enforcing ? "; " : "", j->enforcing ? strna(j->sb) : ""), ret_message);
 }
 
 static void on_module_load_exit(Spawn *child, const SpawnResult *res, void *userdata) {
@@ -1252,7 +1335,8 @@ static void on_module_load_exit(Spawn *child, const SpawnResult *res, void *user
         }
         r = module_load_finish(m, j, r, load_message, loaded, &message);
         module_load_job_free(j);
-        manager_stage_complete(m, STAGE_DRIVER, r, message);
+        if (r != STAGE_RUNNING) /* else nvidia-peermem is inserted, and on_peermem_inserted() completes */
+                manager_stage_complete(m, STAGE_DRIVER, r, message);
 }
 
 static int module_load_start(Manager *m, const char *dkms_message, bool enforcing, const char *sb,
@@ -1340,7 +1424,7 @@ int stage_driver_run(Manager *m, char **ret_message) {
         int r;
 
         /* A build or the inserts in flight finish the stage from their completion handlers. */
-        if (m->dkms_run || m->module_load)
+        if (m->dkms_run || m->module_load || m->peermem_insert)
                 return STAGE_RUNNING;
         if (!m->dkms_state)
                 driver_set_dkms_state(m, "idle");

@@ -23,33 +23,81 @@ static char *with_recovery(Manager *m, char *message) {
         return full;
 }
 
-/* After NVML writes: the snapshot, then the device nodes; CDI and labels follow in this pass. */
-static char *refresh_after_change(Manager *m) {
-        _cleanup_free_ char *error = NULL, *devices = NULL;
+static int apply_selected(Manager *m, char **ret_message);
+
+/* After NVML writes: the snapshot (re-read on the MIG reader, an NVML worker), then the device nodes; CDI
+ * and labels follow in this pass. What to do once that is done waits here. */
+typedef struct AfterChange {
+        Manager *m;
+        bool recovered;               /* after the journal recovery: apply the selection next */
+        int r;
+        char *message;                /* the apply's outcome line (not recovered) */
+} AfterChange;
+
+static void after_change_finish(AfterChange *ac, const char *refresh_error) {
+        Manager *m = ac->m;
+        _cleanup_free_ char *devices = NULL, *message = NULL;
         _cleanup_strv_free_ char **problems = NULL;
         int r;
 
-        r = manager_nvml_refresh(m, &error);
-        if (r < 0)
-                (void) strv_extendf(&problems, "re-reading NVML failed: %s", strna(error));
+        if (refresh_error)
+                (void) strv_extendf(&problems, "re-reading NVML failed: %s", refresh_error);
         r = manager_devices_refresh(m, &devices);
         if (r < 0)
                 (void) strv_extendf(&problems, "re-making the device nodes failed: %s", strna(devices));
-        return problems ? strv_join(problems, "; ") : NULL;
+        _cleanup_free_ char *joined = problems ? strv_join(problems, "; ") : NULL;
+
+        if (ac->recovered) {
+                if (joined)
+                        log_warning("After the MIG journal recovery: %s", joined);
+                r = apply_selected(m, &message);
+                if (r != STAGE_RUNNING)
+                        manager_stage_complete(m, STAGE_MIG, r, message);
+        } else {
+                message = with_recovery(m, strprintf("%s%s%s", strna(ac->message), joined ? "; " : "", joined ? joined : ""));
+                manager_stage_complete(m, STAGE_MIG, ac->r, message);
+        }
+        free(ac->message);
+        free(ac);
+}
+
+static void on_refreshed(Manager *m, int r, const char *error, void *userdata) {
+        after_change_finish(userdata, r < 0 ? strna(error) : NULL);
+}
+
+static void after_change(Manager *m, char *const *changed_gpus, bool recovered, int r, char *message) {
+        _cleanup_free_ char *error = NULL;
+        AfterChange *ac = calloc(1, sizeof *ac);
+
+        if (!ac) {
+                free(message);
+                manager_stage_complete(m, STAGE_MIG, -ENOMEM, NULL);
+                return;
+        }
+        *ac = (AfterChange) { .m = m, .recovered = recovered, .r = r, .message = message };
+        if (manager_nvml_refresh_async(m, changed_gpus, on_refreshed, ac, &error) < 0)
+                after_change_finish(ac, strna(error));
 }
 
 static void on_applied(MigManager *mm, const MigApplyOutcome *o, void *userdata) {
         Manager *m = userdata;
-        _cleanup_free_ char *problems = NULL, *message = NULL;
+        _cleanup_free_ char *message = NULL;
         int r = o->error;
 
-        if (o->changed)
-                problems = refresh_after_change(m);
-        message = with_recovery(m, strprintf("%s: %s: %s%s%s", o->config, o->state, strna(o->message),
-                                             problems ? "; " : "", problems ? problems : ""));
+        if (o->refused) {
+                message = with_recovery(m, strdup(strna(o->message)));
+                manager_stage_complete(m, STAGE_MIG, r < 0 ? r : -EIO, message);
+                return;
+        }
+        message = strprintf("%s: %s: %s", o->config, o->state, strna(o->message));
         if (streq(o->state, "failed") && r >= 0)
                 r = -EIO;
         metrics_count_mig_apply(m, o->state, o->changed);
+        if (o->changed) {
+                after_change(m, o->changed_gpus, false, r < 0 ? r : STAGE_DONE, TAKE_PTR(message));
+                return;
+        }
+        message = with_recovery(m, TAKE_PTR(message));
         manager_stage_complete(m, STAGE_MIG, r < 0 ? r : STAGE_DONE, message);
 }
 
@@ -76,18 +124,20 @@ static int apply_selected(Manager *m, char **ret_message) {
                 *ret_message = with_recovery(m, TAKE_PTR(error));
                 return r;
         }
-        if (streq_ptr(mig_manager_state(m->mig), "pending"))
-                stage_labels_write_now(m);
+        /* mig.config.state=pending reaches the feature file when the GPUs have been read and the apply
+         * starts (mig-manager.c, while the mig stage runs). */
         return STAGE_RUNNING;
 }
 
 static void on_recovered(MigManager *mm, const MigApplyOutcome *o, void *userdata) {
         Manager *m = userdata;
-        _cleanup_free_ char *message = NULL, *problems = NULL;
+        _cleanup_free_ char *message = NULL;
         int r;
 
-        if (o->changed && (problems = refresh_after_change(m)))
-                log_warning("After the MIG journal recovery: %s", problems);
+        if (o->changed) {
+                after_change(m, o->changed_gpus, true, 0, NULL);
+                return;
+        }
         r = apply_selected(m, &message);
         if (r != STAGE_RUNNING)
                 manager_stage_complete(m, STAGE_MIG, r, message);
@@ -105,25 +155,6 @@ int stage_mig_run(Manager *m, char **ret_message) {
                 r = mig_manager_new(m, &m->mig);
                 if (r < 0)
                         return r;
-        }
-        if (!m->nvml) {
-                /* MIG reads before planning run in this process (the writes in NVML workers). Open NVML
-                 * here only when there is MIG work: a selected config, or a journal to recover (recover
-                 * says -ENODEV without a handle). */
-                const char *name = NULL, *file = NULL;
-
-                mig_manager_selected(m->mig, &name, &file);
-                if (isempty(name) && !mig_manager_busy(m->mig)) {
-                        r = mig_manager_recover(m->mig, on_recovered, m, &message);
-                        if (r == 0)
-                                return apply_selected(m, ret_message);
-                        message = mfree(message);
-                }
-                r = manager_nvml_open_local(m, &message);
-                if (r < 0) {
-                        *ret_message = TAKE_PTR(message);
-                        return r;
-                }
         }
         if (mig_manager_busy(m->mig)) {
                 *ret_message = strdup("a MIG apply requested over D-Bus is still running; checked again on the "

@@ -40,45 +40,17 @@ static char *nvml_summary(const NvmlSnapshot *s) {
                          s->n_gpus, s->n_gpus == 1 ? "" : "s", mig_gpus, mig_devices, mig_devices == 1 ? "" : "s");
 }
 
-/* A MIG apply in flight holds the handle: it finishes (or rolls back) with it, and the next pass
- * reopens NVML. */
-void manager_nvml_close(Manager *m) {
-        if (m->mig && mig_manager_busy(m->mig))
-                return;
-        m->nvml = gpu_nvml_close(m->nvml);
-}
-
 void manager_nvml_stop(Manager *m, const char *why) {
-        /* The stage waiting for the worker hears why, so that its pass goes on. */
+        /* The stage waiting for the worker hears why, so that its pass goes on; so does a MIG read. */
         gpu_nvml_worker_abort(m->nvml_worker, -ECANCELED, why);
         m->nvml_worker = gpu_nvml_worker_free(m->nvml_worker);
-        m->nvml = gpu_nvml_close(m->nvml);
+        gpu_nvml_worker_abort(m->nvml_reader, -ECANCELED, why);
+        m->nvml_reader = gpu_nvml_worker_free(m->nvml_reader);
 }
 
-/* Also the worker: its NVML handle keeps /dev/nvidia* open as well. */
+/* Both workers: their NVML handles keep /dev/nvidia* open. */
 static void nvml_stop_all(Manager *m) {
-        m->nvml_worker = gpu_nvml_worker_free(m->nvml_worker);
-        manager_nvml_close(m);
-}
-
-int manager_nvml_open_local(Manager *m, char **ret_error) {
-        int r;
-
-        *ret_error = NULL;
-        if (m->nvml)
-                return 0;
-        if (!m->nvml_snapshot) {
-                *ret_error = strdup("NVML is not available (see the nvml stage); the MIG layout cannot be read.");
-                return -ENODEV;
-        }
-        /* The worker has just found the library answering; nvmlInit in this process is then as quick as
-         * the driver allows. Only MIG reads use it (the writes run in NVML workers, which shut it down
-         * before each fork; see docs/HACKING.md). */
-        r = gpu_nvml_open(m->config->nvml.library, &m->nvml, ret_error);
-        if (r < 0)
-                return r;
-        log_debug("NVML opened in the daemon for MIG management.");
-        return 0;
+        manager_nvml_stop(m, "NVML is not in use any more");
 }
 
 static void on_snapshot(GpuNvmlWorker *worker, int r, NvmlSnapshot *snap, const char *error, void *userdata) {
@@ -89,7 +61,6 @@ static void on_snapshot(GpuNvmlWorker *worker, int r, NvmlSnapshot *snap, const 
         if (r < 0) {
                 /* Start from scratch next time: the driver may have been unloaded or reset. */
                 nvml_publish(m, NULL);
-                manager_nvml_close(m);
                 manager_stage_complete(m, STAGE_NVML, r, error);
                 return;
         }
@@ -139,10 +110,6 @@ int stage_nvml_run(Manager *m, char **ret_message) {
         }
         /* A request still in flight belongs to an earlier pass: its answer would be as old as it. */
         gpu_nvml_worker_cancel(m->nvml_worker);
-        /* A new worker is a fork: it must not inherit our own MIG handle initialised (its descriptors are
-         * closed there). No apply uses that handle (theirs run in workers of their own). */
-        if (gpu_nvml_worker_pid(m->nvml_worker) == 0)
-                m->nvml = gpu_nvml_close(m->nvml);
         r = gpu_nvml_worker_snapshot(m->nvml_worker, m->config->nvml.library, addresses, m->config->nvml.timeout_usec,
                                      (unsigned) m->inventory->n_gpus, on_snapshot, m);
         if (r < 0) {
@@ -152,34 +119,133 @@ int stage_nvml_run(Manager *m, char **ret_message) {
         return STAGE_RUNNING;
 }
 
-/* After a MIG change, in this process (the writes ran in an NVML worker): the new layout for cdi and
- * labels. Still a synchronous read on the loop, see docs/HACKING.md. */
-int manager_nvml_refresh(Manager *m, char **ret_error) {
-        _cleanup_(nvml_snapshot_freep) NvmlSnapshot *snap = NULL;
+/* ---- the MIG reader: NVML reads the MIG code needs, in a long-lived worker of its own ---- */
+
+static int reader_get(Manager *m, char **ret_error) {
+        int r;
+
+        if (!m->nvml_snapshot) {
+                *ret_error = strdup("NVML is not available (see the nvml stage); the MIG layout cannot be read.");
+                return -ENODEV;
+        }
+        if (!m->nvml_reader) {
+                r = gpu_nvml_worker_new(m->event, &m->nvml_reader);
+                if (r < 0)
+                        return r;
+        }
+        if (gpu_nvml_worker_busy(m->nvml_reader)) {
+                *ret_error = strdup("A MIG read is already running; try again when it has finished.");
+                return -EBUSY;
+        }
+        return 0;
+}
+
+static int gpu_addresses(Manager *m, char ***ret) {
+        _cleanup_strv_free_ char **l = NULL;
+
+        for (size_t i = 0; m->inventory && i < m->inventory->n_gpus; i++)
+                if (strv_extend(&l, m->inventory->gpus[i].address) < 0)
+                        return -ENOMEM;
+        if (!l && !(l = calloc(1, sizeof(char *))))
+                return -ENOMEM;
+        *ret = TAKE_PTR(l);
+        return 0;
+}
+
+int manager_nvml_read_async(Manager *m, char *const *addresses, GpuNvmlJobFunc fn, GpuNvmlJobDone done,
+                            void *userdata, char **ret_error) {
+        int r;
+
+        *ret_error = NULL;
+        r = reader_get(m, ret_error);
+        if (r < 0)
+                return r;
+        r = gpu_nvml_worker_read(m->nvml_reader, m->config->nvml.library, addresses, m->config->nvml.timeout_usec,
+                                 m->inventory ? (unsigned) m->inventory->n_gpus : 1, fn, done, userdata);
+        if (r < 0)
+                *ret_error = strprintf("Cannot start the NVML worker for the MIG read: %s", strerror(-r));
+        return r;
+}
+
+/* The published snapshot with the GPUs of fresh (a read of some of them) replaced; fresh is taken. The
+ * GPUs keep the NVML index the full read gave them (a read of a few numbers them from 0 where the driver
+ * has no nvmlDeviceGetIndex). NULL on OOM. */
+static NvmlSnapshot *snapshot_merge(const NvmlSnapshot *old, NvmlSnapshot *fresh) {
+        _cleanup_(nvml_snapshot_freep) NvmlSnapshot *in = fresh, *copy = NULL;
+        _cleanup_(wire_buf_done) WireBuf b = {};
+        WireReader rd;
+
+        wire_put_snapshot(&b, old);
+        if (b.oom)
+                return NULL;
+        rd = (WireReader) { .p = b.data, .left = b.len };
+        if (wire_get_snapshot(&rd, &copy) < 0)
+                return NULL;
+        for (size_t i = 0; i < in->n_gpus; i++)
+                for (size_t k = 0; k < copy->n_gpus; k++) {
+                        if (!streq(copy->gpus[k].pci_address, in->gpus[i].pci_address))
+                                continue;
+                        in->gpus[i].nvml_index = copy->gpus[k].nvml_index;
+                        gpu_info_done(&copy->gpus[k]);
+                        copy->gpus[k] = in->gpus[i];
+                        in->gpus[i] = (GpuInfo) {};
+                        break;
+                }
+        STRV_FOREACH(w, in->warnings)
+                if (strv_extend(&copy->warnings, *w) < 0)
+                        return NULL;
+        return TAKE_PTR(copy);
+}
+
+static void on_refreshed(GpuNvmlWorker *w, int r, NvmlSnapshot *snap, const char *error, void *userdata) {
+        Manager *m = userdata;
+        ManagerRefreshDone cb = TAKE_PTR(m->refresh_cb);
+        void *ud = TAKE_PTR(m->refresh_userdata);
+
+        if (r >= 0 && m->nvml_snapshot) {
+                snap = snapshot_merge(m->nvml_snapshot, snap);
+                if (!snap) {
+                        r = -ENOMEM;
+                        error = "Out of memory.";
+                }
+        }
+        if (r < 0)
+                /* Start from scratch: the driver may have been unloaded or reset. The next nvml stage reads. */
+                nvml_publish(m, NULL);
+        else {
+                if (!nvml_snapshot_equal(m->nvml_snapshot, snap))
+                        STRV_FOREACH(warning, snap->warnings)
+                                log_warning("%s", *warning);
+                nvml_publish(m, snap);
+        }
+        if (cb)
+                cb(m, r, error, ud);
+}
+
+/* After a MIG change (the writes ran in NVML workers): the new layout for cdi and labels, read by the MIG
+ * reader — which keeps its handle and caches — never in this process. */
+int manager_nvml_refresh_async(Manager *m, char *const *pci_addresses, ManagerRefreshDone cb, void *userdata,
+                               char **ret_error) {
         _cleanup_strv_free_ char **addresses = NULL;
         int r;
 
         *ret_error = NULL;
-        /* An apply released the handle for its NVML worker (a fork must not inherit it initialised). */
-        r = manager_nvml_open_local(m, ret_error);
+        r = reader_get(m, ret_error);
         if (r < 0)
                 return r;
-
-        for (size_t i = 0; m->inventory && i < m->inventory->n_gpus; i++)
-                if (strv_extend(&addresses, m->inventory->gpus[i].address) < 0)
-                        return -ENOMEM;
-
-        r = gpu_nvml_read(m->nvml, addresses, &snap, ret_error);
+        if (pci_addresses && *pci_addresses)
+                addresses = strv_copy(pci_addresses);
+        else
+                r = gpu_addresses(m, &addresses);
+        if (r < 0 || !addresses)
+                return -ENOMEM;
+        r = gpu_nvml_worker_snapshot(m->nvml_reader, m->config->nvml.library, addresses, m->config->nvml.timeout_usec,
+                                     (unsigned) strv_length(addresses), on_refreshed, m);
         if (r < 0) {
-                /* Start from scratch next time: the driver may have been unloaded or reset. */
-                manager_nvml_close(m);
-                nvml_publish(m, NULL);
+                *ret_error = strprintf("Cannot start the NVML worker to re-read NVML: %s", strerror(-r));
                 return r;
         }
-
-        if (!nvml_snapshot_equal(m->nvml_snapshot, snap))
-                STRV_FOREACH(w, snap->warnings)
-                        log_warning("%s", *w);
-        nvml_publish(m, TAKE_PTR(snap));
+        m->refresh_cb = cb;
+        m->refresh_userdata = userdata;
         return 0;
 }

@@ -1,22 +1,31 @@
 #!/usr/bin/python3
 # SPDX-License-Identifier: MIT
-"""Benchmarks MIG management (issue 5): NVML calls, split into writes and reads, and wall time of the mig
-stage when the real daemon applies a MIG config at start against the fake NVML, in four cases:
+"""Benchmarks MIG management (issues 5 and 14): NVML calls, split into writes and reads, and wall time of the
+mig stage when the real daemon applies a MIG config at start against the fake NVML, in eight cases, four
+per node, run in this order on one temporary node each:
 
-  a. 8x A100-SXM4-40GB (node a100-sxm), MIG disabled -> all-balanced (mode change + GPU reset)
-  b. the same node restarted on the same fake NVML state: all-balanced again (nothing to do)
-  c. restarted with a config that differs for GPU 7 only (tests/fixtures/mig-bench/one-gpu-changed.yaml)
-  d. 8x H100 80GB (node gen-8), MIG disabled -> all-1g.10gb (mode change applies without a reset)
+  8x A100-SXM4-40GB (node a100-sxm)            8x H100 80GB (node gen-8)
+  a. MIG disabled -> all-balanced (+ resets)   e. MIG disabled -> all-balanced (no reset on H100)
+  b. restarted: all-balanced again (no-op)     f. restarted: all-balanced again (no-op)
+  c. GPU 7 changed to 7x 1g.5gb                g. GPU 7 changed to 7x 1g.10gb
+  d. all-1g.5gb                                h. all-1g.10gb
 
-a, b and c run in that order on one temporary node; d on another. The wall time is the mig stage's
+(c and g: tests/fixtures/mig-bench/one-gpu-changed.yaml). The wall time is the mig stage's
 started/finished times from the Stages property (it includes the GPU resets and, after a change, the
 NVML re-read and the device nodes), plus start -> READY=1 for the whole first pass. Medians of --runs
 timed runs at log level warning without the call trace; then one more run of each case at log level debug
 with FAKE_NVML_TRACE pointing at the daemon's own (append-mode) log, so the fake's "<symbol> <rc>" lines
 fall between the daemon's "Stage mig: pending -> running" and "Stage mig: running -> done" lines and the
-mig stage's calls can be told from the other stages'. GPU resets are child processes (GNA_MIG_RESET_PROGRAM),
+mig stage's calls can be told from the other stages'. The traced runs are made under each of the fake's
+placement policies (FAKE_NVML_FIT best, first, last): a failed write under any of them fails the bench.
+Then the same eight cases with `--oneshot` (the whole run: every stage, start to exit), counting every
+NVML call of the run. GPU resets are child processes (GNA_MIG_RESET_PROGRAM),
 not NVML calls of the daemon: in the traced run a wrapper appends "reset <args>" to the same log and runs
 fake-nvml-ctl. Writes are nvmlDeviceSetMigMode, every *Create* and *Destroy* entry point, and resets.
+nvmlShutdown is counted as a call.
+
+Targets (issue 14): the mig stage from MIG off to all-balanced on 8x A100 <= 288 calls, a re-apply <= 134,
+0 writes on a re-apply, 0 failed writes under every placement policy.
 
 Each case's result is checked before it is reported: the stage succeeded, and the fake's state
 (fake-nvml-ctl show) is unchanged by b and changed only on GPU 7 by c.
@@ -49,8 +58,15 @@ CASES = [
     ("a", "8× A100-40GB: disabled → all-balanced", "a100-sxm", CONFIG_DEFAULT, "all-balanced", True),
     ("b", "8× A100-40GB: all-balanced re-applied (restart)", "a100-sxm", CONFIG_DEFAULT, "all-balanced", False),
     ("c", "8× A100-40GB: GPU 7 changed to 7× 1g.5gb", "a100-sxm", ONE_CHANGED, "all-balanced-gpu7-1g", False),
-    ("d", "8× H100 80GB: disabled → all-1g.10gb", "gen-8", CONFIG_DEFAULT, "all-1g.10gb", True),
+    ("d", "8× A100-40GB: → all-1g.5gb", "a100-sxm", CONFIG_DEFAULT, "all-1g.5gb", False),
+    ("e", "8× H100 80GB: disabled → all-balanced", "gen-8", CONFIG_DEFAULT, "all-balanced", True),
+    ("f", "8× H100 80GB: all-balanced re-applied (restart)", "gen-8", CONFIG_DEFAULT, "all-balanced", False),
+    ("g", "8× H100 80GB: GPU 7 changed to 7× 1g.10gb", "gen-8", ONE_CHANGED, "all-balanced-gpu7-1g-h100", False),
+    ("h", "8× H100 80GB: → all-1g.10gb", "gen-8", CONFIG_DEFAULT, "all-1g.10gb", False),
 ]
+NO_OP = ("b", "f")
+GPU7 = ("c", "g")
+FITS = ("best", "first", "last")
 
 TRACE_RE = re.compile(r"^(nvml\w+) (-?\d+)$")
 STAGE_RE = re.compile(r"Stage mig: (\w+) → (\w+)")
@@ -159,7 +175,45 @@ def main():
                 blocks[cur].append(line)
         return {k: "\n".join(v) for k, v in blocks.items()}
 
-    def run_case(tmp, bus, node, case, traced):
+    def run_oneshot(tmp, node, case):
+        """`gpu-node-agent --oneshot` for one case, traced; returns the counts of the whole run."""
+        key, _, _, config, selected, _ = case
+        with open(os.path.join(node.confd, "50-bench.yaml"), "w") as f:
+            f.write("mig:\n  config-file: %s\n  selected: %s\n  reset: auto\n" % (config, selected))
+        log_path = os.path.join(tmp, "oneshot-%s.log" % key)
+        reset = os.path.join(tmp, "reset-traced")
+        with open(reset, "w") as f:
+            f.write('#!/bin/sh\necho "reset $*" >> "$FAKE_NVML_TRACE"\nexec %s "$@"\n' % ctl_fake)
+        os.chmod(reset, 0o755)
+        env = dict(os.environ)
+        for k in ("NOTIFY_SOCKET", "WATCHDOG_USEC", "JOURNAL_STREAM", "FAKE_NVML_TRACE", "DBUS_SYSTEM_BUS_ADDRESS"):
+            env.pop(k, None)
+        env.update(node.nvml_env)
+        env.update(FAKE_NVML_TRACE=log_path, GNA_MIG_RESET_PROGRAM=reset)
+        with open(log_path, "a") as log:
+            p = subprocess.run(WRAPPER + [AGENT] + node.args() + ["--oneshot", "--log-level", "info"], env=env,
+                               stdout=log, stderr=subprocess.STDOUT, timeout=300)
+        with open(log_path) as f:
+            text = f.read()
+        if "Stage mig: running → done" not in text:
+            raise BenchError("case %s --oneshot: the mig stage did not finish (exit %d); see %s"
+                             % (key, p.returncode, log_path))
+        total = {"calls": 0, "writes": 0, "reset": 0}
+        for line in text.splitlines():
+            if line.startswith("reset "):
+                total["reset"] += 1
+                continue
+            m = TRACE_RE.match(line)
+            if not m:
+                continue
+            total["calls"] += 1
+            if write_class(m.group(1)):
+                if m.group(2) != "0":
+                    raise BenchError("case %s --oneshot: NVML write %s failed (%s)" % (key, m.group(1), m.group(2)))
+                total["writes"] += 1
+        return total
+
+    def run_case(tmp, bus, node, case, traced, fit=None):
         """Starts the daemon for one case, waits for READY=1, returns (mig stage ms, start→ready ms,
         stage message, log path)."""
         key, _, _, config, selected, _ = case
@@ -169,12 +223,14 @@ def main():
         if os.path.exists(sock):
             os.unlink(sock)
         notify = Notify(tmp)
-        log_path = os.path.join(tmp, "agent-%s%s.log" % (key, "-traced" if traced else ""))
+        log_path = os.path.join(tmp, "agent-%s%s%s.log" % (key, "-traced" if traced else "", "-" + fit if fit else ""))
         env = dict(os.environ)
         for k in ("NOTIFY_SOCKET", "WATCHDOG_USEC", "JOURNAL_STREAM", "FAKE_NVML_TRACE"):
             env.pop(k, None)
         env.update(node.nvml_env)
         env.update(DBUS_SYSTEM_BUS_ADDRESS=bus.address, NOTIFY_SOCKET=notify.path)
+        if fit:
+            env.update(FAKE_NVML_FIT=fit)
         if traced:
             # Same file, both in append mode: the trace lines land between the daemon's log lines in order.
             reset = os.path.join(tmp, "reset-traced")
@@ -217,31 +273,38 @@ def main():
             raise BenchError("case %s: mig stage %r" % (key, st))
         return (st[3] - st[2]) / 1000, ready_ms, st[4], log_path
 
-    def run_sequence(cases, traced):
-        """Runs cases in order on one temporary node; returns {key: (mig ms, ready ms, counts or None)}."""
+    def run_sequence(cases, traced, fit=None, oneshot=False):
+        """Runs cases in order on one temporary node; returns {key: (mig ms, ready ms, counts or None,
+        message)}, or with oneshot {key: whole-run counts}."""
         out = {}
         with tempfile.TemporaryDirectory(prefix="gna-bench-mig-", dir=a.tmpdir) as tmp:
-            bus = Bus(tmp)
+            bus = None if oneshot else Bus(tmp)
             try:
                 node = Node(tmp, cases[0][2], BASE_YAML)
                 for case in cases:
                     before = show(node)
-                    mig_ms, ready_ms, message, log_path = run_case(tmp, bus, node, case, traced)
-                    after = show(node)
                     key = case[0]
-                    if key == "b" and after != before:
-                        raise BenchError("case b changed the fake NVML state:\n%s" % "\n".join(after.values()))
-                    if key == "c":
+                    if oneshot:
+                        out[key] = run_oneshot(tmp, node, case)
+                    else:
+                        mig_ms, ready_ms, message, log_path = run_case(tmp, bus, node, case, traced, fit)
+                    after = show(node)
+                    if key in NO_OP and after != before:
+                        raise BenchError("case %s changed the fake NVML state:\n%s" % (key, "\n".join(after.values())))
+                    if key in GPU7:
                         changed = [g for g in before if before[g] != after[g]]
                         if changed != ["GPU 7"]:
-                            raise BenchError("case c changed %r, not GPU 7 alone" % changed)
+                            raise BenchError("case %s changed %r, not GPU 7 alone" % (key, changed))
+                    if oneshot:
+                        continue
                     counts = None
                     if traced:
                         with open(log_path) as f:
                             counts = parse_log(f.read())
                     out[key] = (mig_ms, ready_ms, counts, message)
             finally:
-                bus.stop()
+                if bus:
+                    bus.stop()
         return out
 
     sequences = [[c for c in CASES if c[2] == "a100-sxm"], [c for c in CASES if c[2] == "gen-8"]]
@@ -252,22 +315,37 @@ def main():
                 timed[key][0].append(mig_ms)
                 timed[key][1].append(ready_ms)
     traced = {}
+    by_fit = {}
+    for fit in FITS:
+        by_fit[fit] = {}
+        for seq in sequences:
+            by_fit[fit].update(run_sequence(seq, True, fit))
+    traced = by_fit["best"]
+    oneshot = {}
     for seq in sequences:
-        traced.update(run_sequence(seq, True))
+        oneshot.update(run_sequence(seq, False, oneshot=True))
 
     print("| case | mig stage, median (min) | start → READY=1, median | NVML writes: SetMigMode / GI create / "
-          "CI create / CI destroy / GI destroy / GPU resets | writes | NVML reads in the mig stage "
-          "(of them failed) | NVML calls of the other stages |")
-    print("| --- | ---: | ---: | --- | ---: | ---: | ---: |")
+          "CI create / CI destroy / GI destroy / GPU resets | writes | NVML calls in the mig stage "
+          "(of them failed) | the same under FIT first / last | NVML calls of the other stages | --oneshot: "
+          "NVML calls / writes of the whole run |")
+    print("| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |")
     for key, desc, *_ in CASES:
         mig_ms, ready_ms = timed[key]
         mig, other = traced[key][2]
         if other["writes"]:
             raise BenchError("case %s: %d NVML writes outside the mig stage" % (key, other["writes"]))
+        if key in NO_OP and mig["writes"]:
+            raise BenchError("case %s: %d NVML writes on a re-apply" % (key, mig["writes"]))
         per = " / ".join(str(mig[name]) for name, _ in WRITES + [("reset", None)])
-        print("| %s. %s | %.1f ms (%.1f ms) | %.1f ms | %s | %d | %d (%d) | %d |"
+        fits = " / ".join("%d" % (by_fit[f][key][2][0]["reads"] + by_fit[f][key][2][0]["writes"]) for f in FITS[1:])
+        o = oneshot[key]
+        print("| %s. %s | %.1f ms (%.1f ms) | %.1f ms | %s | %d | %d (%d) | %s | %d | %d / %d |"
               % (key, desc, statistics.median(mig_ms), min(mig_ms), statistics.median(ready_ms), per,
-                 mig["writes"], mig["reads"], mig["failed"], other["reads"]))
+                 mig["writes"], mig["reads"] + mig["writes"], mig["failed"], fits, other["reads"], o["calls"],
+                 o["writes"] + o["reset"]))
+    print()
+    print("Failed NVML writes under FAKE_NVML_FIT=%s: 0 (the bench stops at the first one)." % "/".join(FITS))
     print()
     for key, *_ in CASES:
         print("- %s: %s" % (key, traced[key][3][:300]))

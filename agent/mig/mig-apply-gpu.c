@@ -308,6 +308,42 @@ static int get_plan(WireReader *rd, MigGpuPlan *ret) {
         return 0;
 }
 
+static int ids_add(unsigned *ids, size_t *n, size_t max, unsigned id) {
+        for (size_t i = 0; i < *n; i++)
+                if (ids[i] == id)
+                        return 0;
+        if (*n >= max)
+                return -E2BIG;
+        ids[(*n)++] = id;
+        return 0;
+}
+
+/* The GPU after the steps of plan: the GI profiles and CI profiles that known had or plan creates. */
+static int read_layout_after(GpuNvml *n, const MigGpuState *known, const MigGpuPlan *plan, MigGpuState *ret,
+                             char **ret_error) {
+        unsigned gi_ids[64], ci_ids[64];
+        size_t n_gi = 0, n_ci = 0;
+        int r = 0;
+
+        for (size_t i = 0; r >= 0 && i < known->n_gis; i++) {
+                r = ids_add(gi_ids, &n_gi, ELEMENTSOF(gi_ids), known->gis[i].profile_id);
+                for (size_t k = 0; r >= 0 && k < known->gis[i].n_cis; k++)
+                        r = ids_add(ci_ids, &n_ci, ELEMENTSOF(ci_ids), known->gis[i].ci_profile_ids[k]);
+        }
+        for (size_t i = 0; r >= 0 && i < plan->n_steps; i++) {
+                if (plan->steps[i].kind == MIG_STEP_CREATE_GI)
+                        r = ids_add(gi_ids, &n_gi, ELEMENTSOF(gi_ids), plan->steps[i].profile_id);
+                else if (plan->steps[i].kind == MIG_STEP_CREATE_CI)
+                        r = ids_add(ci_ids, &n_ci, ELEMENTSOF(ci_ids), plan->steps[i].profile_id);
+        }
+        if (r < 0) /* more profiles than any GPU has: read it all */
+                return mig_state_read_gpu(n, plan->pci_address, plan->gpu, ret, ret_error);
+        r = mig_state_read_layout(n, known, gi_ids, n_gi, ci_ids, n_ci, ret, ret_error);
+        if (r >= 0)
+                ret->index = plan->gpu;
+        return r;
+}
+
 int mig_gpu_steps_job(GpuNvml *n, void *userdata, struct WireBuf *out, char **ret_error) {
         const MigGpuStepsJob *job = userdata;
         MigGpuRun run = *job->run; /* our copy of the daemon's run, at the fork */
@@ -334,8 +370,12 @@ int mig_gpu_steps_job(GpuNvml *n, void *userdata, struct WireBuf *out, char **re
         }
 
         /* What the GPU has now: for the result line, a halt record, and the plan back to the layout
-         * before when the daemon asked for one (a failure it will roll back). */
-        rr = mig_state_read_gpu(n, run.plan->pci_address, run.plan->gpu, &now, &rollback_error);
+         * before when the daemon asked for one (a failure it will roll back). With the GPU's state from
+         * before the apply, only what these steps can have changed is read again. */
+        if (job->known && job->known->n_gi_profiles > 0) /* a full read (a journal's record has no table) */
+                rr = read_layout_after(n, job->known, run.plan, &now, &rollback_error);
+        else
+                rr = mig_state_read_gpu(n, run.plan->pci_address, run.plan->gpu, &now, &rollback_error);
         if (rr >= 0) {
                 summary = mig_state_layout_summary(&now);
                 if (job->restore_to && (r < 0 || job->read_only)) {

@@ -74,6 +74,7 @@ struct MigApply {
         FabricOp *op;
         size_t unit_index;
         char **stopped;               /* hook units stopped, in stop order */
+        size_t n_stopped_before;      /* of them, stopped by an earlier, interrupted apply */
 
         size_t gpu;                   /* plan->gpus index */
         MigGpuRun run, rollback_run;
@@ -94,6 +95,7 @@ struct MigApply {
         Spawn *reset;                 /* the GPU reset child, NULL when none runs */
         char *reset_output;           /* the last non-empty line it printed */
 
+        char **changed_gpus;          /* PCI addresses of the GPUs written to */
         char **lines;                 /* per GPU and per problem: the result message */
         char **log;
         int error;
@@ -235,6 +237,7 @@ static int run_steps(MigApply *a, MigGpuRun *run, bool read_only, char **ret_err
                 .run = run,
                 .journal = a->journal,
                 .restore_to = !a->rolling_back && !a->o.restore ? before_of(a, p) : NULL,
+                .known = before_of(a, p),
                 .read_only = read_only,
         };
         r = start_job(a, mig_gpu_steps_job, &a->job, on_steps_done, (int) p->gpu);
@@ -295,7 +298,10 @@ static void gpu_finish(MigApply *a, const char *result) {
 
         if (a->journal)
                 (void) mig_journal_gpu_end(a->journal, p->pci_address, result);
-        a->changed = a->changed || a->run.wrote || a->rollback_run.wrote;
+        if (a->run.wrote || a->rollback_run.wrote) {
+                a->changed = true;
+                (void) strv_extend(&a->changed_gpus, p->pci_address);
+        }
         mig_gpu_run_done(&a->run);
         mig_gpu_run_done(&a->rollback_run);
         mig_gpu_plan_done(&a->rollback);
@@ -546,6 +552,7 @@ static void finish(MigApply *a) {
                 .state = a->failed ? MIG_CONFIG_FAILED : a->rebooting ? MIG_CONFIG_REBOOTING : MIG_CONFIG_SUCCESS,
                 .error = a->error,
                 .changed = a->changed,
+                .changed_gpus = a->changed_gpus,
                 .log = a->log,
         };
 
@@ -586,7 +593,9 @@ static void advance(MigApply *a) {
                 break;
 
         case PHASE_BUSY:
-                if (!a->o.force && a->worker && a->plan->n_gpus > 0) {
+                /* The GPUs were read just before the plan (mig_apply_start() refuses a busy one): only when
+                 * hook units were stopped since can that have changed, and only then is it asked again. */
+                if (!a->o.force && a->worker && a->plan->n_gpus > 0 && strv_length(a->stopped) > a->n_stopped_before) {
                         if (!a->job_answered) {
                                 int r = start_job(a, busy_job, a->plan, on_busy_done, -1);
                                 if (r >= 0)
@@ -698,6 +707,7 @@ int mig_apply_start(const MigApplyOptions *o, MigPlan *plan, MigGpuState *before
         a->userdata = userdata;
         a->stop_units = strv_copy(o->stop_units);
         a->stopped = strv_copy(o->stopped_units);
+        a->n_stopped_before = strv_length(a->stopped);
         a->reset_program = strdup(o->reset_program ?: MIG_RESET_PROGRAM_DEFAULT);
         if (!a->stop_units || !a->stopped || !a->reset_program ||
             (o->journal_path && !(a->journal_path = strdup(o->journal_path))))
@@ -792,6 +802,7 @@ MigApply *mig_apply_free(MigApply *a) {
         free(a->journal_path);
         free(a->gpu_error);
         strv_free(a->lines);
+        strv_free(a->changed_gpus);
         strv_free(a->log);
         return mfree(a);
 }

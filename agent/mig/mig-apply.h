@@ -68,6 +68,7 @@ typedef struct MigApplyResult {
         MigConfigState state;       /* SUCCESS, REBOOTING or FAILED */
         int error;                  /* the first failure, 0 none */
         bool changed;               /* something was written through NVML */
+        char **changed_gpus;        /* the PCI addresses of the GPUs written to */
         const char *message;        /* one line: what happened per GPU, failures and rollbacks */
         char **log;                 /* one line per notable event, for the log */
 } MigApplyResult;
@@ -121,6 +122,8 @@ typedef struct MigGpuStepsJob {
         const MigGpuRun *run;
         MigJournal *journal;        /* NULL: none */
         const MigGpuState *restore_to;
+        const MigGpuState *known;   /* the GPU as read before the apply (NULL: unknown): the read after the
+                                     * steps then covers only what they can have changed */
         bool read_only;
 } MigGpuStepsJob;
 

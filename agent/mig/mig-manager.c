@@ -40,6 +40,26 @@ struct MigManager {
 
         MigRead *reads;               /* assert/export reads in NVML workers, in flight */
 
+        /* The read before planning an apply (or a recovery), on the MIG reader; the apply starts when it
+         * answers. At most one, and no apply while it runs (mig_manager_busy()). */
+        struct {
+                bool active;
+                bool recovery;            /* the journal's GPUs, to plan their way back */
+                char *name, *file;
+                bool force, request;
+                MigConfigFile *cf;
+                const MigConfig *config;
+                MigJournalContents *journal;
+                char **addresses;         /* what is read (index = position) */
+                sd_event_source *defer;   /* delivers a refusal from the next iteration */
+                MigApplyOutcome refusal;
+                char *refusal_message;
+                /* A request reports "pending" from its start; a refusal by the planner puts back: */
+                bool reported;
+                char *prev_name, *prev_message;
+                MigConfigState prev_state;
+        } plan;
+
         bool journal_checked;         /* recovery runs once per MigManager (= per start) */
         bool recovering;
         char *recovery_note;          /* what recovery found and did, until taken */
@@ -65,10 +85,26 @@ int mig_manager_new(Manager *m, MigManager **ret) {
 
 static void mig_reads_cancel(MigManager *mm);
 
+/* Forgets the planning read (its answer, should one still come, is dropped: the reader's callback checks
+ * plan.active). */
+static void plan_done(MigManager *mm) {
+        free(mm->plan.name);
+        free(mm->plan.file);
+        mig_config_file_free(mm->plan.cf);
+        mig_journal_contents_free(mm->plan.journal);
+        strv_free(mm->plan.addresses);
+        sd_event_source_disable_unref(mm->plan.defer);
+        free(mm->plan.refusal_message);
+        free(mm->plan.prev_name);
+        free(mm->plan.prev_message);
+        mm->plan = (typeof(mm->plan)) {};
+}
+
 MigManager *mig_manager_free(MigManager *mm) {
         if (!mm)
                 return NULL;
         mig_apply_free(mm->apply);
+        plan_done(mm);
         mig_reads_cancel(mm);
         free(mm->reset_program);
         free(mm->config_name);
@@ -101,7 +137,7 @@ const char *mig_manager_message(const MigManager *mm) {
 }
 
 bool mig_manager_busy(const MigManager *mm) {
-        return mm && mm->apply;
+        return mm && (mm->apply || mm->plan.active);
 }
 
 static void set_result(MigManager *mm, const char *name, MigConfigState state, const char *message) {
@@ -153,19 +189,6 @@ static int gpu_addresses(MigManager *mm, char ***ret) {
                 return -ENOMEM;
         *ret = TAKE_PTR(l);
         return 0;
-}
-
-static int read_states(MigManager *mm, MigGpuState **ret, size_t *ret_n, char **ret_error) {
-        _cleanup_strv_free_ char **addresses = NULL;
-        int r;
-
-        r = manager_nvml_open_local(mm->manager, ret_error);
-        if (r < 0)
-                return r;
-        r = gpu_addresses(mm, &addresses);
-        if (r < 0)
-                return r;
-        return mig_state_read(mm->manager->nvml, addresses, ret, ret_n, ret_error);
 }
 
 static int load_config(const char *file, const char *name, MigConfigFile **ret_file, const MigConfig **ret,
@@ -224,12 +247,14 @@ static void on_apply_finished(MigApply *a, const MigApplyResult *res, void *user
         }
 
         /* res belongs to a: done with it. The callback may start the next apply. */
+        _cleanup_strv_free_ char **changed_gpus = strv_copy(res->changed_gpus);
         MigApplyOutcome o = {
                 .error = res->error,
                 .config = name,
                 .state = state,
                 .message = message,
                 .changed = res->changed,
+                .changed_gpus = changed_gpus, /* NULL (on OOM too): every GPU is re-read */
         };
         mm->apply = mig_apply_free(a);
         mm->cb = NULL;
@@ -238,24 +263,14 @@ static void on_apply_finished(MigApply *a, const MigApplyResult *res, void *user
                 cb(mm, &o, ud);
 }
 
-static void release_nvml(void *userdata) {
-        MigManager *mm = userdata;
-
-        /* Not manager_nvml_close(), which keeps the handle while an apply runs: this apply does not use it. */
-        mm->manager->nvml = gpu_nvml_close(mm->manager->nvml);
-}
-
 static MigApplyOptions apply_options(MigManager *mm, const char *journal, bool force) {
         const Config *c = mm->manager->config;
 
         return (MigApplyOptions) {
                 .event = mm->manager->event,
                 .bus = mm->manager->bus,
-                .nvml = mm->manager->nvml,
                 .library = c->nvml.library,
                 .call_timeout_usec = c->nvml.timeout_usec,
-                .release_nvml = release_nvml,
-                .release_userdata = mm,
                 .stop_units = c->mig.stop_units,
                 .reset_auto = c->mig.reset != 0,
                 .reset_program = mm->reset_program,
@@ -266,71 +281,203 @@ static MigApplyOptions apply_options(MigManager *mm, const char *journal, bool f
         };
 }
 
+static int replace(char **p, const char *s);
+
+/* The request becomes the selection once it is known not to be one the planner rejected (nor a busy
+ * GPU): the previous selection stays for those. */
+static int remember_request(MigManager *mm, const char *name, const char *config_file) {
+        const ConfigMig *c = &mm->manager->config->mig;
+
+        if (replace(&mm->request_name, name) < 0 || replace(&mm->request_file, config_file) < 0 ||
+            replace(&mm->request_base_name, c->selected) < 0 || replace(&mm->request_base_file, c->config_file) < 0)
+                return -ENOMEM;
+        return 0;
+}
+
+static int on_refusal(sd_event_source *s, void *userdata);
+
+static int on_refusal(sd_event_source *s, void *userdata) {
+        MigManager *mm = userdata;
+        MigApplyOutcome o = mm->plan.refusal;
+        _cleanup_free_ char *message = TAKE_PTR(mm->plan.refusal_message), *config = NULL;
+        MigApplyDone cb = mm->cb;
+        void *ud = mm->userdata;
+
+        config = mm->plan.name ? strdup(mm->plan.name) : NULL;
+        o.config = config;
+        o.message = message;
+        plan_done(mm);
+        mm->cb = NULL;
+        mm->userdata = NULL;
+        if (cb)
+                cb(mm, &o, ud);
+        return 0;
+}
+
+/* Ends the planning with outcome o (message taken), from the next loop iteration (we may be inside the
+ * reader's callback); busy until then. */
+static void plan_deliver(MigManager *mm, MigApplyOutcome o, char *message) {
+        mm->plan.active = true;
+        mm->plan.refusal = o;
+        mm->plan.refusal_message = message;
+        if (sd_event_add_defer(mm->manager->event, &mm->plan.defer, on_refusal, mm) < 0)
+                (void) on_refusal(NULL, mm);
+}
+
+/* Ends the planning with a refusal (nothing was changed), delivered from the next loop iteration (we may
+ * be inside the reader's callback). */
+static void plan_refuse(MigManager *mm, int r, char *message) {
+        if (!message)
+                message = strprintf("Cannot apply MIG config %s: %s.", strna(mm->plan.name), strerror(-r));
+        /* NVML not answering is a reason the next pass may not have: the request stays selected. */
+        if (mm->plan.request && (r == -ENODEV || r == -ETIMEDOUT || r == -EIO))
+                (void) remember_request(mm, mm->plan.name, mm->plan.file);
+        if (mm->plan.request && r == -EINVAL) {
+                if (mm->plan.reported)
+                        set_result(mm, mm->plan.prev_name, mm->plan.prev_state, mm->plan.prev_message);
+        } else if (!mm->plan.recovery)
+                set_result(mm, mm->plan.name, MIG_CONFIG_FAILED, message);
+        log_error("MIG: %s", strna(message));
+        plan_deliver(mm, (MigApplyOutcome) { .error = r, .state = "failed", .refused = true }, message);
+}
+
+static void plan_with_states(MigManager *mm, MigGpuState *states, size_t n_states) {
+        _cleanup_(mig_plan_freep) MigPlan *plan = NULL;
+        _cleanup_free_ char *journal = NULL, *error = NULL;
+        _cleanup_free_ char *name = strdup(mm->plan.name);
+        bool force = mm->plan.force, request = mm->plan.request;
+        int r;
+
+        if (!name) {
+                mig_gpu_states_free(states, n_states);
+                plan_refuse(mm, -ENOMEM, NULL);
+                return;
+        }
+        r = mig_plan_build(mm->plan.config, states, n_states, &plan, &error);
+        if (r < 0) {
+                mig_gpu_states_free(states, n_states);
+                plan_refuse(mm, r, TAKE_PTR(error));
+                return;
+        }
+        free(mm->unmanaged);
+        mm->unmanaged = unmanaged_note(plan, name);
+        journal = journal_path(mm);
+        if ((!plan->config_name && !(plan->config_name = strdup(name))) || !journal) {
+                mig_gpu_states_free(states, n_states);
+                plan_refuse(mm, -ENOMEM, NULL);
+                return;
+        }
+        MigApplyOptions o = apply_options(mm, journal, force);
+        size_t n_gpus = plan->n_gpus;
+        r = mig_apply_start(&o, TAKE_PTR(plan), states, n_states, on_apply_finished, mm, &mm->apply, &error);
+        if (r < 0) {
+                plan_refuse(mm, r, TAKE_PTR(error));
+                return;
+        }
+        if (request)
+                (void) remember_request(mm, name, mm->plan.file);
+        free(mm->applying);
+        mm->applying = TAKE_PTR(name);
+        plan_done(mm);
+        if (n_gpus > 0) {
+                log_info("Applying MIG config %s to %zu GPU%s.", mm->applying, n_gpus, n_gpus == 1 ? "" : "s");
+                /* A pass re-checking a config that waits for a reboot keeps saying so: the re-check takes
+                 * a worker's start per GPU, and mig.config.state must not flap to pending on every pass. */
+                if (!(streq_ptr(mm->config_name, mm->applying) && mm->state == MIG_CONFIG_REBOOTING))
+                        set_result(mm, mm->applying, MIG_CONFIG_PENDING, NULL);
+                /* The mig stage's apply: consumers see mig.config.state=pending in the feature file while
+                 * it runs, not only after it. */
+                if (mm->manager->current_stage == STAGE_MIG && streq_ptr(mig_manager_state(mm), "pending"))
+                        stage_labels_write_now(mm->manager);
+        }
+}
+
+static void recover_with_states(MigManager *mm, MigGpuState *states, size_t n_states);
+
+static void on_plan_read(GpuNvmlWorker *w, int r, const uint8_t *data, size_t len, const char *error,
+                         void *userdata) {
+        MigManager *mm = userdata;
+        MigGpuState *states = NULL;
+        size_t n = 0;
+
+        if (!mm->plan.active || mm->plan.defer)
+                return;
+        if (r >= 0 && (r = mig_states_job_result(data, len, &states, &n)) < 0)
+                error = "the NVML worker sent a malformed answer";
+        if (r < 0) {
+                plan_refuse(mm, r, strprintf(mm->plan.recovery
+                                             ? "An interrupted MIG apply was found, but its GPUs cannot be read: %s"
+                                             : "Reading the MIG layout before the apply failed: %s", strna(error)));
+                return;
+        }
+        if (mm->plan.recovery)
+                recover_with_states(mm, states, n);
+        else
+                plan_with_states(mm, states, n);
+}
+
+static int plan_read(MigManager *mm, char **ret_error) {
+        int r;
+
+        r = manager_nvml_read_async(mm->manager, mm->plan.addresses, mig_states_job, on_plan_read, mm, ret_error);
+        if (r < 0)
+                return r;
+        mm->plan.active = true;
+        return 0;
+}
+
 /* request: an ApplyMigConfig() call rather than the configured selection. A request the planner
  * rejects (unknown config or profile, over capacity) changes nothing, not even the reported state:
- * the node keeps the geometry it has and the caller gets the error. */
+ * the node keeps the geometry it has and the caller gets the error. The GPUs are read on the MIG reader
+ * (an NVML worker): the plan and the apply follow from its answer. */
 static int apply_internal(MigManager *mm, const char *name, const char *file, bool force, bool request,
                           MigApplyDone cb, void *userdata, char **ret_error) {
         _cleanup_(mig_config_file_freep) MigConfigFile *cf = NULL;
-        _cleanup_(mig_plan_freep) MigPlan *plan = NULL;
-        _cleanup_free_ char *journal = NULL;
         const MigConfig *config = NULL;
-        MigGpuState *states = NULL;
-        size_t n_states = 0;
         int r;
 
-        if (mm->apply) {
+        if (mig_manager_busy(mm)) {
                 *ret_error = strprintf("A MIG apply (%s) is already running; try again when it has finished.",
-                                       strna(mm->config_name));
+                                       strna(mm->applying ?: mm->plan.name ?: mm->config_name));
                 return -EBUSY;
         }
 
         r = load_config(file, name, &cf, &config, ret_error);
-        if (r >= 0)
-                r = read_states(mm, &states, &n_states, ret_error);
         if (r >= 0) {
-                r = mig_plan_build(config, states, n_states, &plan, ret_error);
+                plan_done(mm);
+                mm->plan.cf = TAKE_PTR(cf);
+                mm->plan.config = config;
+                mm->plan.force = force;
+                mm->plan.request = request;
+                if (!(mm->plan.name = strdup(name)) || (file && !(mm->plan.file = strdup(file))))
+                        r = -ENOMEM;
+                if (r >= 0)
+                        r = gpu_addresses(mm, &mm->plan.addresses);
+                if (r >= 0)
+                        r = plan_read(mm, ret_error);
                 if (r < 0)
-                        mig_gpu_states_free(states, n_states);
+                        plan_done(mm);
+        }
+        /* A request is in flight from now on (ApplyMigConfig() callers watch MigConfigState); a config
+         * that waits for a reboot keeps saying so. */
+        if (r >= 0 && request && !(streq_ptr(mm->config_name, name) && mm->state == MIG_CONFIG_REBOOTING)) {
+                mm->plan.reported = true;
+                mm->plan.prev_state = mm->state;
+                if ((mm->config_name && !(mm->plan.prev_name = strdup(mm->config_name))) ||
+                    (mm->message && !(mm->plan.prev_message = strdup(mm->message))))
+                        mm->plan.reported = false;
+                else
+                        set_result(mm, name, MIG_CONFIG_PENDING, NULL);
         }
         if (r < 0) {
                 if (!*ret_error)
                         *ret_error = strprintf("Cannot apply MIG config %s: %s.", name, strerror(-r));
-                if (!(request && r == -EINVAL))
+                if (!(request && (r == -EINVAL || r == -EBUSY)))
                         set_result(mm, name, MIG_CONFIG_FAILED, *ret_error);
-                return r;
-        }
-
-        free(mm->unmanaged);
-        mm->unmanaged = unmanaged_note(plan, name);
-        if (!plan->config_name && !(plan->config_name = strdup(name))) {
-                mig_gpu_states_free(states, n_states);
-                return -ENOMEM;
-        }
-
-        journal = journal_path(mm);
-        if (!journal) {
-                mig_gpu_states_free(states, n_states);
-                return -ENOMEM;
-        }
-        MigApplyOptions o = apply_options(mm, journal, force);
-        size_t n_gpus = plan->n_gpus;
-        r = mig_apply_start(&o, TAKE_PTR(plan), states, n_states, on_apply_finished, mm, &mm->apply, ret_error);
-        if (r < 0) {
-                set_result(mm, name, MIG_CONFIG_FAILED, *ret_error);
                 return r;
         }
         mm->cb = cb;
         mm->userdata = userdata;
-        free(mm->applying);
-        mm->applying = strdup(name);
-        if (n_gpus > 0) {
-                log_info("Applying MIG config %s to %zu GPU%s.", name, n_gpus, n_gpus == 1 ? "" : "s");
-                /* A pass re-checking a config that waits for a reboot keeps saying so: the re-check takes
-                 * a worker's start per GPU, and mig.config.state must not flap to pending on every pass. */
-                if (!(streq_ptr(mm->config_name, name) && mm->state == MIG_CONFIG_REBOOTING))
-                        set_result(mm, name, MIG_CONFIG_PENDING, NULL);
-        }
         return 0;
 }
 
@@ -345,22 +492,18 @@ static int replace(char **p, const char *s) {
 
 int mig_manager_apply(MigManager *mm, const char *name, const char *config_file, bool force, MigApplyDone cb,
                       void *userdata, char **ret_error) {
-        const ConfigMig *c = &mm->manager->config->mig;
-        const char *file = config_file ?: c->config_file;
+        const char *file = config_file ?: mm->manager->config->mig.config_file;
         int r;
 
         assert(mm && name && ret_error);
         *ret_error = NULL;
 
         r = apply_internal(mm, name, file, force, true, cb, userdata, ret_error);
-        if (r < 0 && r != -EBUSY && r != -EINVAL && r != -ENODEV)
-                return r;
         /* The request is what the node should have from now on, also when it failed for a reason the
-         * next pass may not have (busy GPUs). A busy apply is not a new request, and neither is one the
-         * planner rejected: the previous selection stays. */
-        if (r != -EBUSY && r != -EINVAL &&
-            (replace(&mm->request_name, name) < 0 || replace(&mm->request_file, config_file) < 0 ||
-             replace(&mm->request_base_name, c->selected) < 0 || replace(&mm->request_base_file, c->config_file) < 0))
+         * next pass may not have (NVML down). A busy apply is not a new request, and neither is one the
+         * planner rejected: the previous selection stays. Once the GPUs are read, plan_with_states() and
+         * plan_refuse() decide the same. */
+        if (r == -ENODEV && remember_request(mm, name, config_file) < 0)
                 return -ENOMEM;
         return r;
 }
@@ -380,11 +523,12 @@ int mig_manager_apply_selected(MigManager *mm, MigApplyDone cb, void *userdata, 
 
 /* ---- recovery ---- */
 
+static int recover_plan(MigManager *mm, MigJournalContents *c_taken, MigGpuState *now, size_t n_now,
+                        MigApplyDone cb, void *userdata, char **ret_message);
+
 int mig_manager_recover(MigManager *mm, MigApplyDone cb, void *userdata, char **ret_message) {
         _cleanup_(mig_journal_contents_freep) MigJournalContents *c = NULL;
-        _cleanup_(mig_plan_freep) MigPlan *plan = NULL;
         _cleanup_free_ char *path = journal_path(mm), *error = NULL;
-        MigGpuState *before = NULL;
         int r;
 
         *ret_message = NULL;
@@ -426,42 +570,85 @@ int mig_manager_recover(MigManager *mm, MigApplyDone cb, void *userdata, char **
         }
         if (!first)
                 return 0; /* not a halt: an apply cancelled at shutdown; the next start recovers it */
-        if (!mm->manager->nvml) {
+        if (!mm->manager->nvml_snapshot) {
                 mm->journal_checked = false;
                 *ret_message = strprintf("An interrupted apply of MIG config %s was found, but NVML is not "
                                          "available to roll it back; it is tried again on the next pass.", c->config);
                 return -ENODEV;
         }
 
+        /* The GPUs it had not finished are read on the MIG reader; the plan back follows from the answer. */
+        plan_done(mm);
+        for (size_t i = 0; i < c->n_previous; i++)
+                if (!strv_contains(c->finished, c->previous[i].pci_address) &&
+                    strv_extend(&mm->plan.addresses, c->previous[i].pci_address) < 0)
+                        return -ENOMEM;
+        if (!mm->plan.addresses)
+                return recover_plan(mm, TAKE_PTR(c), NULL, 0, cb, userdata, ret_message);
+        mm->plan.recovery = true;
+        mm->plan.journal = TAKE_PTR(c);
+        if (!(mm->plan.name = strdup(mm->plan.journal->config)))
+                return -ENOMEM;
+        r = plan_read(mm, &error);
+        if (r < 0) {
+                mm->journal_checked = false;
+                *ret_message = strprintf("An interrupted apply of MIG config %s was found, but the GPUs cannot be "
+                                         "read: %s; it is tried again on the next pass.", mm->plan.name, strna(error));
+                plan_done(mm);
+                return r;
+        }
+        mm->cb = cb;
+        mm->userdata = userdata;
+        *ret_message = strprintf("An interrupted apply of MIG config %s was found; reading the GPUs it had not "
+                                 "finished.", mm->plan.name);
+        return 1;
+}
+
+/* The recovery's plan from the GPUs as they are now (now: NULL when none needed reading): 0 nothing to
+ * undo (the journal is removed), 1 an apply back to the recorded layouts runs (cb later), < 0 failed. */
+static int recover_plan(MigManager *mm, MigJournalContents *c_taken, MigGpuState *now, size_t n_now,
+                        MigApplyDone cb, void *userdata, char **ret_message) {
+        _cleanup_(mig_journal_contents_freep) MigJournalContents *c = c_taken;
+        _cleanup_(mig_plan_freep) MigPlan *plan = NULL;
+        _cleanup_free_ char *path = journal_path(mm), *error = NULL;
+        MigGpuState *before = NULL;
+        int r;
+
+        if (!path) {
+                mig_gpu_states_free(now, n_now);
+                return -ENOMEM;
+        }
         plan = calloc(1, sizeof *plan);
-        if (!plan || !(plan->config_name = strdup(c->config)))
+        if (!plan || !(plan->config_name = strdup(c->config)) || !(plan->gpus = calloc(c->n_previous ?: 1, sizeof *plan->gpus))) {
+                mig_gpu_states_free(now, n_now);
                 return -ENOMEM;
-        plan->gpus = calloc(c->n_previous ?: 1, sizeof *plan->gpus);
-        if (!plan->gpus)
-                return -ENOMEM;
+        }
         for (size_t i = 0; i < c->n_previous; i++) {
                 MigGpuState *prev = &c->previous[i];
-                _cleanup_(mig_gpu_state_done) MigGpuState now = {};
+                MigGpuState *g = (MigGpuState *) mig_state_find(now, n_now, prev->pci_address);
                 MigGpuPlan p = {};
 
                 if (strv_contains(c->finished, prev->pci_address))
                         continue;
-                r = mig_state_read_gpu(mm->manager->nvml, prev->pci_address, prev->index, &now, &error);
+                if (!g) {
+                        *ret_message = strprintf("An interrupted apply of MIG config %s was found, but NVML does not "
+                                                 "list GPU %s", c->config, prev->pci_address);
+                        mig_gpu_states_free(now, n_now);
+                        return -ENODEV;
+                }
+                g->index = prev->index;
+                r = mig_restore_plan(g, prev, &p);
                 if (r < 0) {
-                        *ret_message = strprintf("An interrupted apply of MIG config %s was found, but GPU %s cannot "
-                                                 "be read: %s", c->config, prev->pci_address,
-                                                 error ? error : strerror(-r));
+                        mig_gpu_states_free(now, n_now);
                         return r;
                 }
-                r = mig_restore_plan(&now, prev, &p);
-                if (r < 0)
-                        return r;
                 if (p.n_steps == 0) {
                         mig_gpu_plan_done(&p);
                         continue;
                 }
                 plan->gpus[plan->n_gpus++] = p;
         }
+        mig_gpu_states_free(now, n_now);
 
         if (plan->n_gpus == 0 && strv_length(c->units) == 0) {
                 (void) mig_journal_remove(path);
@@ -497,6 +684,36 @@ int mig_manager_recover(MigManager *mm, MigApplyDone cb, void *userdata, char **
         mm->recovering = true;
         set_result(mm, c->config, MIG_CONFIG_PENDING, NULL);
         return 1;
+}
+
+/* The answer of the recovery's read: plan the way back, or say why not (the outcome's message). */
+static void recover_with_states(MigManager *mm, MigGpuState *states, size_t n_states) {
+        MigJournalContents *c = TAKE_PTR(mm->plan.journal);
+        MigApplyDone cb = mm->cb;
+        void *ud = mm->userdata;
+        char *name = TAKE_PTR(mm->plan.name), *message = NULL;
+        int r;
+
+        mm->cb = NULL;
+        mm->userdata = NULL;
+        plan_done(mm);
+        r = recover_plan(mm, c, states, n_states, cb, ud, &message);
+        if (r > 0) {
+                free(name);
+                free(message);
+                return;
+        }
+        if (r < 0) {
+                log_error("MIG journal: %s", strna(message));
+                free(mm->recovery_note);
+                mm->recovery_note = message ? strdup(message) : NULL;
+        }
+        /* Nothing to undo, or it cannot be: the mig stage goes on with the selected config. */
+        mm->plan.name = name;
+        mm->cb = cb;
+        mm->userdata = ud;
+        plan_deliver(mm, (MigApplyOutcome) { .error = r < 0 ? r : 0, .state = r < 0 ? "failed" : "success",
+                                             .refused = r < 0 }, message);
 }
 
 char *mig_manager_take_recovery_note(MigManager *mm) {
@@ -545,36 +762,6 @@ static int assert_report(const MigConfig *config, const char *name, MigGpuState 
 oom:
         mig_gpu_states_free(states, n_states);
         return -ENOMEM;
-}
-
-int mig_manager_assert(MigManager *mm, const char *name, const char *config_file, char **ret_report) {
-        _cleanup_(mig_config_file_freep) MigConfigFile *cf = NULL;
-        const MigConfig *config = NULL;
-        MigGpuState *states = NULL;
-        size_t n_states = 0;
-        int r;
-
-        *ret_report = NULL;
-        r = load_config(config_file ?: mm->manager->config->mig.config_file, name, &cf, &config, ret_report);
-        if (r >= 0)
-                r = read_states(mm, &states, &n_states, ret_report);
-        if (r < 0)
-                return r;
-        return assert_report(config, name, states, n_states, ret_report);
-}
-
-int mig_manager_export(MigManager *mm, char **ret_yaml) {
-        _cleanup_free_ char *error = NULL;
-        MigGpuState *states = NULL;
-        size_t n = 0;
-        int r;
-
-        r = read_states(mm, &states, &n, &error);
-        if (r < 0)
-                return r;
-        r = mig_export_yaml(states, n, "current", ret_yaml);
-        mig_gpu_states_free(states, n);
-        return r;
 }
 
 /* ---- assert and export with the reads in an NVML worker ---- */
@@ -682,8 +869,6 @@ static int start_read(MigManager *mm, MigConfigFile *cf, const MigConfig *config
         if (r >= 0)
                 r = gpu_nvml_worker_new(mm->manager->event, &rd->worker);
         if (r >= 0) {
-                /* A fork must not inherit our own handle initialised (see mig-apply.c). */
-                mm->manager->nvml = gpu_nvml_close(mm->manager->nvml);
                 r = gpu_nvml_worker_job(rd->worker, mm->manager->config->nvml.library, -1,
                                         mm->manager->config->nvml.timeout_usec, mig_states_job, rd->addresses,
                                         on_read_done, rd);

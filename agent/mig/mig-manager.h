@@ -23,6 +23,9 @@ typedef struct MigApplyOutcome {
         const char *state;          /* "success", "rebooting" or "failed" */
         const char *message;        /* what happened, one line */
         bool changed;               /* MIG devices changed: CDI, device nodes and labels need a refresh */
+        char *const *changed_gpus;  /* the PCI addresses of the GPUs that changed (valid during the call) */
+        bool refused;               /* nothing was started: the GPUs could not be read, the planner rejected
+                                     * the config (-EINVAL), a GPU has compute processes (-EBUSY) */
 } MigApplyOutcome;
 
 /* Called once from the event loop, unless the MigManager is freed first. */
@@ -73,15 +76,10 @@ int mig_manager_apply(MigManager *mm, const char *name, const char *config_file,
 /* The mig stage's apply of mig_manager_selected(); -ENODATA when nothing is selected. */
 int mig_manager_apply_selected(MigManager *mm, MigApplyDone cb, void *userdata, char **ret_error);
 
-/* 1 when the GPUs the named config covers have its layout, 0 when not; *ret_report lists the
- * mismatches (or says that all match). Negative errno with the reason in *ret_report. */
-int mig_manager_assert(MigManager *mm, const char *name, const char *config_file, char **ret_report);
-
-/* The node's current layout as a mig-parted v1 file with one config, "current": GPUs with the same
- * layout merged into one entry (devices: all, a device-filter, or an index list). */
-int mig_manager_export(MigManager *mm, char **ret_yaml);
-
-/* The same two with the NVML reads in a worker process (nothing waits for NVML on the loop): the config
+/* Assert (1 when the GPUs the named config covers have its layout, 0 when not; the report lists the
+ * mismatches or says that all match) and export (the node's current layout as a mig-parted v1 file with
+ * one config, "current": GPUs with the same layout merged into one entry — devices: all, a device-filter,
+ * or an index list), with the NVML reads in a worker process (nothing waits for NVML on the loop): the config
  * is loaded at once (its errors, and -ENODEV while the nvml stage has not found NVML answering, return
  * here with *ret_error); then cb, from the loop, gets what the synchronous call would return (assert:
  * 1/0; export: 0; or a negative errno) with the report, the YAML or the reason — "nvmlDeviceGetMigMode

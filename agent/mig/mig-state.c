@@ -373,10 +373,16 @@ static int read_cis(GpuNvml *n, nvmlGpuInstance_t handle, MigModelFacts *facts, 
         if (!gi->ci_ids || !gi->ci_profile_ids)
                 return -ENOMEM;
 
-        for (size_t i = 0; i < p->n_ci_profiles; i++) {
+        /* Largest CI profile first (a GI usually holds one CI of its full size): once the CIs found use
+         * all of the GI's compute slices, no other CI can exist, and the smaller profiles are not asked. */
+        unsigned used = 0;
+        for (size_t j = p->n_ci_profiles; j > 0; j--) {
                 nvmlComputeInstance_t cis[MAX_INSTANCES];
                 unsigned count = ELEMENTSOF(cis);
+                size_t i = j - 1;
 
+                if (p->slices > 0 && used >= p->slices)
+                        break;
                 r = gpu_nvml_gpu_instance_get_compute_instances(n, handle, p->ci_profiles[i].id, cis, &count);
                 if (r == -EOPNOTSUPP || r == -EINVAL)
                         continue;
@@ -390,6 +396,7 @@ static int read_cis(GpuNvml *n, nvmlGpuInstance_t handle, MigModelFacts *facts, 
                                 return r;
                         gi->ci_ids[gi->n_cis] = info.id;
                         gi->ci_profile_ids[gi->n_cis++] = info.profileId;
+                        used += p->ci_profiles[i].slices;
                 }
         }
         /* By CI id, as nvidia-smi lists them. */
@@ -405,7 +412,25 @@ static int read_cis(GpuNvml *n, nvmlGpuInstance_t handle, MigModelFacts *facts, 
         return 0;
 }
 
+/* Whether every placement of p overlaps a memory slice in occupied: then no GI of p can exist (GIs never
+ * overlap), and NVML need not be asked. */
+static bool profile_cannot_fit(const MigGiProfile *p, uint64_t occupied) {
+        if (p->n_starts == 0 || p->memory_slices == 0)
+                return false;
+        for (size_t i = 0; i < p->n_starts; i++) {
+                uint64_t mask;
+
+                if (p->starts[i] + p->memory_slices > 64)
+                        return false;
+                mask = (p->memory_slices >= 64 ? ~UINT64_C(0) : (UINT64_C(1) << p->memory_slices) - 1) << p->starts[i];
+                if (!(occupied & mask))
+                        return false;
+        }
+        return true;
+}
+
 static int read_gis(GpuNvml *n, nvmlDevice_t d, MigModelFacts *facts, MigGpuState *g) {
+        uint64_t occupied = 0; /* memory slices of the GIs found so far */
         int r;
 
         for (size_t i = 0; i < g->n_gi_profiles; i++) {
@@ -413,6 +438,8 @@ static int read_gis(GpuNvml *n, nvmlDevice_t d, MigModelFacts *facts, MigGpuStat
                 nvmlGpuInstance_t gis[MAX_INSTANCES];
                 unsigned count = ELEMENTSOF(gis);
 
+                if (profile_cannot_fit(p, occupied))
+                        continue;
                 r = gpu_nvml_device_get_gpu_instances(n, d, p->id, gis, &count);
                 if (r < 0)
                         return r;
@@ -430,6 +457,8 @@ static int read_gis(GpuNvml *n, nvmlDevice_t d, MigModelFacts *facts, MigGpuStat
                         gi = &g->gis[g->n_gis++];
                         *gi = (MigGiState) { .id = info.id, .profile_id = info.profileId,
                                              .start = info.placement.start, .size = info.placement.size };
+                        for (unsigned m = info.placement.start; m < info.placement.start + info.placement.size && m < 64; m++)
+                                occupied |= UINT64_C(1) << m;
                         r = read_cis(n, gis[k], facts, p, k == 0, gi);
                         if (r < 0)
                                 return r;
@@ -446,6 +475,7 @@ int mig_state_read_gpu(GpuNvml *n, const char *pci_address, unsigned index, MigG
         nvmlPciInfo_t pci = {};
         nvmlMemory_t mem = {};
         nvmlDevice_t d = NULL;
+        GpuNvmlCached *c;
         MigModelFacts *facts;
         unsigned current = 0, pending = 0, procs = 0;
         int r;
@@ -463,16 +493,35 @@ int mig_state_read_gpu(GpuNvml *n, const char *pci_address, unsigned index, MigG
         if (r < 0)
                 return failed(n, pci_address, r, ret_error);
 
-        r = gpu_nvml_device_get_pci_info(n, d, &pci);
-        if (r < 0)
-                return failed(n, pci_address, r, ret_error);
-        g.pci_id = pci.pciDeviceId;
-        g.subsystem_id = pci.pciSubSystemId;
+        /* PCI ids, name and memory size do not change while the handle lives: asked once per handle
+         * (shared with the snapshot read's cache of static facts). */
+        c = gpu_nvml_cached(n, pci_address);
+        if (c && (c->facts & GPU_FACT_PCI_IDS)) {
+                g.pci_id = c->pci_device_id;
+                g.subsystem_id = c->pci_subsystem_id;
+        } else {
+                r = gpu_nvml_device_get_pci_info(n, d, &pci);
+                if (r < 0)
+                        return failed(n, pci_address, r, ret_error);
+                g.pci_id = pci.pciDeviceId;
+                g.subsystem_id = pci.pciSubSystemId;
+                if (c) {
+                        c->pci_device_id = g.pci_id;
+                        c->pci_subsystem_id = g.subsystem_id;
+                        c->facts |= GPU_FACT_PCI_IDS;
+                }
+        }
 
-        r = gpu_nvml_device_get_name(n, d, name, sizeof name);
-        if (r < 0)
-                return failed(n, pci_address, r, ret_error);
-        g.model = strdup(name);
+        if (c && (c->facts & GPU_FACT_NAME) && c->name)
+                g.model = strdup(c->name);
+        else {
+                r = gpu_nvml_device_get_name(n, d, name, sizeof name);
+                if (r < 0)
+                        return failed(n, pci_address, r, ret_error);
+                g.model = strdup(name);
+                if (g.model && c && *name && !c->name && (c->name = strdup(name)))
+                        c->facts |= GPU_FACT_NAME;
+        }
         if (!g.model)
                 return -ENOMEM;
 
@@ -493,9 +542,17 @@ int mig_state_read_gpu(GpuNvml *n, const char *pci_address, unsigned index, MigG
         g.mig_current = current == NVML_DEVICE_MIG_ENABLE;
         g.mig_pending = pending == NVML_DEVICE_MIG_ENABLE;
 
-        r = gpu_nvml_device_get_memory_info(n, d, &mem);
-        if (r < 0)
-                return failed(n, pci_address, r, ret_error);
+        if (c && (c->facts & GPU_FACT_MEMORY))
+                mem.total = c->memory_total_bytes;
+        else {
+                r = gpu_nvml_device_get_memory_info(n, d, &mem);
+                if (r < 0)
+                        return failed(n, pci_address, r, ret_error);
+                if (c && mem.total > 0) {
+                        c->memory_total_bytes = mem.total;
+                        c->facts |= GPU_FACT_MEMORY;
+                }
+        }
 
         facts = model_facts_find(n, &g, mem.total);
         if (facts) {
@@ -661,4 +718,112 @@ char *mig_state_layout_summary(const MigGpuState *g) {
                         done++;
                 }
         return strv_join(parts, ", ");
+}
+
+int mig_state_read_layout(GpuNvml *n, const MigGpuState *known, const unsigned *gi_profile_ids, size_t n_gi_profile_ids,
+                          const unsigned *ci_profile_ids, size_t n_ci_profile_ids, MigGpuState *ret, char **ret_error) {
+        _cleanup_(mig_gpu_state_done) MigGpuState g = {};
+        unsigned current = 0, pending = 0;
+        nvmlDevice_t d = NULL;
+        int r;
+
+        assert(n && known && ret);
+
+        /* What a MIG write cannot change comes from known: identity and the profile table. */
+        r = mig_state_copy_layout(known, &g);
+        if (r < 0)
+                return r;
+        g.n_gis = 0;
+        for (size_t i = 0; i < known->n_gis; i++)
+                mig_gi_state_done(&g.gis[i]);
+        g.gis = mfree(g.gis);
+        g.busy = false;
+        if (known->n_gi_profiles > 0) {
+                r = gi_profiles_copy(known->gi_profiles, known->n_gi_profiles, &g.gi_profiles, &g.n_gi_profiles);
+                if (r < 0)
+                        return r;
+        }
+        if (!known->mig_capable) {
+                *ret = g;
+                g = (MigGpuState) {};
+                return 0;
+        }
+
+        r = mig_state_device(n, known->pci_address, &d);
+        if (r == -ENODEV)
+                return r;
+        if (r < 0)
+                return failed(n, known->pci_address, r, ret_error);
+        r = gpu_nvml_device_get_mig_mode(n, d, &current, &pending);
+        if (r < 0)
+                return failed(n, known->pci_address, r, ret_error);
+        g.mig_current = current == NVML_DEVICE_MIG_ENABLE;
+        g.mig_pending = pending == NVML_DEVICE_MIG_ENABLE;
+        if (!g.mig_current) {
+                *ret = g;
+                g = (MigGpuState) {};
+                return 0;
+        }
+
+        for (size_t i = 0; i < n_gi_profile_ids; i++) {
+                nvmlGpuInstance_t gis[MAX_INSTANCES];
+                unsigned count = ELEMENTSOF(gis);
+
+                r = gpu_nvml_device_get_gpu_instances(n, d, gi_profile_ids[i], gis, &count);
+                if (r == -EOPNOTSUPP || r == -EINVAL)
+                        continue;
+                if (r < 0)
+                        return failed(n, known->pci_address, r, ret_error);
+                for (unsigned k = 0; k < count; k++) {
+                        nvmlGpuInstanceInfo_t info = {};
+                        const MigGiProfile *p;
+                        MigGiState *gi;
+
+                        r = gpu_nvml_gpu_instance_get_info(n, gis[k], &info);
+                        if (r < 0)
+                                return failed(n, known->pci_address, r, ret_error);
+                        gi = realloc(g.gis, (g.n_gis + 1) * sizeof *gi);
+                        if (!gi)
+                                return -ENOMEM;
+                        g.gis = gi;
+                        gi = &g.gis[g.n_gis++];
+                        *gi = (MigGiState) { .id = info.id, .profile_id = info.profileId,
+                                             .start = info.placement.start, .size = info.placement.size };
+                        gi->ci_ids = calloc(MAX_INSTANCES, sizeof *gi->ci_ids);
+                        gi->ci_profile_ids = calloc(MAX_INSTANCES, sizeof *gi->ci_profile_ids);
+                        if (!gi->ci_ids || !gi->ci_profile_ids)
+                                return -ENOMEM;
+                        p = mig_state_gi_profile(&g, info.profileId);
+                        for (size_t c = 0; c < n_ci_profile_ids; c++) {
+                                nvmlComputeInstance_t cis[MAX_INSTANCES];
+                                unsigned n_cis = ELEMENTSOF(cis);
+                                bool listed = !p;
+
+                                /* Only CI profiles this GI profile takes (when the table says). */
+                                for (size_t q = 0; p && q < p->n_ci_profiles; q++)
+                                        listed = listed || p->ci_profiles[q].id == ci_profile_ids[c];
+                                if (!listed)
+                                        continue;
+                                r = gpu_nvml_gpu_instance_get_compute_instances(n, gis[k], ci_profile_ids[c], cis, &n_cis);
+                                if (r == -EOPNOTSUPP || r == -EINVAL)
+                                        continue;
+                                if (r < 0)
+                                        return failed(n, known->pci_address, r, ret_error);
+                                for (unsigned m = 0; m < n_cis && gi->n_cis < MAX_INSTANCES; m++) {
+                                        nvmlComputeInstanceInfo_t ci = {};
+
+                                        r = gpu_nvml_compute_instance_get_info(n, cis[m], &ci);
+                                        if (r < 0)
+                                                return failed(n, known->pci_address, r, ret_error);
+                                        gi->ci_ids[gi->n_cis] = ci.id;
+                                        gi->ci_profile_ids[gi->n_cis++] = ci.profileId;
+                                }
+                        }
+                }
+        }
+        if (g.n_gis > 1)
+                qsort(g.gis, g.n_gis, sizeof *g.gis, gi_compare);
+        *ret = g;
+        g = (MigGpuState) {};
+        return 0;
 }

@@ -27,6 +27,14 @@ int mig_state_read_gpu(GpuNvml *n, const char *pci_address, unsigned index, MigG
  * NVML does not list are left out, so indices may have gaps. */
 int mig_state_read(GpuNvml *n, char *const *pci_addresses, MigGpuState **ret, size_t *ret_n, char **ret_error);
 
+/* Re-reads only what a MIG write can change on a GPU whose state known was read before: the MIG mode,
+ * the GPU instances of the profiles gi_profile_ids and, in them, the compute instances of the profiles
+ * ci_profile_ids (a GI of another profile, or a CI of another profile, cannot have appeared through our
+ * writes). Identity and the profile table are copied from known; busy is false. About 1 + G + 2·I + C
+ * calls for G profiles, I GIs and C CIs, instead of the whole GPU with its profile table. */
+int mig_state_read_layout(GpuNvml *n, const MigGpuState *known, const unsigned *gi_profile_ids, size_t n_gi_profile_ids,
+                          const unsigned *ci_profile_ids, size_t n_ci_profile_ids, MigGpuState *ret, char **ret_error);
+
 /* Number of compute processes on the GPU. */
 int mig_state_processes(GpuNvml *n, nvmlDevice_t d, unsigned *ret);
 

@@ -72,6 +72,7 @@ typedef enum GpuNvmlFact {
         GPU_FACT_MAX_MIG = 1u << 7,
         GPU_FACT_NO_FABRIC = 1u << 8,  /* GetGpuFabricInfo said NOT_SUPPORTED: never fabric-attached */
         GPU_FACT_NVLINK = 1u << 9,     /* NVLink topology read (nvlink_known / nvlink_remotes) */
+        GPU_FACT_PCI_IDS = 1u << 10,   /* pci_device_id / pci_subsystem_id (the MIG reads) */
 } GpuNvmlFact;
 
 enum {
@@ -89,6 +90,7 @@ typedef struct GpuNvmlCached {
         char *name;
         char *uuid;
         uint64_t memory_total_bytes;
+        uint32_t pci_device_id, pci_subsystem_id; /* nvmlPciInfo_t's, as device-filter writes them */
         int cc_major, cc_minor;
         int minor;
         unsigned max_mig_devices;

@@ -91,24 +91,28 @@ int gpu_nvml_worker_main(int fd, void *userdata) {
                 _cleanup_free_ uint8_t *payload = NULL;
                 uint32_t head[2], count;
                 WireReader rd;
+                GpuNvmlJobFunc fn;
                 bool all;
                 int r;
 
                 if (read_all(fd, head, sizeof head) < 0)
                         break; /* the daemon went away or closed us */
-                if (head[0] > GPU_NVML_WIRE_MAX || head[1] != GPU_NVML_WIRE_SNAPSHOT_REQUEST)
+                if (head[0] > GPU_NVML_WIRE_MAX ||
+                    (head[1] != GPU_NVML_WIRE_SNAPSHOT_REQUEST && head[1] != GPU_NVML_WIRE_READ_REQUEST))
                         break;
                 payload = malloc(head[0] ?: 1);
                 if (!payload || read_all(fd, payload, head[0]) < 0)
                         break;
                 rd = (WireReader) { .p = payload, .left = head[0] };
                 want = wire_get_str(&rd);
+                /* A read function of this very program image: the worker is a fork, never an exec. */
+                fn = head[1] == GPU_NVML_WIRE_READ_REQUEST ? (GpuNvmlJobFunc) (uintptr_t) wire_get_u64(&rd) : NULL;
                 count = wire_get_u32(&rd);
                 all = count == UINT32_MAX;
                 for (uint32_t i = 0; !all && i < count && !rd.bad; i++)
                         if (strv_consume(&addresses, wire_get_str(&rd)) < 0 && !rd.bad)
                                 break;
-                if (rd.bad || !want) {
+                if (rd.bad || !want || (head[1] == GPU_NVML_WIRE_READ_REQUEST && !fn)) {
                         (void) send_error(fd, -EBADMSG, "malformed request to the NVML worker");
                         continue;
                 }
@@ -129,7 +133,21 @@ int gpu_nvml_worker_main(int fd, void *userdata) {
                         library = TAKE_PTR(want);
                 }
 
-                r = gpu_nvml_read(n, all ? NULL : addresses, &snap, &error);
+                if (fn) {
+                        /* A read of the caller's (the MIG states): its answer is raw bytes, as a job's. */
+                        wire_begin(&out, GPU_NVML_WIRE_RESULT);
+                        r = fn(n, all ? NULL : addresses, &out, &error);
+                        n->progress_gpu = -1;
+                        if (r >= 0) {
+                                r = send_frame(fd, &out);
+                                if (r == -ENOMEM || r == -EMSGSIZE)
+                                        r = send_error(fd, r, "the NVML read's answer does not fit into a message");
+                                if (r < 0)
+                                        break;
+                                continue;
+                        }
+                } else
+                        r = gpu_nvml_read(n, all ? NULL : addresses, &snap, &error);
                 if (r < 0) {
                         /* Start from scratch next time: the driver may have been unloaded or reset. */
                         n = gpu_nvml_close(n);
@@ -180,6 +198,7 @@ struct GpuNvmlWorker {
         char *job_library;
         int job_gpu;
         GpuNvmlJobDone job_done;
+        bool job_stays;           /* a read on the long-lived worker (gpu_nvml_worker_read()): it goes on */
 };
 
 /* The worker of a job: open, run, answer, exit. */
@@ -243,6 +262,7 @@ static void finish(GpuNvmlWorker *w, int r, NvmlSnapshot *snap, const char *mess
         w->done = NULL;
         w->job_done = NULL;
         w->job_fn = NULL;
+        w->job_stays = false;
         w->call = mfree(w->call);
         w->in_init = false;
         w->deadline = sd_event_source_disable_unref(w->deadline);
@@ -268,7 +288,8 @@ static void finish_job(GpuNvmlWorker *w, const uint8_t *payload, uint32_t len) {
                 return;
         }
         memcpy(copy, payload, len);
-        stop_worker(w); /* payload lived in our input buffer */
+        if (!w->job_stays)
+                stop_worker(w); /* a job's worker exits after it */
         w->job_done = NULL;
         finish(w, 0, NULL, NULL); /* resets the request; job_done is ours now */
         job_done(w, 0, copy, len, NULL, w->userdata);
@@ -366,6 +387,7 @@ static int dispatch(GpuNvmlWorker *w, uint32_t type, const uint8_t *payload, uin
                 return 0;
         }
         case GPU_NVML_WIRE_SNAPSHOT_REQUEST:
+        case GPU_NVML_WIRE_READ_REQUEST:
                 break;
         }
         return -EBADMSG;
@@ -548,15 +570,10 @@ pid_t gpu_nvml_worker_pid(const GpuNvmlWorker *w) {
         return w ? spawn_pid(w->child) : 0;
 }
 
-int gpu_nvml_worker_snapshot(GpuNvmlWorker *w, const char *library, char *const *pci_addresses,
-                             uint64_t timeout_usec, unsigned n_gpus, GpuNvmlWorkerDone done, void *userdata) {
+/* Sends a request to the long-lived worker (started when none runs). */
+static int send_request(GpuNvmlWorker *w, const char *library, GpuNvmlJobFunc fn, char *const *pci_addresses) {
         _cleanup_(wire_buf_done) WireBuf b = {};
         int r;
-
-        assert(w);
-        assert(library);
-        if (w->busy)
-                return -EBUSY;
 
         if (!spawn_is_running(w->child) || w->fd < 0) {
                 stop_worker(w);
@@ -565,8 +582,10 @@ int gpu_nvml_worker_snapshot(GpuNvmlWorker *w, const char *library, char *const 
                         return r;
         }
 
-        wire_begin(&b, GPU_NVML_WIRE_SNAPSHOT_REQUEST);
+        wire_begin(&b, fn ? GPU_NVML_WIRE_READ_REQUEST : GPU_NVML_WIRE_SNAPSHOT_REQUEST);
         wire_put_str(&b, library);
+        if (fn)
+                wire_put_u64(&b, (uint64_t) (uintptr_t) fn);
         wire_put_u32(&b, pci_addresses ? (uint32_t) strv_length(pci_addresses) : UINT32_MAX);
         STRV_FOREACH(a, pci_addresses)
                 wire_put_str(&b, *a);
@@ -580,20 +599,47 @@ int gpu_nvml_worker_snapshot(GpuNvmlWorker *w, const char *library, char *const 
                 stop_worker(w);
                 return r;
         }
+        return 0;
+}
 
-        w->busy = true;
+static void arm_request(GpuNvmlWorker *w, uint64_t timeout_usec, unsigned n_gpus);
+
+int gpu_nvml_worker_snapshot(GpuNvmlWorker *w, const char *library, char *const *pci_addresses,
+                             uint64_t timeout_usec, unsigned n_gpus, GpuNvmlWorkerDone done, void *userdata) {
+        int r;
+
+        assert(w);
+        assert(library);
+        if (w->busy)
+                return -EBUSY;
+        r = send_request(w, library, NULL, pci_addresses);
+        if (r < 0)
+                return r;
         w->done = done;
         w->userdata = userdata;
-        w->timeout_usec = timeout_usec ?: GPU_NVML_WORKER_TIMEOUT_DEFAULT_USEC;
-        w->init_usec = (uint64_t) n_gpus * (w->timeout_usec < GPU_NVML_WORKER_INIT_PER_GPU_USEC
-                                                    ? w->timeout_usec : GPU_NVML_WORKER_INIT_PER_GPU_USEC);
-        w->call = mfree(w->call);
-        w->in_init = true; /* until it says otherwise, it may be loading and initialising */
-        w->call_usec = now_usec(w->event);
-        arm_deadline(w);
-        if (w->progress &&
-            sd_event_add_time(w->event, &w->tick, CLOCK_MONOTONIC, w->call_usec + USEC_PER_SEC, 0, on_tick, w) >= 0)
-                (void) sd_event_source_set_description(w->tick, "nvml-progress");
+        /* until it says otherwise, it may be loading and initialising */
+        arm_request(w, timeout_usec, n_gpus);
+        return 0;
+}
+
+int gpu_nvml_worker_read(GpuNvmlWorker *w, const char *library, char *const *pci_addresses, uint64_t timeout_usec,
+                         unsigned n_gpus, GpuNvmlJobFunc fn, GpuNvmlJobDone done, void *userdata) {
+        int r;
+
+        assert(w);
+        assert(library);
+        assert(fn);
+        assert(done);
+        if (w->busy)
+                return -EBUSY;
+        r = send_request(w, library, fn, pci_addresses);
+        if (r < 0)
+                return r;
+        w->done = NULL;
+        w->job_done = done;
+        w->job_stays = true;
+        w->userdata = userdata;
+        arm_request(w, timeout_usec, n_gpus);
         return 0;
 }
 

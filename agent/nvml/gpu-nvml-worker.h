@@ -88,6 +88,15 @@ typedef void (*GpuNvmlJobDone)(GpuNvmlWorker *w, int r, const uint8_t *result, s
 int gpu_nvml_worker_job(GpuNvmlWorker *w, const char *library, int gpu, uint64_t timeout_usec,
                         GpuNvmlJobFunc fn, void *fn_userdata, GpuNvmlJobDone done, void *userdata);
 
+/* A read on the long-lived worker (the one gpu_nvml_worker_snapshot() uses), for reads the daemon needs
+ * often and that must not cost a fork and an nvmlInit each (the MIG states before planning an apply):
+ * fn runs there on the worker's own handle, with its caches, userdata = the strv of pci_addresses (NULL
+ * = every GPU NVML lists), and answers as a job does. fn is a function of this program: the worker is a
+ * fork of the daemon, never an exec, so its address is the same there. The worker stays for the next
+ * request; a hang, a crash and the deadline are as for snapshots. -EBUSY while a request is in flight. */
+int gpu_nvml_worker_read(GpuNvmlWorker *w, const char *library, char *const *pci_addresses, uint64_t timeout_usec,
+                         unsigned n_gpus, GpuNvmlJobFunc fn, GpuNvmlJobDone done, void *userdata);
+
 /* The worker's side: serves requests on fd until EOF. Returns the exit status. */
 int gpu_nvml_worker_main(int fd, void *userdata);
 
@@ -98,7 +107,8 @@ typedef enum GpuNvmlWireType {
         GPU_NVML_WIRE_PROGRESS,             /* i32 gpu, str entry point */
         GPU_NVML_WIRE_ERROR,                /* i32 r, str message */
         GPU_NVML_WIRE_SNAPSHOT,             /* the NvmlSnapshot */
-        GPU_NVML_WIRE_RESULT,               /* a job's answer: bytes only its caller reads */
+        GPU_NVML_WIRE_RESULT,               /* a job's or a read's answer: bytes only its caller reads */
+        GPU_NVML_WIRE_READ_REQUEST,         /* str library, u64 read function, then as SNAPSHOT_REQUEST */
 } GpuNvmlWireType;
 
 #define GPU_NVML_WIRE_MAX (64u << 20)

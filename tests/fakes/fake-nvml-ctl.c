@@ -6,6 +6,7 @@
 #include <getopt.h>
 
 #include "fake-node.h"
+#include "fake-nvml.h"
 
 #ifndef FAKE_NVML_DEFAULT_PROFILES
 #  error "meson passes the model table's path as FAKE_NVML_DEFAULT_PROFILES"
@@ -75,6 +76,12 @@ static int reset(FakeNode *n, char **targets, size_t n_targets) {
         FakeError e = {};
         int fd, r;
         bool any_failed = false;
+
+        /* The latency model's "reset" rules (a real reset takes seconds per GPU; the bundled slow node:
+         * reset:*:8000), before the state is locked: NVML keeps answering for the other GPUs meanwhile. */
+        fake_faults_load(n->latency);
+        for (size_t i = 0; i < (n_targets > 0 ? n_targets : n->n_gpus); i++)
+                fake_faults_apply("reset", 1);
 
         r = fake_node_lock(n, &fd, &e);
         if (r < 0) {

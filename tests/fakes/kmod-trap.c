@@ -16,7 +16,7 @@
  * A module whose .modinfo has trap_init_error=<ERRNO> fails its "init" with it every time (the
  * fixture's nvidia-peermem stub: EINVAL, as NVIDIA's stub does).
  * $GNA_KMOD_TRAP_FAIL="<module>:<ERRNO>[@load|@unload],..." injects errors (EBUSY and EAGAIN default
- * to unloads, the rest to loads); $GNA_KMOD_TRAP_DELAY="<module>:<ms>,..." makes a load take that long. Every call is appended to <state>/.trap/log ("load NAME ARGS",
+ * to unloads, the rest to loads); $GNA_KMOD_TRAP_DELAY="<module>:<ms>[@unload],..." makes a load (an unload) take that long. Every call is appended to <state>/.trap/log ("load NAME ARGS",
  * "load-failed NAME ERRNO", "unload NAME", "unload-failed NAME ERRNO") for tests to assert order.
  * Without $GNA_KMOD_TRAP_STATE paths pass through and loads/unloads fail with EPERM: a test must
  * never reach the real kernel. */
@@ -381,9 +381,9 @@ static void set_refcnt(const char *state, const char *name, long delta) {
         (void) write_text(p, v);
 }
 
-/* $GNA_KMOD_TRAP_DELAY="<module>:<ms>,...": that module's "init" takes this long (nvidia probes every
- * GPU: 1.5 s per GPU is realistic). */
-static void injected_delay(const char *name) {
+/* $GNA_KMOD_TRAP_DELAY="<module>:<ms>[@unload],...": that module's "init" (or, with @unload, its "exit")
+ * takes this long (nvidia probes every GPU: 1.5 s per GPU is realistic). */
+static void injected_delay(const char *name, bool unload) {
         const char *spec = getenv("GNA_KMOD_TRAP_DELAY");
         size_t n = strlen(name);
 
@@ -392,7 +392,14 @@ static void injected_delay(const char *name) {
                 size_t len = comma ? (size_t) (comma - p) : strlen(p);
 
                 if (len > n && strncmp(p, name, n) == 0 && p[n] == ':') {
-                        long ms = strtol(p + n + 1, NULL, 10);
+                        char *end;
+                        long ms = strtol(p + n + 1, &end, 10);
+                        bool for_unload = end < p + len && strncmp(end, "@unload", 7) == 0;
+
+                        if (for_unload != unload) {
+                                p = comma ? comma + 1 : NULL;
+                                continue;
+                        }
                         struct timespec ts = { .tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L };
                         while (ms > 0 && nanosleep(&ts, &ts) < 0 && errno == EINTR)
                                 ;
@@ -417,7 +424,7 @@ static int trap_load(const unsigned char *img, size_t size, const char *args) {
                 trap_log("load-failed ? ENOEXEC");
                 return r;
         }
-        injected_delay(mi.name);
+        injected_delay(mi.name, false);
         r = injected_error(mi.name, false);
         if (r > 0) {
                 trap_log("load-failed %s %s", mi.name, errno_name(r));
@@ -523,6 +530,7 @@ static int trap_unload(const char *name_in, unsigned flags) {
         }
         snprintf(name, sizeof(name), "%s", name_in);
         normalize(name);
+        injected_delay(name, true);
         r = injected_error(name, true);
         if (r > 0) {
                 trap_log("unload-failed %s %s", name, errno_name(r));

@@ -503,6 +503,60 @@ def test_unload_during_hung_nvml_call():
             e.close()
 
 
+def test_unload_slow_and_hung_removal():
+    """nvidia's exit takes 3 s in the kernel: Unload()'s removals run in a child process, so D-Bus reads
+    answer at once meanwhile and the call answers when they are done. Then a removal that does not come
+    back (a 10 min exit): D-Bus still answers, and SIGTERM ends the daemon at once."""
+    if not os.path.exists(KMOD_TRAP):
+        raise Fail("%s is missing: build the tests first" % KMOD_TRAP)
+    for delay, hung in (("3000", False), ("600000", True)):
+        with TempDir() as tmp:
+            env = {"LD_PRELOAD": KMOD_TRAP, "GNA_KMOD_TRAP_STATE": os.path.join(tmp, "sys"),
+                   "ASAN_OPTIONS": os.environ.get("ASAN_OPTIONS", "") + ":verify_asan_link_order=0",
+                   "GNA_KMOD_TRAP_DELAY": "nvidia:%s@unload" % delay}
+            e = Env(tmp, "h200", QUIET_DRIVER + "devices:\n  enabled: false\n", units={PD: "ok"}, env=env,
+                    prepare=prepare_unload)
+            call = None
+            try:
+                call = subprocess.Popen(["busctl", "--address=" + e.bus.address, "--timeout=60", "call",
+                                         "org.gpunodeagent.Agent1", "/org/gpunodeagent/Agent1",
+                                         "org.gpunodeagent.Agent1.Manager", "Unload"],
+                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                log = os.path.join(e.sys, ".trap/log")
+                wait_until("nvidia_uvm to be removed (nvidia's removal is next)",
+                           lambda: os.path.exists(log) and "unload nvidia_uvm" in open(log).read(), 20)
+                worst = 0.0
+                for _ in range(10):
+                    t0 = time.monotonic()
+                    get_property(e.bus, "Stage")
+                    worst = max(worst, time.monotonic() - t0)
+                    time.sleep(0.1)
+                print("# D-Bus reads during a %s ms removal of nvidia: slowest %.0f ms (busctl included)"
+                      % (delay, worst * 1e3))
+                check(worst < 1.0 * SCALE, "a D-Bus read took %.2f s during the removal" % worst)
+                if not hung:
+                    out, err = call.communicate(timeout=30 * SCALE)
+                    check(call.returncode == 0 and '"nvidia"' in out, "Unload(): %d %s %s" % (call.returncode, out, err))
+                    with open(log) as f:
+                        removed = [line.strip() for line in f if line.startswith("unload")]
+                    check(removed == ["unload nvidia_uvm", "unload nvidia"], "trap log: %r" % removed)
+                    continue
+                check(call.poll() is None, "Unload() answered while the removal hangs")
+                t0 = time.monotonic()
+                e.agent.proc.send_signal(signal.SIGTERM)
+                rc = e.agent.proc.wait(10 * SCALE)
+                took = time.monotonic() - t0
+                print("# SIGTERM during a hung removal: exit %d after %.0f ms" % (rc, took * 1e3))
+                check(took < 5 * SCALE, "the daemon took %.1f s to exit on SIGTERM during a hung removal" % took)
+                call.kill()
+                call.wait()
+            finally:
+                if call and call.poll() is None:
+                    call.kill()
+                    call.wait()
+                e.close()
+
+
 TESTS = [
     test_devices_nodes_and_second_pass,
     test_devices_mig_caps_from_nvml,
@@ -512,6 +566,7 @@ TESTS = [
     test_fabric_not_installed_and_version,
     test_unload_refused_then_done,
     test_unload_during_hung_nvml_call,
+    test_unload_slow_and_hung_removal,
 ]
 
 

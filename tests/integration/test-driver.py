@@ -472,6 +472,48 @@ def test_admin_modprobe_r_respected():
             bus.stop()
 
 
+def test_slow_peermem_insert_while_dbus_answers():
+    """nvidia-peermem's init takes 3 s: the optional insert runs in a child process like the driver's, so
+    D-Bus reads answer at once meanwhile, the stage says what it is doing, and it ends with peermem
+    loaded."""
+    with TempDir() as tmp:
+        c = Case(tmp)
+        c.module_live("ib_core")
+        c.env["GNA_KMOD_TRAP_DELAY"] = "nvidia_peermem:3000"
+        bus = Bus(tmp)
+        notify = Notify(tmp)
+        agent = Agent(c.node, bus, notify, extra_env=c.env, wrapper=[])
+        try:
+            deadline = time.monotonic() + 30 * SCALE
+            while not any("inserting nvidia-peermem" in s for s in notify.statuses()):
+                check(time.monotonic() < deadline, "no peermem STATUS=: %r\n%s" % (notify.statuses(), agent.output()))
+                check(agent.proc.poll() is None, "agent died:\n" + agent.output())
+                time.sleep(0.02)
+            worst = 0.0
+            for _ in range(10):
+                start = time.monotonic()
+                stages = get_property(bus, "Stages")
+                worst = max(worst, time.monotonic() - start)
+                time.sleep(0.1)
+            print("# D-Bus Stages reads during a 3 s nvidia-peermem insert: slowest %.0f ms (busctl included)"
+                  % (worst * 1e3))
+            check(worst < 1.0 * SCALE, "Stages took %.2fs during the peermem insert" % worst)
+            check('"driver" "running"' in stages, "Stages during the peermem insert: " + stages)
+            notify.wait_for("READY=1", 30 * SCALE)
+            check(c.loads()[-1:] == ["nvidia_peermem"], "loads: %r" % c.loads())
+            msg = stage_message(agent.output(), "done")
+            check("nvidia-peermem loaded" in msg, "message: " + msg)
+            rc = agent.stop()
+            check(rc == 0, "agent exited %d on SIGTERM:\n%s" % (rc, agent.output()))
+            no_sanitizer_report(agent.output())
+        finally:
+            if agent.proc.poll() is None:
+                agent.proc.kill()
+                agent.proc.wait()
+            notify.close()
+            bus.stop()
+
+
 def test_version_truth():
     """The loaded driver (550.127.05, as left by the boot before an upgrade) is not the one installed for the running
     kernel (550.54.15 in the tree) nor the user-space library: said with the fix instead of "already
@@ -828,6 +870,7 @@ TESTS = [
     test_kernel_module_type,
     test_driver_reload_command,
     test_reload_failure_is_no_admin_unload,
+    test_slow_peermem_insert_while_dbus_answers,
     test_sigterm_during_build,
     test_dkms_build_failed,
     test_dkms_failure_not_rerun_unchanged,

@@ -413,9 +413,152 @@ def test_hang_in_mig_read_assert_export():
             d.close()
 
 
+PROCS = "nvmlDeviceGetComputeRunningProcesses_v3"
+
+
+def test_hang_and_crash_in_mig_planning_read():
+    """ApplyMigConfig while the read of the MIG layout before planning hangs (it runs on the MIG reader, an
+    NVML worker, not on the loop): D-Bus reads answer within 100 ms and the watchdog keeps its period; the
+    call answers with the hung call named; the same with a crash in that read (the daemon lives); once the
+    library answers again the same call succeeds."""
+    with TempDir() as tmp:
+        hang, crash = os.path.join(tmp, "hang"), os.path.join(tmp, "crash")
+        d = Daemon(tmp, "h200", dropin=mig_dropin(selected=False),
+                   env=fault_env(tmp, FAKE_NVML_HANG=PROCS + ":1", FAKE_NVML_HANG_FILE=hang,
+                                 FAKE_NVML_CRASH=PROCS + ":1", FAKE_NVML_CRASH_FILE=crash))
+        try:
+            touch(hang)
+            t0 = time.monotonic()
+            call = _apply_async(d, "all-balanced")
+            wait_until("the planning read to hang", lambda: PROCS + " hangs" in d.agent.output(), 20)
+            times = probe_reads(d, 1.2 * SCALE, lambda: call.poll() is None)
+            check_reads(times, "the MIG read before planning hanging (ApplyMigConfig)")
+            out, err = call.communicate(timeout=60 * SCALE)
+            check_watchdog(d, t0, time.monotonic(), "the MIG read before planning hanging (ApplyMigConfig)")
+            check(call.returncode != 0 and PROCS + " on GPU 0 has not returned for 2 s" in err,
+                  "ApplyMigConfig while the planning read hangs: rc %d %s %s" % (call.returncode, out, err))
+            note("ApplyMigConfig error: %s", err.strip())
+            check(d.prop("MigConfigState", interface=MANAGER) == 's "failed"',
+                  "MigConfigState %s" % d.prop("MigConfigState"))
+
+            touch(crash)
+            os.unlink(hang)
+            rc, out, err = _apply(d, "all-balanced")
+            check(rc != 0 and "crashed with signal SEGV in " + PROCS + " on GPU 0" in err,
+                  "ApplyMigConfig while the planning read crashes: rc %d %s %s" % (rc, out, err))
+            note("ApplyMigConfig error: %s", err.strip())
+            check(d.agent.proc.poll() is None, "the agent died with the library")
+            check_reads(probe_reads(d, 0.5), "after a crash in the planning read")
+
+            os.unlink(crash)
+            rc, out, err = _apply(d, "all-balanced")
+            check(rc == 0 and '"success"' in out, "ApplyMigConfig once fixed: %s %s" % (out, err))
+            check(d.prop("MigConfigState") == 's "success"', "MigConfigState %s" % d.prop("MigConfigState"))
+            d.stop_clean()
+        finally:
+            d.close()
+
+
+def test_hang_in_mig_planning_read_at_start():
+    """The mig stage's read before planning hangs at start: D-Bus answers and the watchdog keeps its
+    period while it hangs, READY=1 comes, the stage fails naming the call; Reconcile() applies once the
+    library answers."""
+    # The reads are probed while the call hangs, not after its deadline, when the stages after mig (cdi,
+    # labels: CPU work on the loop, slow under valgrind) run.
+    timeout = int(6 * SCALE)
+    with TempDir() as tmp:
+        hang = os.path.join(tmp, "hang")
+        touch(hang)
+        d = Daemon(tmp, "h200", wait_ready=False, dropin=mig_dropin(timeout="%ds" % timeout),
+                   env=fault_env(tmp, FAKE_NVML_HANG=PROCS + ":1", FAKE_NVML_HANG_FILE=hang))
+        try:
+            wait_until("the planning read to hang", lambda: PROCS + " hangs" in d.agent.output(), 30)
+            t_hang = time.monotonic()
+            times = probe_reads(d, 1.5, lambda: d.stage("mig")[0] == "running")
+            check_reads(times, "the MIG read before planning hanging (mig stage at start)")
+            d.notify.wait_for("READY=1", 30 * SCALE)
+            wait_until("the mig stage to fail", lambda: d.stage("mig")[0] == "failed", 20 + timeout)
+            check_watchdog(d, t_hang, time.monotonic(), "the MIG read before planning hanging (mig stage at start)")
+            state, msg = d.stage("mig")
+            check(PROCS + " on GPU 0 has not returned for %d s" % timeout in msg, "mig stage message: " + msg)
+            note("mig stage message: %s", msg)
+
+            os.unlink(hang)
+            d.reconcile()
+            wait_until("the mig stage to apply on Reconcile() once the read returns",
+                       lambda: d.stage("mig")[0] == "done" and d.prop("MigConfigState") == 's "success"', 30)
+            d.stop_clean()
+        finally:
+            d.close()
+
+
+def _maps_nvml(pid):
+    try:
+        with open("/proc/%d/maps" % pid) as f:
+            return [line.split()[-1] for line in f if "libnvidia-ml" in line]
+    except OSError:
+        return []
+
+
+def test_daemon_never_maps_nvml():
+    """The daemon process never loads libnvidia-ml (the fake here): after the mig stage's apply at start and
+    an ApplyMigConfig() that changes the layout (planning reads, writes and the re-read after), its own
+    /proc/PID/maps holds no libnvidia-ml, while its NVML workers (its children) do."""
+    with TempDir() as tmp:
+        d = Daemon(tmp, "h200", dropin=mig_dropin())
+        try:
+            wait_until("the mig stage", lambda: d.stage("mig")[0] == "done", 30)
+            rc, out, err = _apply(d, "all-1g.18gb")
+            check(rc == 0 and '"success"' in out, "ApplyMigConfig: %s %s" % (out, err))
+            pid = d.agent.proc.pid
+            mapped = _maps_nvml(pid)
+            check(not mapped, "the daemon (pid %d) has NVML mapped: %s" % (pid, mapped))
+            workers = [c for c in children(pid) if _maps_nvml(c)]
+            note("daemon pid %d: no libnvidia-ml mapped; %d NVML worker(s) with it mapped: %s", pid, len(workers),
+                 workers)
+            check(workers, "no NVML worker holds the library (the check would not see it)")
+            d.stop_clean()
+        finally:
+            d.close()
+
+
+def test_slow_gpu_reset():
+    """The latency model's GPU reset (fake-nvml-ctl, the reset program, `reset:*:MS`): an A100 MIG mode
+    change waits for a 2 s reset per GPU. The reset is a child process: D-Bus answers within 100 ms and
+    the watchdog keeps its period meanwhile, and the apply takes at least the resets' time."""
+    with TempDir() as tmp:
+        ctl_fake = os.path.join(os.path.dirname(os.environ["GNA_FAKE_NVML"]), "fake-nvml-ctl")
+        # The reset program, marking when a reset starts: D-Bus is probed while the first one runs (the
+        # forks of the apply's NVML workers are outside that window: slow in an ASan build).
+        started = os.path.join(tmp, "reset-started")
+        reset = os.path.join(tmp, "reset")
+        with open(reset, "w") as f:
+            f.write('#!/bin/sh\ntouch %s\nexec %s "$@"\n' % (started, ctl_fake))
+        os.chmod(reset, 0o755)
+        d = Daemon(tmp, "a100-pcie", dropin=mig_dropin(selected=False),
+                   env=fault_env(tmp, FAKE_NVML_DELAY="reset:*:2000", GNA_MIG_RESET_PROGRAM=reset))
+        try:
+            t0 = time.monotonic()
+            call = _apply_async(d, "all-1g.10gb")
+            wait_until("the first GPU reset", lambda: os.path.exists(started), 30 * SCALE)
+            times = probe_reads(d, 1.5, lambda: call.poll() is None)
+            out, err = call.communicate(timeout=60 * SCALE)
+            took = time.monotonic() - t0
+            check(call.returncode == 0 and '"success"' in out, "ApplyMigConfig: %d %s %s" % (call.returncode, out, err))
+            check_reads(times, "two 2 s GPU resets")
+            check_watchdog(d, t0, time.monotonic(), "two 2 s GPU resets")
+            note("ApplyMigConfig with two 2 s GPU resets took %.1f s", took)
+            check(took >= 4.0, "the apply took %.1f s: the resets' delay was not applied" % took)
+            d.stop_clean()
+        finally:
+            d.close()
+
+
 TESTS = [test_hang_in_init, test_hang_in_gpu_read, test_crash_in_library, test_sigterm_during_hung_call,
          test_reconcile_coalesced, test_unprivileged_mig_reads_rate_limited, test_hang_in_mig_create_at_start,
-         test_hang_and_crash_in_mig_create_over_dbus, test_hang_in_mig_read_assert_export]
+         test_hang_and_crash_in_mig_create_over_dbus, test_hang_in_mig_read_assert_export,
+         test_hang_and_crash_in_mig_planning_read, test_hang_in_mig_planning_read_at_start, test_daemon_never_maps_nvml,
+         test_slow_gpu_reset]
 
 if __name__ == "__main__":
     sys.exit(tap_main(TESTS, sys.argv[1:]))
