@@ -12,6 +12,7 @@
 
 #include "build-config.h"
 #include "config-remote.h"
+#include "event-util.h"
 #include "fileio.h"
 #include "log.h"
 #include "strv.h"
@@ -261,12 +262,7 @@ static int on_curl_timer(CURLM *multi, long timeout_ms, void *userp) {
         if (sd_event_now(f->event, CLOCK_MONOTONIC, &now) < 0)
                 return -1;
         uint64_t when = now + (uint64_t) timeout_ms * USEC_PER_MSEC;
-        if (!f->timer)
-                return sd_event_add_time(f->event, &f->timer, CLOCK_MONOTONIC, when, 0, on_timer, f) < 0 ? -1 : 0;
-        if (sd_event_source_set_time(f->timer, when) < 0 ||
-            sd_event_source_set_enabled(f->timer, SD_EVENT_ONESHOT) < 0)
-                return -1;
-        return 0;
+        return event_reset_time(f->event, &f->timer, CLOCK_MONOTONIC, when, 0, on_timer, f, "remote-config-curl") < 0 ? -1 : 0;
 }
 
 static size_t on_body(char *p, size_t size, size_t n, void *userdata) {

@@ -19,6 +19,7 @@
 #include "config.h"
 #include "fileio.h"
 #include "macro.h"
+#include "string-table.h"
 #include "strv.h"
 #include "yaml-reader.h"
 
@@ -85,13 +86,8 @@ static const char *const sharing_strategy_names[_SHARING_STRATEGY_MAX + 1] = {
         [SHARING_MPS] = "mps",
 };
 
-const char *mig_strategy_to_string(MigStrategy s) {
-        return s >= 0 && s < _MIG_STRATEGY_MAX ? mig_strategy_names[s] : NULL;
-}
-
-const char *sharing_strategy_to_string(SharingStrategy s) {
-        return s >= 0 && s < _SHARING_STRATEGY_MAX ? sharing_strategy_names[s] : NULL;
-}
+DEFINE_STRING_TABLE_LOOKUP_TO_STRING(mig_strategy, MigStrategy, mig_strategy_names, _MIG_STRATEGY_MAX)
+DEFINE_STRING_TABLE_LOOKUP_TO_STRING(sharing_strategy, SharingStrategy, sharing_strategy_names, _SHARING_STRATEGY_MAX)
 
 #define CONFIG_OFF(field) offsetof(Config, field)
 

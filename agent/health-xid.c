@@ -9,6 +9,7 @@
 #include <stdlib.h>
 
 #include "health.h"
+#include "string-table.h"
 #include "strv.h"
 
 typedef struct XidEntry {
@@ -72,9 +73,7 @@ static const char *const xid_action_names[_XID_ACTION_MAX] = {
         [XID_REBOOT] = "reboot",
 };
 
-const char *xid_action_to_string(XidAction a) {
-        return a >= 0 && a < _XID_ACTION_MAX ? xid_action_names[a] : NULL;
-}
+DEFINE_STRING_TABLE_LOOKUP_TO_STRING(xid_action, XidAction, xid_action_names, _XID_ACTION_MAX)
 
 static const char *const gpu_health_names[_GPU_HEALTH_MAX] = {
         [GPU_HEALTH_OK] = "ok",
@@ -82,6 +81,4 @@ static const char *const gpu_health_names[_GPU_HEALTH_MAX] = {
         [GPU_HEALTH_FAILED] = "failed",
 };
 
-const char *gpu_health_to_string(GpuHealthState s) {
-        return s >= 0 && s < _GPU_HEALTH_MAX ? gpu_health_names[s] : NULL;
-}
+DEFINE_STRING_TABLE_LOOKUP_TO_STRING(gpu_health, GpuHealthState, gpu_health_names, _GPU_HEALTH_MAX)

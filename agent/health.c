@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "bus.h"
+#include "event-util.h"
 #include "gpu-nvml-events.h"
 #include "health.h"
 #include "log.h"
@@ -695,12 +696,8 @@ void health_check_now(Health *h) {
                 return;
         if (delay == 0)
                 return check_send(h);
-        if (h->recheck_timer) {
-                r = sd_event_source_set_time_relative(h->recheck_timer, delay);
-                if (r >= 0)
-                        r = sd_event_source_set_enabled(h->recheck_timer, SD_EVENT_ONESHOT);
-        } else
-                r = sd_event_add_time_relative(h->m->event, &h->recheck_timer, CLOCK_MONOTONIC, delay, 0, on_recheck, h);
+        r = event_reset_time_relative(h->m->event, &h->recheck_timer, CLOCK_MONOTONIC, delay, 0, on_recheck, h,
+                                      "health-recheck");
         if (r < 0)
                 check_send(h);
 }

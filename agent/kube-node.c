@@ -6,6 +6,7 @@
 
 #include "config-remote.h"
 #include "config-yaml.h"
+#include "event-util.h"
 #include "fileio.h"
 #include "kube-node.h"
 #include "strv.h"
@@ -197,12 +198,7 @@ static void schedule_retry(KubeNode *k) {
         uint64_t d = k->retry_next ?: k->retry_min;
 
         k->retry_next = d * 2 > k->retry_max ? k->retry_max : d * 2;
-        if (!k->retry)
-                (void) sd_event_add_time_relative(k->event, &k->retry, CLOCK_MONOTONIC, d, 0, on_retry, k);
-        else {
-                (void) sd_event_source_set_time_relative(k->retry, d);
-                (void) sd_event_source_set_enabled(k->retry, SD_EVENT_ONESHOT);
-        }
+        (void) event_reset_time_relative(k->event, &k->retry, CLOCK_MONOTONIC, d, 0, on_retry, k, "kube-node-retry");
 }
 
 /* One watch event per line. */

@@ -9,6 +9,7 @@
 
 #include "bus.h"
 #include "config-remote.h"
+#include "event-util.h"
 #include "fileio.h"
 #include "label.h"
 #include "log.h"
@@ -101,14 +102,8 @@ static int on_remote_timer(sd_event_source *s, uint64_t usec, void *userdata);
 static void remote_schedule(Manager *m, uint64_t delay_usec) {
         int r;
 
-        if (!m->remote_timer)
-                r = sd_event_add_time_relative(m->event, &m->remote_timer, CLOCK_MONOTONIC, delay_usec, 0,
-                                               on_remote_timer, m);
-        else {
-                r = sd_event_source_set_time_relative(m->remote_timer, delay_usec);
-                if (r >= 0)
-                        r = sd_event_source_set_enabled(m->remote_timer, SD_EVENT_ONESHOT);
-        }
+        r = event_reset_time_relative(m->event, &m->remote_timer, CLOCK_MONOTONIC, delay_usec, 0, on_remote_timer, m,
+                                      "remote-config");
         if (r < 0)
                 log_warning_errno(r, "Cannot arm the remote configuration timer, not fetching again: %m");
 }

@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "bus.h"
+#include "event-util.h"
 #include "fileio.h"
 #include "log.h"
 #include "health.h"
@@ -229,13 +230,8 @@ static void manager_schedule_retry(Manager *m) {
                 delay = m->config->engine.retry_max_usec;
         m->retry_attempt++;
 
-        if (!m->retry_timer)
-                r = sd_event_add_time_relative(m->event, &m->retry_timer, CLOCK_MONOTONIC, delay, 0, on_retry, m);
-        else {
-                r = sd_event_source_set_time_relative(m->retry_timer, delay);
-                if (r >= 0)
-                        r = sd_event_source_set_enabled(m->retry_timer, SD_EVENT_ONESHOT);
-        }
+        r = event_reset_time_relative(m->event, &m->retry_timer, CLOCK_MONOTONIC, delay, 0, on_retry, m,
+                                      "stage-retry");
         if (r < 0)
                 log_warning_errno(r, "Failed to arm the retry timer: %m");
         else
@@ -381,13 +377,8 @@ void manager_request_pass_coalesced(Manager *m, const char *reason) {
         if (m->first_pass_done && now < at) {
                 log_debug("Pass requested (%s) %" PRIu64 " ms after the last one: starts in %" PRIu64 " ms.",
                           reason, (now - m->last_pass_end_usec) / USEC_PER_MSEC, (at - now) / USEC_PER_MSEC);
-                if (!m->coalesce_timer)
-                        r = sd_event_add_time(m->event, &m->coalesce_timer, CLOCK_MONOTONIC, at, 0, on_coalesced, m);
-                else {
-                        r = sd_event_source_set_time(m->coalesce_timer, at);
-                        if (r >= 0)
-                                r = sd_event_source_set_enabled(m->coalesce_timer, SD_EVENT_ONESHOT);
-                }
+                r = event_reset_time(m->event, &m->coalesce_timer, CLOCK_MONOTONIC, at, 0, on_coalesced, m,
+                                     "pass-coalesce");
                 if (r >= 0)
                         return;
                 log_warning_errno(r, "Failed to arm the pass coalescing timer, starting the pass now: %m");

@@ -12,6 +12,7 @@
 #include "devices.h"
 #include "driver-unload.h"
 #include "driver.h"
+#include "event-util.h"
 #include "fileio.h"
 #include "gpu-nvml-worker.h"
 #include "kube-node.h"
@@ -20,6 +21,7 @@
 #include "metrics.h"
 #include "manager.h"
 #include "mig-manager.h"
+#include "string-table.h"
 #include "strv.h"
 
 /* Device events arrive in bursts (a bind is remove+add+bind); one pass after they settle. */
@@ -32,18 +34,7 @@ static const char *const agent_state_names[_AGENT_STATE_MAX] = {
         [AGENT_FAILED] = "failed",
 };
 
-const char *agent_state_to_string(AgentState s) {
-        if (s < 0 || s >= _AGENT_STATE_MAX)
-                return NULL;
-        return agent_state_names[s];
-}
-
-AgentState agent_state_from_string(const char *s) {
-        for (int i = 0; s && i < _AGENT_STATE_MAX; i++)
-                if (streq(agent_state_names[i], s))
-                        return (AgentState) i;
-        return _AGENT_STATE_INVALID;
-}
+DEFINE_STRING_TABLE_LOOKUP(agent_state, AgentState, agent_state_names, _AGENT_STATE_MAX, _AGENT_STATE_INVALID)
 
 int manager_new(const ManagerOptions *o, Manager **ret) {
         _cleanup_(manager_freep) Manager *m = calloc(1, sizeof(Manager));
@@ -161,15 +152,10 @@ static int on_device_event(sd_device_monitor *mon, sd_device *d, void *userdata)
                         return 0;
         }
 
-        if (!m->settle_timer) {
-                int r = sd_event_add_time_relative(m->event, &m->settle_timer, CLOCK_MONOTONIC, SETTLE_USEC,
-                                                   0, on_settled, m);
-                if (r < 0)
-                        return log_warning_errno(r, "Failed to arm the device settle timer: %m");
-        } else {
-                (void) sd_event_source_set_time_relative(m->settle_timer, SETTLE_USEC);
-                (void) sd_event_source_set_enabled(m->settle_timer, SD_EVENT_ONESHOT);
-        }
+        int r = event_reset_time_relative(m->event, &m->settle_timer, CLOCK_MONOTONIC, SETTLE_USEC, 0, on_settled,
+                                          m, "device-settle");
+        if (r < 0)
+                return log_warning_errno(r, "Failed to arm the device settle timer: %m");
         return 0;
 }
 

@@ -15,6 +15,7 @@
 #include "log.h"
 #include "pci-names.h"
 #include "probe.h"
+#include "string-table.h"
 #include "strv.h"
 
 #define PCI_VENDOR_NVIDIA 0x10de
@@ -626,8 +627,4 @@ static const char *const pci_kind_table[_PCI_KIND_MAX] = {
         [PCI_KIND_NIC] = "nic",
 };
 
-const char *pci_kind_to_string(PciKind k) {
-        if (k < 0 || k >= _PCI_KIND_MAX)
-                return NULL;
-        return pci_kind_table[k];
-}
+DEFINE_STRING_TABLE_LOOKUP_TO_STRING(probe_pci_kind, PciKind, pci_kind_table, _PCI_KIND_MAX)

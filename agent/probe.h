@@ -61,7 +61,7 @@ DEFINE_CLEANUP_FUNC(Inventory *, inventory_free);
 /* True when both list the same devices with the same attributes (warnings ignored). */
 bool inventory_equal(const Inventory *a, const Inventory *b);
 
-const char *pci_kind_to_string(PciKind k);
+const char *probe_pci_kind_to_string(PciKind k);
 
 /* Parses a vendor-specific PCI capability (cap[0] = 0x09, len bytes as the capability's own length
  * byte says). Not NVIDIA's vGPU signature: 0 with *ret_vgpu false. A vGPU capability: *ret_vgpu true,

@@ -5,6 +5,7 @@
 
 #include "build-config.h"
 #include "bus.h"
+#include "event-util.h"
 #include "fileio.h"
 #include "gpu-products.h"
 #include "health.h"
@@ -58,14 +59,8 @@ static void labels_arm_refresh(Manager *m) {
         }
         uint64_t at = m->labels_expiry_usec - lifetime / 2, now = now_realtime();
         uint64_t delay = at > now ? at - now : 0;
-        if (!m->refresh_timer)
-                r = sd_event_add_time_relative(m->event, &m->refresh_timer, CLOCK_MONOTONIC, delay,
-                                               USEC_PER_SEC, on_refresh, m);
-        else {
-                r = sd_event_source_set_time_relative(m->refresh_timer, delay);
-                if (r >= 0)
-                        r = sd_event_source_set_enabled(m->refresh_timer, SD_EVENT_ONESHOT);
-        }
+        r = event_reset_time_relative(m->event, &m->refresh_timer, CLOCK_MONOTONIC, delay, USEC_PER_SEC, on_refresh,
+                                      m, "labels-refresh");
         if (r < 0)
                 log_warning_errno(r, "Failed to arm the feature file refresh timer: %m");
 }

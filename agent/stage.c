@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* Owns the stage table (order, handlers, dependencies) and the string tables of stage ids and states. */
 #include "stage.h"
+#include "string-table.h"
 #include "strv.h"
 
 static const char *const stage_names[_STAGE_MAX] = {
@@ -47,31 +48,8 @@ const StageDescriptor *stage_descriptor(StageId id) {
         return &stage_table[id];
 }
 
-const char *stage_to_string(StageId id) {
-        if (id < 0 || id >= _STAGE_MAX)
-                return NULL;
-        return stage_names[id];
-}
-
-StageId stage_from_string(const char *s) {
-        for (int i = 0; s && i < _STAGE_MAX; i++)
-                if (streq(stage_names[i], s))
-                        return (StageId) i;
-        return _STAGE_INVALID;
-}
-
-const char *stage_state_to_string(StageState s) {
-        if (s < 0 || s >= _STAGE_STATE_MAX)
-                return NULL;
-        return stage_state_names[s];
-}
-
-StageState stage_state_from_string(const char *s) {
-        for (int i = 0; s && i < _STAGE_STATE_MAX; i++)
-                if (streq(stage_state_names[i], s))
-                        return (StageState) i;
-        return _STAGE_STATE_INVALID;
-}
+DEFINE_STRING_TABLE_LOOKUP(stage, StageId, stage_names, _STAGE_MAX, _STAGE_INVALID)
+DEFINE_STRING_TABLE_LOOKUP(stage_state, StageState, stage_state_names, _STAGE_STATE_MAX, _STAGE_STATE_INVALID)
 
 char *stage_ready_file_name(StageId id) {
         return strprintf("%s-ready", stage_to_string(id));

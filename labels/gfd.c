@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* Owns the NVML-backed half of the GFD label contract (specs/labels.md): driver and CUDA versions, the
+/* Owns the NVML-backed half of the GFD label contract (README.md, "Labels"): driver and CUDA versions, the
  * full-GPU resource labels of the node's model, the MIG strategies none / single / mixed, sharing
  * (time-slicing and MPS replicas, the -SHARED suffix), mig.capable, mps.capable, vgpu.present,
  * gpu.clique and gpu.driver.kernel. It reads only an NvmlSnapshot, never NVML itself, so that every

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* Owns label sets, the Kubernetes label rules, GFD-compatible sanitising and the computation of the
  * node's labels: the ones every GPU node gets, and the PCI-only set used while NVML is unavailable; the
- * NVML-backed GFD set lives in gfd.c (see specs/labels.md). */
+ * NVML-backed GFD set lives in gfd.c (see README.md, "Labels"). */
 #include <ctype.h>
 #include <inttypes.h>
 #include <stdint.h>

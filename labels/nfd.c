@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* Owns the Node Feature Discovery "local" source feature file: its text (header, optional expiry
  * directive, sorted validated labels) and the atomic, no-churn write through a hidden subdirectory of
- * features.d (see specs/labels.md). */
+ * features.d (see README.md, "Labels"). */
 #include <fcntl.h>
 #include <libgen.h>
 #include <stdarg.h>

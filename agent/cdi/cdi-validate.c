@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* Owns our checker of the CDI loader's content rules 1–11 of specs/cdi.md (versions, names, annotation
+/* Owns our checker of the CDI loader's content rules 1–11 of the CDI specification (container-device-interface SPEC.md) (versions, names, annotation
  * keys, devices, edits, hooks, mounts). The CDI JSON schema is much weaker than the loader, so this, not
  * the schema, is what stands between us and a spec that every runtime on the node would silently drop.
  * Parsing (and rule 12, unknown fields) is in cdi-parse.c. */

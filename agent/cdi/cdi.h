@@ -2,7 +2,7 @@
 /* Owns the CDI (Container Device Interface) spec the agent writes for kind nvidia.com/gpu: the in-memory
  * model (CdiSpec), building it from an NVML snapshot and the node's files, emitting it as deterministic
  * YAML, our own checker of the CDI loader's rules, and the careful writer (atomic, only when changed,
- * refusing to fight another producer). See specs/cdi.md.
+ * refusing to fight another producer). See README.md, "CDI".
  *
  * How paths map when the agent looks at a node through a root directory (--root, paths.root = R,
  * cdi.driver-root = D, by default D = R):
@@ -136,7 +136,7 @@ int cdi_spec_build(const CdiBuildInput *in, CdiSpec **ret, char ***ret_warnings)
  * loader's strict decoding rejects (unknown fields, wrong types, duplicate keys). */
 int cdi_spec_parse(const char *name, const char *data, size_t size, CdiSpec **ret, char **ret_error);
 
-/* Checks the loader's rules 1–11 of specs/cdi.md on a parsed spec. */
+/* Checks the CDI loader's content rules 1–11 (listed in cdi-validate.c) on a parsed spec. */
 int cdi_spec_check(const CdiSpec *s, char **ret_error);
 
 /* cdi_spec_parse + cdi_spec_check. Returns 0, or -EINVAL/-EBADMSG with *ret_error set to

@@ -1,5 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* Owns the reply parsers and the D-Bus error reporting declared in ctl-agent.h. */
+#include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 
 #include "ctl-agent.h"
@@ -64,7 +66,8 @@ static int read_variant_string(sd_bus_message *m, char **ret) {
         return *ret ? 0 : -ENOMEM;
 }
 
-static int read_stages(sd_bus_message *m, AgentStatus *st) {
+static int read_stages(sd_bus_message *m, void *userdata) {
+        AgentStatus *st = userdata;
         const char *name, *state, *message;
         uint64_t started, finished;
         int r;
@@ -95,7 +98,8 @@ static int read_stages(sd_bus_message *m, AgentStatus *st) {
         return sd_bus_message_exit_container(m);
 }
 
-static int read_modules(sd_bus_message *m, AgentStatus *st) {
+static int read_modules(sd_bus_message *m, void *userdata) {
+        AgentStatus *st = userdata;
         const char *name, *state, *detail;
         int r;
 
@@ -124,58 +128,54 @@ static int read_modules(sd_bus_message *m, AgentStatus *st) {
         return sd_bus_message_exit_container(m);
 }
 
-int ctl_parse_status(sd_bus_message *m, AgentStatus *st) {
+static int read_config_sources(sd_bus_message *m, void *userdata) {
+        AgentStatus *st = userdata;
+        int r;
+
+        r = sd_bus_message_enter_container(m, 'v', "as");
+        if (r >= 0)
+                r = sd_bus_message_read_strv(m, &st->config_sources);
+        if (r >= 0)
+                r = sd_bus_message_exit_container(m);
+        return r;
+}
+
+/* One row per property that gpunodectl reads (as systemd's bus_map_all_properties()): a plain one is
+ * read by its signature into the field at offset; one with a reader is handed the whole record. A
+ * property not listed is skipped, so an agent newer than gpunodectl is still understood. */
+typedef struct CtlProperty {
+        const char *name;
+        const char *signature;                    /* "s" (a strdup'd char *), "b" (int), "q", "u", "i", "t" */
+        size_t offset;
+        int (*read)(sd_bus_message *m, void *userdata);
+} CtlProperty;
+
+static int read_property(sd_bus_message *m, const CtlProperty *p, void *userdata) {
+        void *field = (uint8_t *) userdata + p->offset;
+
+        if (p->read)
+                return p->read(m, userdata);
+        if (streq(p->signature, "s"))
+                return read_variant_string(m, field);
+        return sd_bus_message_read(m, "v", p->signature, field);
+}
+
+static int ctl_map_all_properties(sd_bus_message *m, const CtlProperty *map, void *userdata) {
         int r;
 
         r = sd_bus_message_enter_container(m, 'a', "{sv}");
         if (r < 0)
                 return r;
         while ((r = sd_bus_message_enter_container(m, 'e', "sv")) > 0) {
+                const CtlProperty *p;
                 const char *name;
 
                 r = sd_bus_message_read(m, "s", &name);
                 if (r < 0)
                         return r;
-                if (streq(name, "Version"))
-                        r = read_variant_string(m, &st->version);
-                else if (streq(name, "Stage"))
-                        r = read_variant_string(m, &st->stage);
-                else if (streq(name, "State"))
-                        r = read_variant_string(m, &st->state);
-                else if (streq(name, "KernelRelease"))
-                        r = read_variant_string(m, &st->kernel_release);
-                else if (streq(name, "ConfigError"))
-                        r = read_variant_string(m, &st->config_error);
-                else if (streq(name, "DriverVersion"))
-                        r = read_variant_string(m, &st->driver_version);
-                else if (streq(name, "CudaVersion"))
-                        r = read_variant_string(m, &st->cuda_version);
-                else if (streq(name, "DkmsState"))
-                        r = read_variant_string(m, &st->dkms_state);
-                else if (streq(name, "MigConfig"))
-                        r = read_variant_string(m, &st->mig_config);
-                else if (streq(name, "MigConfigState"))
-                        r = read_variant_string(m, &st->mig_config_state);
-                else if (streq(name, "Health"))
-                        r = read_variant_string(m, &st->health);
-                else if (streq(name, "UnhealthyGpus"))
-                        r = sd_bus_message_read(m, "v", "u", &st->unhealthy_gpus);
-                else if (streq(name, "Modules"))
-                        r = read_modules(m, st);
-                else if (streq(name, "Ready"))
-                        r = sd_bus_message_read(m, "v", "b", &st->ready);
-                else if (streq(name, "GpuCount"))
-                        r = sd_bus_message_read(m, "v", "u", &st->gpu_count);
-                else if (streq(name, "Stages"))
-                        r = read_stages(m, st);
-                else if (streq(name, "ConfigSources")) {
-                        r = sd_bus_message_enter_container(m, 'v', "as");
-                        if (r >= 0)
-                                r = sd_bus_message_read_strv(m, &st->config_sources);
-                        if (r >= 0)
-                                r = sd_bus_message_exit_container(m);
-                } else
-                        r = sd_bus_message_skip(m, "v");
+                for (p = map; p->name && !streq(p->name, name); p++)
+                        ;
+                r = p->name ? read_property(m, p, userdata) : sd_bus_message_skip(m, "v");
                 if (r < 0)
                         return r;
                 r = sd_bus_message_exit_container(m);
@@ -187,7 +187,34 @@ int ctl_parse_status(sd_bus_message *m, AgentStatus *st) {
         return sd_bus_message_exit_container(m);
 }
 
-static int read_mig_devices(sd_bus_message *m, CtlGpu *g) {
+#define STATUS_FIELD(name, sig, field) { name, sig, offsetof(AgentStatus, field), NULL }
+static const CtlProperty status_properties[] = {
+        STATUS_FIELD("Version", "s", version),
+        STATUS_FIELD("Stage", "s", stage),
+        STATUS_FIELD("State", "s", state),
+        STATUS_FIELD("KernelRelease", "s", kernel_release),
+        STATUS_FIELD("ConfigError", "s", config_error),
+        STATUS_FIELD("DriverVersion", "s", driver_version),
+        STATUS_FIELD("CudaVersion", "s", cuda_version),
+        STATUS_FIELD("DkmsState", "s", dkms_state),
+        STATUS_FIELD("MigConfig", "s", mig_config),
+        STATUS_FIELD("MigConfigState", "s", mig_config_state),
+        STATUS_FIELD("Health", "s", health),
+        STATUS_FIELD("UnhealthyGpus", "u", unhealthy_gpus),
+        { "Modules", NULL, 0, read_modules },
+        STATUS_FIELD("Ready", "b", ready),
+        STATUS_FIELD("GpuCount", "u", gpu_count),
+        { "Stages", NULL, 0, read_stages },
+        { "ConfigSources", NULL, 0, read_config_sources },
+        {}
+};
+
+int ctl_parse_status(sd_bus_message *m, AgentStatus *st) {
+        return ctl_map_all_properties(m, status_properties, st);
+}
+
+static int read_mig_devices(sd_bus_message *m, void *userdata) {
+        CtlGpu *g = userdata;
         const char *uuid, *profile;
         uint32_t gi, ci;
         int r;
@@ -216,72 +243,35 @@ static int read_mig_devices(sd_bus_message *m, CtlGpu *g) {
         return sd_bus_message_exit_container(m);
 }
 
+#define GPU_FIELD(name, sig, field) { name, sig, offsetof(CtlGpu, field), NULL }
+static const CtlProperty gpu_properties[] = {
+        GPU_FIELD("Index", "u", index),
+        GPU_FIELD("PciAddress", "s", pci_address),
+        GPU_FIELD("Name", "s", name),
+        GPU_FIELD("Driver", "s", driver),
+        GPU_FIELD("LinkSpeed", "s", link_speed),
+        GPU_FIELD("VendorId", "q", vendor_id),
+        GPU_FIELD("DeviceId", "q", device_id),
+        GPU_FIELD("SubsystemVendorId", "q", subsystem_vendor_id),
+        GPU_FIELD("SubsystemDeviceId", "q", subsystem_device_id),
+        GPU_FIELD("Class", "u", class_code),
+        GPU_FIELD("LinkWidth", "u", link_width),
+        GPU_FIELD("NumaNode", "i", numa_node),
+        GPU_FIELD("IommuGroup", "i", iommu_group),
+        GPU_FIELD("NvmlName", "s", nvml_name),
+        GPU_FIELD("Uuid", "s", uuid),
+        GPU_FIELD("MemoryMiB", "t", memory_mib),
+        GPU_FIELD("ComputeCapability", "s", compute_capability),
+        GPU_FIELD("MigMode", "s", mig_mode),
+        GPU_FIELD("MigModePending", "s", mig_mode_pending),
+        GPU_FIELD("Health", "s", health),
+        { "MigDevices", NULL, 0, read_mig_devices },
+        {}
+};
+
 static int parse_gpu(sd_bus_message *m, CtlGpu *g) {
-        int r;
-
         *g = (CtlGpu) { .numa_node = -1, .iommu_group = -1 };
-        r = sd_bus_message_enter_container(m, 'a', "{sv}");
-        if (r < 0)
-                return r;
-        while ((r = sd_bus_message_enter_container(m, 'e', "sv")) > 0) {
-                const char *name;
-
-                r = sd_bus_message_read(m, "s", &name);
-                if (r < 0)
-                        return r;
-                if (streq(name, "Index"))
-                        r = sd_bus_message_read(m, "v", "u", &g->index);
-                else if (streq(name, "PciAddress"))
-                        r = read_variant_string(m, &g->pci_address);
-                else if (streq(name, "Name"))
-                        r = read_variant_string(m, &g->name);
-                else if (streq(name, "Driver"))
-                        r = read_variant_string(m, &g->driver);
-                else if (streq(name, "LinkSpeed"))
-                        r = read_variant_string(m, &g->link_speed);
-                else if (streq(name, "VendorId"))
-                        r = sd_bus_message_read(m, "v", "q", &g->vendor_id);
-                else if (streq(name, "DeviceId"))
-                        r = sd_bus_message_read(m, "v", "q", &g->device_id);
-                else if (streq(name, "SubsystemVendorId"))
-                        r = sd_bus_message_read(m, "v", "q", &g->subsystem_vendor_id);
-                else if (streq(name, "SubsystemDeviceId"))
-                        r = sd_bus_message_read(m, "v", "q", &g->subsystem_device_id);
-                else if (streq(name, "Class"))
-                        r = sd_bus_message_read(m, "v", "u", &g->class_code);
-                else if (streq(name, "LinkWidth"))
-                        r = sd_bus_message_read(m, "v", "u", &g->link_width);
-                else if (streq(name, "NumaNode"))
-                        r = sd_bus_message_read(m, "v", "i", &g->numa_node);
-                else if (streq(name, "IommuGroup"))
-                        r = sd_bus_message_read(m, "v", "i", &g->iommu_group);
-                else if (streq(name, "NvmlName"))
-                        r = read_variant_string(m, &g->nvml_name);
-                else if (streq(name, "Uuid"))
-                        r = read_variant_string(m, &g->uuid);
-                else if (streq(name, "MemoryMiB"))
-                        r = sd_bus_message_read(m, "v", "t", &g->memory_mib);
-                else if (streq(name, "ComputeCapability"))
-                        r = read_variant_string(m, &g->compute_capability);
-                else if (streq(name, "MigMode"))
-                        r = read_variant_string(m, &g->mig_mode);
-                else if (streq(name, "MigModePending"))
-                        r = read_variant_string(m, &g->mig_mode_pending);
-                else if (streq(name, "Health"))
-                        r = read_variant_string(m, &g->health);
-                else if (streq(name, "MigDevices"))
-                        r = read_mig_devices(m, g);
-                else
-                        r = sd_bus_message_skip(m, "v");
-                if (r < 0)
-                        return r;
-                r = sd_bus_message_exit_container(m);
-                if (r < 0)
-                        return r;
-        }
-        if (r < 0)
-                return r;
-        return sd_bus_message_exit_container(m);
+        return ctl_map_all_properties(m, gpu_properties, g);
 }
 
 int ctl_parse_gpus(sd_bus_message *m, CtlGpu **gpus, size_t *n) {

@@ -7,7 +7,7 @@
 - the schema's own good specs validate and its bad specs do not;
 - the schema's known weakness: the six loader-rejects/schema-passes-* specs, which the CDI loader and our
   own checker reject, PASS the schema. If this ever fails, the vendored schema got stricter: update
-  specs/cdi.md and these fixtures.
+  the CDI specification (container-device-interface SPEC.md) and these fixtures.
 
 Needs Debian's python3-jsonschema and python3-yaml (run with /usr/bin/python3)."""
 import json

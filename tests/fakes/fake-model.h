@@ -58,7 +58,7 @@ const FakeGiProfile *fake_model_gi_by_id(const FakeModel *m, unsigned id);
 /* "1g.10gb", "1g.10gb+me", or a decimal profile id. */
 const FakeGiProfile *fake_model_gi_lookup(const FakeModel *m, const char *name_or_id);
 
-/* The GB of a profile name per specs/labels.md. */
+/* The GB of a profile name per the GFD label contract (README.md, "Labels"). */
 unsigned fake_profile_gb(uint64_t mem_mib, uint64_t total_mib);
 
 /* A compute instance profile of a GI profile: index == id, as on real hardware. */

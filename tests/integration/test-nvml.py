@@ -4,7 +4,7 @@
 fake NVML (tests/fakes/README.md) for simulated nodes. Covers the full GFD label set, the CDI spec, NVML
 coming up after the agent, the NVML facts on D-Bus and in gpunodectl, MIG layouts and their changes, and
 garbage answers. Expected values come from the node descriptions (nvml.yaml, written by mknode.py), the
-model table, and label lines written by hand from specs/labels.md — never from the code under test.
+model table, and label lines written by hand from the GFD label contract (README.md, "Labels") — never from the code under test.
 TAP output. GNA_WRAPPER (e.g. valgrind) wraps the daemon; GNA_TIMEOUT_SCALE stretches timeouts."""
 import json
 import os
@@ -84,7 +84,7 @@ def fake_show(node):
     return gpus
 
 
-# --- Kubernetes label rules (specs/labels.md), checked independently of the agent's own validator ---
+# --- Kubernetes label rules (README.md, "Labels"), checked independently of the agent's own validator ---
 
 NAME_RE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 DNS_LABEL_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -517,7 +517,7 @@ def test_mig_mode_unsupported():
 MIXED = "labels:\n  mig-strategy: mixed\n"
 SINGLE = "labels:\n  mig-strategy: single\n"
 
-# specs/labels.md, mixed strategy, for fixture a100-sxm-mig (GPU 0: 3g.20gb + 2x 2g.10gb). Attributes from the
+# The GFD label contract (README.md, "Labels"), mixed strategy, for fixture a100-sxm-mig (GPU 0: 3g.20gb + 2x 2g.10gb). Attributes from the
 # model table's A100-SXM4-40GB: 14 SMs per slice, memory 19968/9856 MiB for 4/2 memory slices, engines of the
 # 3g (ce 3, dec 2) and 2g (ce 2, dec 1) profiles, no encoder/jpeg/ofa.
 A100_MIXED_MIG_LABELS = """\
@@ -565,7 +565,7 @@ def test_mig_mixed_labels():
             labels = read_labels(d.node)
             got = mig_labels(labels)
             want = expected(A100_MIXED_MIG_LABELS)
-            check(got == want, "mig-* labels differ from specs/labels.md's mixed strategy:\n  missing/wrong %s\n"
+            check(got == want, "mig-* labels differ from the GFD label contract's mixed strategy:\n  missing/wrong %s\n"
                   "  extra %s" % (sorted(set(want.items()) - set(got.items())),
                                   sorted(set(got.items()) - set(want.items()))))
             for key, value in (("nvidia.com/mig.strategy", "mixed"), ("nvidia.com/gpu.count", "8"),

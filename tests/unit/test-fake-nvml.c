@@ -490,7 +490,7 @@ static void check_sequence(const char *yaml, const unsigned *ids, size_t n, cons
                         fail_msg("create #%zu (profile %u): GI id %u, expected %u", i + 1, ids[i], got[i], want[i]);
 }
 
-/* The NVIDIA MIG user guide's examples on an empty A100-40GB (specs/mig.md). */
+/* The NVIDIA MIG user guide's examples on an empty A100-40GB. */
 static void test_best_fit_worked_sequences(void **st) {
         check_sequence(A100_MIG, SEQ(9, 9), SEQ(2, 1), NVML_SUCCESS);
         check_sequence(A100_MIG, SEQ(9, 19, 14, 19), SEQ(2, 7, 4, 8), NVML_SUCCESS);

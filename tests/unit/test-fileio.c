@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* Tests for agent/fileio.c and agent/strv.c: atomic writes, reads, path helpers, string lists. */
+/* Tests for agent/basic/fileio.c and agent/basic/strv.c: atomic writes, reads, path helpers, string lists. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>

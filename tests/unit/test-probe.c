@@ -420,11 +420,11 @@ static void test_inventory_equal(void **state) {
 }
 
 static void test_kind_to_string(void **state) {
-        assert_string_equal(pci_kind_to_string(PCI_KIND_GPU), "gpu");
-        assert_string_equal(pci_kind_to_string(PCI_KIND_NVSWITCH), "nvswitch");
-        assert_string_equal(pci_kind_to_string(PCI_KIND_NIC), "nic");
-        assert_null(pci_kind_to_string(_PCI_KIND_MAX));
-        assert_null(pci_kind_to_string(_PCI_KIND_INVALID));
+        assert_string_equal(probe_pci_kind_to_string(PCI_KIND_GPU), "gpu");
+        assert_string_equal(probe_pci_kind_to_string(PCI_KIND_NVSWITCH), "nvswitch");
+        assert_string_equal(probe_pci_kind_to_string(PCI_KIND_NIC), "nic");
+        assert_null(probe_pci_kind_to_string(_PCI_KIND_MAX));
+        assert_null(probe_pci_kind_to_string(_PCI_KIND_INVALID));
 }
 
 /* A vGPU guest's GPU carries NVIDIA's vendor-specific capability ("VF") with the host driver record;

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* Tests for agent/spawn-child.c: exit status and output lines, closed descriptors, the process group, the
+/* Tests for agent/basic/spawn-child.c: exit status and output lines, closed descriptors, the process group, the
  * SIGTERM → SIGKILL timeout, a child that ignores SIGTERM, a stopped child, a grandchild that keeps the
  * output pipe open, a child SIGKILL cannot end (emulated), cancellation — and that the loop keeps its
  * beat through all of them (a 10 ms ticker never sees a gap of 100 ms). */

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* Tests agent/yaml-reader.c, the one YAML reader: the tree it builds, and the limits every caller gets
+/* Tests agent/basic/yaml-reader.c, the one YAML reader: the tree it builds, and the limits every caller gets
  * (depth, size, node count with aliases expanded, keys per mapping), each failing fast with
  * FILE:LINE:COLUMN and a sentence. */
 #include <setjmp.h>

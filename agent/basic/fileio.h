@@ -47,9 +47,6 @@ int read_full_file(const char *path, size_t max_size, char **ret, size_t *ret_si
 /* Reads the first line, with trailing whitespace and newline removed. */
 int read_one_line_file(const char *path, char **ret);
 
-/* Writes a short string (plus newline) non-atomically, as for a sysfs or procfs attribute. */
-int write_string_file(const char *path, const char *s);
-
 /* Returns a newly allocated "a/b" with exactly one slash between; NULL on OOM. */
 char *path_join(const char *a, const char *b);
 

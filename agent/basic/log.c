@@ -48,10 +48,6 @@ int log_get_max_level(void) {
         return logger.max_level;
 }
 
-bool log_to_journal(void) {
-        return logger.journal;
-}
-
 int log_internalv(int level, int error, const char *fmt, va_list ap) {
         int saved = errno;
 

@@ -276,16 +276,6 @@ int read_one_line_file(const char *path, char **ret) {
         return 0;
 }
 
-int write_string_file(const char *path, const char *s) {
-        _cleanup_close_ int fd = open(path, O_WRONLY | O_CLOEXEC | O_NOCTTY);
-        if (fd < 0)
-                return negative_errno();
-        int r = write_all(fd, s, strlen(s));
-        if (r < 0)
-                return r;
-        return write_all(fd, "\n", 1);
-}
-
 int write_file_atomic_mkdir(const char *path, const void *data, size_t size, mode_t mode) {
         _cleanup_free_ char *dir = strdup(path);
         int r;

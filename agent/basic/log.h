@@ -17,8 +17,6 @@ typedef enum LogTarget {
 void log_setup(LogTarget target);
 void log_set_max_level(int level);
 int log_get_max_level(void);
-/* Whether structured entries go to the journal (stderr is connected to it). */
-bool log_to_journal(void);
 
 /* Returns -abs(error) (or 0 when error is 0) so callers can "return log_error_errno(r, ...)". */
 int log_internal(int level, int error, const char *fmt, ...) _printf_(3, 4);
