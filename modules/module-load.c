@@ -94,6 +94,56 @@ static char *signature_rejected_message(ModuleContext *c, const ModuleInfo *info
                          display, file, signer, c->sys_dir);
 }
 
+/* What the PCI bus under <sys_dir> shows of NVIDIA GPUs (vendor 0x10de, display class 0x03xxxx), for
+ * an ENODEV from nvidia's init ("NVRM: No NVIDIA GPU found"): each GPU with the driver it is bound to,
+ * or that there is none. At most 4 are named; the rest are counted. */
+static char *nvidia_pci_state(ModuleContext *c) {
+        _cleanup_free_ char *dir = strprintf("%s/bus/pci/devices", c->sys_dir), *list = NULL;
+        _cleanup_closedir_ DIR *d = NULL;
+        size_t n = 0;
+
+        if (!dir)
+                return NULL;
+        d = opendir(dir);
+        if (!d)
+                return strprintf("%s cannot be read (%s)", dir, strerror(errno));
+        for (struct dirent *de; (de = readdir(d));) {
+                _cleanup_free_ char *vendor = NULL, *device = NULL, *class = NULL, *link = NULL, *entry = NULL,
+                                    *vp = strprintf("%s/%s/vendor", dir, de->d_name),
+                                    *cp = strprintf("%s/%s/class", dir, de->d_name),
+                                    *dp = strprintf("%s/%s/device", dir, de->d_name),
+                                    *lp = strprintf("%s/%s/driver", dir, de->d_name);
+                char target[PATH_MAX];
+                ssize_t len;
+
+                if (de->d_name[0] == '.' || !vp || !cp || !dp)
+                        continue;
+                if (read_one_line_file(vp, &vendor) < 0 || !streq(vendor, "0x10de") ||
+                    read_one_line_file(cp, &class) < 0 || !startswith(class, "0x03"))
+                        continue;
+                (void) read_one_line_file(dp, &device);
+                len = lp ? readlink(lp, target, sizeof target - 1) : -1;
+                if (len > 0) {
+                        target[len] = 0;
+                        link = strdup(strrchr(target, '/') ? strrchr(target, '/') + 1 : target);
+                }
+                if (++n > 4)
+                        continue;
+                entry = strprintf("%s%s%s (10de:%s, %s%s)", list ?: "", list ? ", " : "", de->d_name,
+                                  device && startswith(device, "0x") ? device + 2 : strna(device),
+                                  link ? "bound to " : "bound to no driver", link ?: "");
+                if (!entry)
+                        return NULL;
+                free(list);
+                list = TAKE_PTR(entry);
+        }
+        if (n == 0)
+                return strprintf("%s shows no NVIDIA GPU (vendor 10de, display class)", dir);
+        if (n > 4)
+                return strprintf("%s shows %zu NVIDIA GPUs: %s and %zu more", dir, n, strna(list), n - 4);
+        return strprintf("%s shows %s", dir, strna(list));
+}
+
 char *module_load_error_message(ModuleContext *c, const ModuleInfo *info, int error, const char *options) {
         _cleanup_free_ char *display = module_name_display(info->kernel_name), *lockdown = NULL,
                             *release = NULL;
@@ -146,11 +196,13 @@ char *module_load_error_message(ModuleContext *c, const ModuleInfo *info, int er
                                  "separately; rebuild the driver's modules together with DKMS: dkms autoinstall "
                                  "-k %s.",
                                  display, file, kver);
-        case ENODEV:
-                return strprintf("Failed to load %s (%s): no device for it (ENODEV): no NVIDIA GPU is bound to "
-                                 "the driver; check `lspci -nnk -d 10de:` for GPUs bound to vfio-pci or nouveau "
-                                 "and dmesg for NVRM messages.",
-                                 display, file);
+        case ENODEV: {
+                _cleanup_free_ char *pci = nvidia_pci_state(c);
+                return strprintf("Failed to load %s (%s): no device for it (ENODEV, the kernel's \"NVRM: No "
+                                 "NVIDIA GPU found\"): no NVIDIA GPU is bound to the driver; %s; check `lspci "
+                                 "-nnk -d 10de:` for GPUs bound to vfio-pci or nouveau and dmesg for NVRM messages.",
+                                 display, file, strna(pci));
+        }
         case ESTALE: {
                 char *m = NULL;
                 (void) module_check_vermagic(c, info, &m);

@@ -313,7 +313,8 @@ static const ErrorCase error_cases[] = {
         { "nvidia:EINVAL", "nvidia", -EINVAL, { "rejected a parameter", "check dmesg", "NVreg_DeviceFileMode=0660" } },
         { "nvidia:ENOEXEC", "nvidia", -ENOEXEC, { "not a module for this kernel", "dkms autoinstall -k " KVER, NULL } },
         { "nvidia:ENOENT", "nvidia", -ENOENT, { "Unknown symbol", "dkms autoinstall -k " KVER, NULL } },
-        { "nvidia:ENODEV", "nvidia", -ENODEV, { "no NVIDIA GPU is bound", "lspci -nnk -d 10de:", NULL } },
+        { "nvidia:ENODEV", "nvidia", -ENODEV,
+          { "no NVIDIA GPU is bound", "lspci -nnk -d 10de:", "bus/pci/devices cannot be read" } },
         /* A dependency's failure is reported as such. */
         { "nvidia:EKEYREJECTED", "nvidia-uvm", -EKEYREJECTED,
           { "Cannot load nvidia-uvm, which needs nvidia.", "Failed to load nvidia (", "EKEYREJECTED" } },
@@ -680,6 +681,35 @@ static void test_log_routed(void **state) {
         assert_true(kmods);
 }
 
+/* ENODEV from nvidia's init ("NVRM: No NVIDIA GPU found"): the message names the NVIDIA GPUs the PCI bus
+ * shows and the driver each is bound to (here vfio-pci and none), so the user sees why. */
+static void test_enodev_pci_state(void **state) {
+        Test *t = *state;
+        _cleanup_free_ char *msg = NULL, *msg2 = NULL, *cmd = strprintf(
+                "set -e; d='%s'/bus/pci/devices; mkdir -p \"$d/0000:4c:00.0\" \"$d/0000:5d:00.0\" \"$d/0000:01:00.0\"; "
+                "echo 0x10de >\"$d/0000:4c:00.0/vendor\"; echo 0x2335 >\"$d/0000:4c:00.0/device\"; "
+                "echo 0x030200 >\"$d/0000:4c:00.0/class\"; ln -s ../../../bus/pci/drivers/vfio-pci \"$d/0000:4c:00.0/driver\"; "
+                "echo 0x10de >\"$d/0000:5d:00.0/vendor\"; echo 0x2330 >\"$d/0000:5d:00.0/device\"; "
+                "echo 0x030200 >\"$d/0000:5d:00.0/class\"; "
+                /* An NVSwitch-like NVIDIA bridge is no GPU. */
+                "echo 0x10de >\"$d/0000:01:00.0/vendor\"; echo 0x22a3 >\"$d/0000:01:00.0/device\"; "
+                "echo 0x068000 >\"$d/0000:01:00.0/class\"",
+                t->state), *none = strprintf("rm -rf '%s'/bus/pci/devices/*", t->state);
+
+        assert_int_equal(system(cmd), 0);
+        setenv("GNA_KMOD_TRAP_FAIL", "nvidia:ENODEV", 1);
+        assert_int_equal(module_load(t->ctx, "nvidia", NULL, &msg), -ENODEV);
+        assert_contains(msg, "NVRM: No NVIDIA GPU found");
+        assert_contains(msg, "0000:4c:00.0 (10de:2335, bound to vfio-pci)");
+        assert_contains(msg, "0000:5d:00.0 (10de:2330, bound to no driver)");
+        assert_null(strstr(msg, "0000:01:00.0"));
+
+        assert_int_equal(system(none), 0);
+        assert_int_equal(module_load(t->ctx, "nvidia", NULL, &msg2), -ENODEV);
+        assert_contains(msg2, "shows no NVIDIA GPU");
+        unsetenv("GNA_KMOD_TRAP_FAIL");
+}
+
 static void test_vermagic_release(void **state) {
         _cleanup_free_ char *a = module_vermagic_release("6.1.0-18-amd64 SMP preempt mod_unload modversions "),
                            *b = module_vermagic_release("  6.8.0 "), *c = module_vermagic_release("");
@@ -713,6 +743,7 @@ int main(void) {
                 cmocka_unit_test_setup_teardown(test_unload_refused, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_status_listing, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_log_routed, setup, teardown),
+                cmocka_unit_test_setup_teardown(test_enodev_pci_state, setup, teardown),
                 cmocka_unit_test(test_vermagic_release),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
