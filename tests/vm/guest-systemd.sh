@@ -168,8 +168,10 @@ real_driver() {
                 ln -sf "/etc/alternatives/nvidia--${f%%:*}" "/etc/modprobe.d/${f#*:}"
         done
         ko=$d/nvidia-current.ko
-        check nvidia-real-modinfo "the real module's modinfo is not version $NVIDIA for $K" \
-                eval '[ "$(modinfo -F version $ko)" = "$NVIDIA" ] && [ "$(modinfo -F vermagic $ko | cut -d" " -f1)" = "$K" ]'
+        check nvidia-real-modinfo "the real module's modinfo is not version $NVIDIA for $K with its GSP firmware, or the firmware is not installed" \
+                eval '[ "$(modinfo -F version $ko)" = "$NVIDIA" ] && [ "$(modinfo -F vermagic $ko | cut -d" " -f1)" = "$K" ] &&
+                      modinfo -F firmware $ko | grep -qx "nvidia/$NVIDIA/gsp_ga10x.bin" &&
+                      [ -f "/lib/firmware/nvidia/$NVIDIA/gsp_ga10x.bin" ]'
         config /lib/modules false
         start_agent
         wait_for 300 eval 'journal | grep -q "Stage driver: running → " || live nvidia'
@@ -178,7 +180,8 @@ real_driver() {
         dmesg | grep -i 'NVRM' | tail -n 5 | sed 's/^/GNA-VM: LOG real nvidia dmesg: /' | tee -a "$RES" >/dev/console
         check nvidia-real-enodev "the real module's ENODEV was not reported as 'no NVIDIA GPU bound to the driver'" \
                 eval 'absent nvidia && dmesg | grep -q "NVRM: No NVIDIA GPU found" &&
-                      journal | grep -qi "ENODEV" && journal | grep -qi "no NVIDIA GPU"'
+                      journal | grep -qF "ENODEV, the kernel'"'"'s \"NVRM: No NVIDIA GPU found\"" &&
+                      journal | grep -qF "/gna/sys/bus/pci/devices shows 0000:4c:00.0 (10de:2335, bound to nvidia)"'
         unload_nvidia
         rm -f /etc/modprobe.d/nvidia*.conf "$d"/nvidia-current*.ko
         depmod "$K"
