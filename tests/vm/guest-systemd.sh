@@ -129,7 +129,7 @@ phase1() {
         wait_for 600 eval 'has_journal "linux-headers-" || live nvidia'
         check dkms-headers-missing "missing headers were not reported with the package to install" \
                 eval 'absent nvidia && has_journal "apt-get install linux-headers-$K"'
-        say "LOG headers missing: $(journal | grep -o 'DKMS cannot build.*linux-headers-.*' | head -n1)"
+        say "LOG headers missing: $(journal | grep -m1 'linux-headers-' | cut -c1-300)"
         unload_nvidia
         mv "/usr/lib/modules/$K/build.away" "/usr/lib/modules/$K/build"
 
