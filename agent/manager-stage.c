@@ -15,6 +15,9 @@
 #include "manager.h"
 #include "strv.h"
 
+/* How far each progress report before READY=1 pushes the start timeout out (EXTEND_TIMEOUT_USEC=). */
+#define STAGE_PROGRESS_EXTEND_USEC (120 * UINT64_C(1000000))
+
 static uint64_t now_realtime(void) {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
@@ -335,6 +338,13 @@ void manager_stage_progress(Manager *m, StageId id, const char *text) {
         free(r->message);
         r->message = text ? strdup(text) : NULL;
         (void) sd_notifyf(false, "STATUS=Running stage %s: %s", stage_to_string(id), strna(text));
+        /* Before READY=1, a stage that still reports progress (a DKMS build ticks every 10 s) pushes
+         * the unit's start timeout (90 s by default) out: without this, systemd kills the daemon in
+         * the middle of any build longer than that, restarts it, and the build starts over, forever.
+         * A stage that hangs silently still hits the timeout; the build itself is bounded by
+         * driver.dkms.timeout. */
+        if (!m->first_pass_done)
+                (void) sd_notifyf(false, "EXTEND_TIMEOUT_USEC=%" PRIu64, STAGE_PROGRESS_EXTEND_USEC);
         manager_bus_mark_dirty(m, NULL, AGENT_MANAGER_INTERFACE, "Stages");
 }
 
