@@ -9,7 +9,7 @@
 # prepared, without building. See guest-systemd.sh for the checks, mkroot-systemd.sh for the guest.
 #
 # Environment (meson sets the first ones): GNA_VM_SOURCE, GNA_VM_BUILD, GNA_MESON, GNA_BUILD_ROOT,
-# GNA_FIXTURE_NODES, GNA_FIXTURE_PCI_IDS; optional: GNA_VM_CACHE (default GNA_VM_BUILD/cache),
+# GNA_FIXTURE_NODES, GNA_FIXTURE_PCI_IDS; optional: GNA_VM_CACHE (default /var/cache/gpu-node-agent-tests/vm as root, else GNA_VM_BUILD/cache),
 # GNA_VM_KERNEL2 (the second release), GNA_VM_NVIDIA=1 (also Debian's real driver under the unit: its
 # own host build takes minutes; default 0, because vm-driver's 'real' boot already loads Debian's driver
 # built by setup.sh), GNA_TIMEOUT_SCALE (multiplies every boot's time limit).
@@ -19,7 +19,15 @@ set -uo pipefail
 t0=$SECONDS
 src=${GNA_VM_SOURCE:?run through meson test}
 build=${GNA_VM_BUILD:?run through meson test}
-cache=${GNA_VM_CACHE:-$build/cache}
+# The cache (kernels, DKMS builds, Debian's driver: minutes to make) outlives a build dir and a clone:
+# /var/cache/gpu-node-agent-tests/vm when root, else under the build dir. GNA_VM_CACHE overrides.
+if [ -n "${GNA_VM_CACHE:-}" ]; then
+        cache=$GNA_VM_CACHE
+elif [ "$(id -u)" = 0 ]; then
+        cache=/var/cache/gpu-node-agent-tests/vm
+else
+        cache=$build/cache
+fi
 work=$build/run-systemd
 node=$GNA_FIXTURE_NODES/h200
 scale=${GNA_TIMEOUT_SCALE:-1}

@@ -6,7 +6,7 @@
 # each of its checks as passed; a boot that crashes, hangs or skips a check fails the test.
 #
 # Environment (meson sets the first ones): GNA_VM_SOURCE, GNA_VM_BUILD, GNA_VM_MODCTL, GNA_AGENT,
-# GNA_FIXTURE_NODES, GNA_FIXTURE_PCI_IDS; optional: GNA_VM_CACHE (default GNA_VM_BUILD/cache),
+# GNA_FIXTURE_NODES, GNA_FIXTURE_PCI_IDS; optional: GNA_VM_CACHE (default /var/cache/gpu-node-agent-tests/vm as root, else GNA_VM_BUILD/cache),
 # GNA_VM_KERNEL (a release instead of linux-headers-amd64's), GNA_VM_REQUIRE_AGENT=1 (fail unless
 # the agent's own driver stage ran), GNA_VM_MODE=lib (drive the kernel through the module library
 # with vm-modctl even when the agent's stage works), GNA_VM_NODE (fixture node, default dgx-h100: it has ConnectX).
@@ -16,7 +16,15 @@ set -uo pipefail
 t0=$SECONDS
 src=${GNA_VM_SOURCE:?run through meson test}
 build=${GNA_VM_BUILD:?run through meson test}
-cache=${GNA_VM_CACHE:-$build/cache}
+# The cache (kernels, DKMS builds, Debian's driver: minutes to make) outlives a build dir and a clone:
+# /var/cache/gpu-node-agent-tests/vm when root, else under the build dir. GNA_VM_CACHE overrides.
+if [ -n "${GNA_VM_CACHE:-}" ]; then
+        cache=$GNA_VM_CACHE
+elif [ "$(id -u)" = 0 ]; then
+        cache=/var/cache/gpu-node-agent-tests/vm
+else
+        cache=$build/cache
+fi
 node=$GNA_FIXTURE_NODES/${GNA_VM_NODE:-dgx-h100}
 work=$build/run
 mkdir -p "$cache" "$work"
