@@ -315,6 +315,39 @@ def test_state_file_symlink_and_garbage():
             h.close()
 
 
+def test_reset_by_the_agent_clears_a_fatal_fault():
+    """The GPU reset that a MIG mode change runs (mig.reset, the reset program) is the operator's remedy too:
+    the GPU's fatal fault and its record go, and the re-check that follows finds it ok."""
+    with TempDir() as tmp:
+        config = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                              "fixtures/mig-parted/config-default.yaml")
+        h = Health(tmp, node="a100-sxm", dropin="mig:\n  config-file: %s\n" % config,
+                   env={"GNA_MIG_RESET_PROGRAM": test_nvml.FAKE_NVML_CTL})
+        try:
+            h.inject("xid 0 79")
+            h.inject("xid 1 79")
+            h.wait("GPUs 0 and 1 failed", lambda: h.gpu_health(0).startswith("failed: XID 79") and
+                   h.gpu_health(1).startswith("failed: XID 79"))
+            h.wait("both recorded", lambda: state_records(h) and len(state_records(h)) == 3)
+            # Only GPU 0 changes its MIG mode (and is reset for it).
+            with open(os.path.join(tmp, "one.yaml"), "w") as f:
+                f.write("version: v1\nmig-configs:\n  first-enabled:\n    - devices: [0]\n      mig-enabled: true\n"
+                        "      mig-devices: {}\n    - devices: [1, 2, 3, 4, 5, 6, 7]\n      mig-enabled: false\n")
+            p = busctl(h.d.bus, "--timeout=120", "call", AGENT_NAME, AGENT_PATH, MANAGER, "ApplyMigConfig", "ssb",
+                       "first-enabled", os.path.join(tmp, "one.yaml"), "false")
+            note("ApplyMigConfig: %s", p.stdout.strip())
+            check("reset to activate the MIG mode change" in h.d.agent.output(),
+                  "no GPU reset in the apply: %s\n%s" % (p.stdout, h.d.agent.output()[-3000:]))
+            h.wait("GPU 0 ok after the agent reset it", lambda: h.gpu_health(0) == "ok", 5)
+            check(any("reset by the agent (MIG mode change)" in e for e in h.gpu_events(0)),
+                  "HealthEvents of GPU 0: %r" % h.gpu_events(0))
+            check(h.gpu_health(1).startswith("failed: XID 79"), "GPU 1 (not reset) is %r" % h.gpu_health(1))
+            h.wait("only GPU 1 recorded", lambda: state_records(h) and len(state_records(h)) == 2 and
+                   " 0000:" in state_records(h)[1] and all("XID 79" in r for r in state_records(h)[1:]), 5)
+        finally:
+            h.close()
+
+
 def test_recoverable_fault_clears_after_recheck():
     with TempDir() as tmp:
         h = Health(tmp)
@@ -525,4 +558,4 @@ if __name__ == "__main__":
     tap_main([test_fatal_xid_reaches_everything_and_sticks, test_recoverable_fault_clears_after_recheck,
               test_xid_classes_and_configuration, test_slow_hook_ended_with_the_agent, test_gpu_vanishes, test_expect_gpus_and_fabric, test_timed_event_and_idle,
               test_worker_crash_and_hang, test_fatal_fault_survives_agent_restart,
-              test_state_file_symlink_and_garbage], sys.argv[1:])
+              test_state_file_symlink_and_garbage, test_reset_by_the_agent_clears_a_fatal_fault], sys.argv[1:])
