@@ -990,6 +990,7 @@ void health_pass_done(Health *h) {
                 state_load(h);
         if (!strv_equal(addresses, h->addresses) || !h->addresses) {
                 health_set_gpus(h, addresses);
+                health_publish(h); /* a failed GPU restored from the state file shows at once */
                 h->restarts = 0;
                 h->restart_timer = sd_event_source_disable_unref(h->restart_timer);
                 worker_start(h);
