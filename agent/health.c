@@ -2,7 +2,8 @@
 /* Owns GPU health on the loop side: the event worker (a spawn_fork() child blocked in
  * nvmlEventSetWait_v2; a crash or a hung start is reported and it is restarted with backoff), the health
  * check child, the per-GPU fault records and what is published from them (D-Bus, labels through a pass,
- * node state, the health.on-unhealthy hook). Nothing here waits: both children talk through pipes that
+ * node state, the health.on-unhealthy hook), and <paths.state>/gpu-health, which keeps failed GPUs failed
+ * across an agent restart in the same boot. Nothing here waits: both children talk through pipes that
  * the loop reads when they have a line, so an armed worker costs the loop no wakeup at all. */
 #include <errno.h>
 #include <fcntl.h>
