@@ -2,7 +2,8 @@
 /* Owns GPU health on the loop side: the event worker (a spawn_fork() child blocked in
  * nvmlEventSetWait_v2; a crash or a hung start is reported and it is restarted with backoff), the health
  * check child, the per-GPU fault records and what is published from them (D-Bus, labels through a pass,
- * node state, the health.on-unhealthy hook). Nothing here waits: both children talk through pipes that
+ * node state, the health.on-unhealthy hook), and <paths.state>/gpu-health, which keeps failed GPUs failed
+ * across an agent restart in the same boot. Nothing here waits: both children talk through pipes that
  * the loop reads when they have a line, so an armed worker costs the loop no wakeup at all. */
 #include <errno.h>
 #include <fcntl.h>
@@ -16,6 +17,7 @@
 
 #include "bus.h"
 #include "event-util.h"
+#include "fileio.h"
 #include "gpu-nvml-events.h"
 #include "health.h"
 #include "log.h"
@@ -30,6 +32,9 @@
 #define HEALTH_RESTART_MAX_USEC (5 * 60 * USEC_PER_SEC)
 #define HEALTH_STABLE_USEC (60 * USEC_PER_SEC)  /* armed this long: the next crash starts backoff over */
 #define HEALTH_HOOK_TIMEOUT_USEC (60 * USEC_PER_SEC)
+#define HEALTH_STATE_FILE "gpu-health"
+#define HEALTH_STATE_MAX_SIZE (64 * 1024)
+#define HEALTH_RESTORED_SUFFIX ", recorded before the agent restarted"
 
 typedef struct HealthFault {
         GpuHealthState state;
@@ -48,7 +53,17 @@ typedef struct HealthGpu {
         unsigned last_xid;
         bool remap_known;
         unsigned remap[4];         /* corrected, uncorrected, pending, failure: the last check's */
+        char *uuid;                /* NVML's, NULL unknown: a record in the state file names it */
+        int64_t failed_since;      /* when the event fault became failed (CLOCK_REALTIME s), 0 none */
 } HealthGpu;
+
+/* A failed GPU read from <paths.state>/gpu-health that health does not watch (yet). */
+typedef struct HealthRecord {
+        char pci_address[32];
+        char *uuid;
+        char *reason;
+        int64_t since;
+} HealthRecord;
 
 typedef struct HealthPipe {
         int fd;
@@ -85,6 +100,12 @@ struct Health {
 
         GpuHealthState node_published;
         char *node_published_reason;
+
+        bool state_loaded;         /* the state file was read (once, when health first became active) */
+        char *boot_id;             /* the kernel's boot id, "unknown" when unreadable */
+        HealthRecord *records;     /* its failed GPUs not matched to a watched GPU yet */
+        size_t n_records;
+        char *state_text;          /* what the file holds, NULL: it has no record (or does not exist) */
 };
 
 static void fault_set(HealthFault *f, GpuHealthState s, const char *reason) {
@@ -109,6 +130,7 @@ static HealthGpu *gpu_find(const Health *h, const char *pci_address) {
 }
 
 static void gpu_done(HealthGpu *g) {
+        free(g->uuid);
         free(g->event.reason);
         free(g->check.reason);
         free(g->published_reason);
@@ -185,8 +207,211 @@ Health *health_free(Health *h) {
         strv_free(h->addresses);
         free(h->check_node_reason);
         free(h->node_published_reason);
+        for (size_t i = 0; i < h->n_records; i++) {
+                free(h->records[i].uuid);
+                free(h->records[i].reason);
+        }
+        free(h->records);
+        free(h->boot_id);
+        free(h->state_text);
         free(h);
         return NULL;
+}
+
+/* ---- The state file: failed GPUs outlive an agent restart ------------------------------------------- */
+
+/* <paths.state>/gpu-health: "boot <kernel boot id>", then one "gpu <PCI address> <UUID> <since, Unix s>
+ * <reason>" per GPU whose event fault is failed. Only failed faults are kept: a degraded one is
+ * re-checked after a restart anyway. A reboot resets every GPU, so another boot id drops them all; another
+ * UUID at the address is another GPU. */
+
+static void record_free_at(Health *h, size_t i) {
+        free(h->records[i].uuid);
+        free(h->records[i].reason);
+        h->records[i] = h->records[--h->n_records];
+}
+
+static HealthRecord *record_find(Health *h, const char *pci_address) {
+        for (size_t i = 0; i < h->n_records; i++)
+                if (streq(h->records[i].pci_address, pci_address))
+                        return &h->records[i];
+        return NULL;
+}
+
+static int record_add(Health *h, const char *pci_address, const char *uuid, const char *reason, int64_t since) {
+        HealthRecord *l = reallocarray(h->records, h->n_records + 1, sizeof *l);
+        if (!l)
+                return -ENOMEM;
+        h->records = l;
+        HealthRecord *r = &l[h->n_records];
+        *r = (HealthRecord) { .uuid = strdup(uuid), .reason = strdup(reason), .since = since };
+        snprintf(r->pci_address, sizeof r->pci_address, "%s", pci_address);
+        h->n_records++;
+        if (!r->uuid || !r->reason) {
+                record_free_at(h, h->n_records - 1);
+                return -ENOMEM;
+        }
+        return 0;
+}
+
+static char *state_path(const Health *h) {
+        return path_join(h->m->config->paths.state, HEALTH_STATE_FILE);
+}
+
+static void state_load(Health *h) {
+        _cleanup_free_ char *path = state_path(h), *boot_path = path_join(h->m->config->paths.proc,
+                                                                            "sys/kernel/random/boot_id");
+        _cleanup_free_ char *text = NULL, *file_boot = NULL;
+        unsigned lineno = 0, bad = 0;
+        int r;
+
+        h->state_loaded = true;
+        if (!path || !boot_path)
+                return (void) log_oom();
+        r = read_one_line_file(boot_path, &h->boot_id);
+        if (r < 0 || isempty(h->boot_id) || strpbrk(h->boot_id, " \t")) {
+                log_warning("Cannot read the kernel's boot id from %s (%s): failed GPUs recorded in %s are kept "
+                            "without telling whether the node rebooted since.", boot_path,
+                            r < 0 ? strerror(-r) : "malformed", path);
+                free(h->boot_id);
+                h->boot_id = strdup("unknown");
+                if (!h->boot_id)
+                        return (void) log_oom();
+        }
+        /* The state directory is ours, but a link planted there must not make us read elsewhere. */
+        r = read_full_file_at(AT_FDCWD, path, READ_FILE_NOFOLLOW, HEALTH_STATE_MAX_SIZE, &text, NULL);
+        if (r == -ENOENT)
+                return;
+        if (r < 0) {
+                log_warning("Ignoring %s: %s. GPU health starts clean (a fatal fault from before the restart "
+                            "is not restored; remove the file if it is not a regular file).", path,
+                            r == -ELOOP ? "it is a symlink, which is not followed" :
+                            r == -EFBIG ? "too large" : strerror(-r));
+                return;
+        }
+        char *save = NULL;
+        for (char *line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+                char pci[32], uuid[128], boot[128], extra;
+                long long since;
+                int n = 0;
+
+                lineno++;
+                if (line[0] == '#' || isempty(line))
+                        continue;
+                if (!file_boot && sscanf(line, "boot %127s %c", boot, &extra) == 1) {
+                        file_boot = strdup(boot);
+                        if (!file_boot)
+                                return (void) log_oom();
+                        continue;
+                }
+                if (file_boot && sscanf(line, "gpu %31s %127s %lld %n", pci, uuid, &since, &n) == 3 && n > 0 &&
+                    !isempty(line + n) && !record_find(h, pci)) {
+                        if (record_add(h, pci, uuid, line + n, since) < 0)
+                                return (void) log_oom();
+                        continue;
+                }
+                log_warning("%s:%u: ignoring a malformed line (expected \"boot <id>\" first, then \"gpu <PCI "
+                            "address> <UUID> <time> <reason>\").", path, lineno);
+                bad++;
+        }
+        if (h->n_records > 0 && !streq(file_boot, h->boot_id)) {
+                log_info("%s: %zu failed GPU(s) recorded in an earlier boot (%s, now %s): the reboot reset them, "
+                         "dropping the records.", path, h->n_records, file_boot, h->boot_id);
+                while (h->n_records > 0)
+                        record_free_at(h, 0);
+        }
+        /* The file exists: rewritten (or removed) with what is left at the next save. */
+        h->state_text = strdup("");
+        if (!h->state_text)
+                log_oom();
+}
+
+/* A GPU health starts to watch: a record for its address comes back as its failed fault when the UUID
+ * is the same, and is dropped when another GPU sits there now. */
+static void state_restore(Health *h, HealthGpu *g) {
+        HealthRecord *rec = record_find(h, g->pci_address);
+        char stamp[32], text[128];
+        struct tm tm;
+
+        if (!rec)
+                return;
+        if (!g->uuid || !streq(g->uuid, rec->uuid)) {
+                log_info("GPU %s was recorded failed as %s but is %s now (replaced): dropping the record.",
+                         g->pci_address, rec->uuid, strna(g->uuid));
+                return record_free_at(h, (size_t) (rec - h->records));
+        }
+        _cleanup_free_ char *reason = strprintf("%s%s", rec->reason, HEALTH_RESTORED_SUFFIX);
+        if (!reason)
+                return (void) log_oom();
+        time_t t = (time_t) rec->since;
+        strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&t, &tm));
+        log_notice("GPU %s is still failed: %s (recorded at %s, before the agent restarted; reset the GPU and call "
+                   "ResetGpuHealth).", g->pci_address, rec->reason, stamp);
+        fault_set(&g->event, GPU_HEALTH_FAILED, reason);
+        g->failed_since = rec->since;
+        snprintf(text, sizeof text, "failed fault recorded at %s restored after an agent restart", stamp);
+        gpu_add_event(g, text);
+        record_free_at(h, (size_t) (rec - h->records));
+}
+
+static int state_line(char **text, const char *pci, const char *uuid, int64_t since, const char *reason) {
+        size_t l = strlen(reason), sl = strlen(HEALTH_RESTORED_SUFFIX);
+        if (l >= sl && streq(reason + l - sl, HEALTH_RESTORED_SUFFIX))
+                l -= sl;
+        char *t = strprintf("%sgpu %s %s %lld %.*s\n", *text ?: "", pci, uuid, (long long) since, (int) l, reason);
+        if (!t)
+                return -ENOMEM;
+        free(*text);
+        *text = t;
+        return 0;
+}
+
+/* Writes the failed GPUs when they differ from what the file holds; removes the file when none is. */
+static void state_save(Health *h) {
+        _cleanup_free_ char *path = NULL, *records = NULL, *text = NULL;
+        int r;
+
+        if (!h->active || !h->state_loaded)
+                return;
+        for (size_t i = 0; i < h->n_gpus; i++) {
+                HealthGpu *g = &h->gpus[i];
+                if (g->event.state != GPU_HEALTH_FAILED || !g->uuid)
+                        continue;
+                if (g->failed_since == 0)
+                        g->failed_since = (int64_t) time(NULL);
+                if (state_line(&records, g->pci_address, g->uuid, g->failed_since, strna(g->event.reason)) < 0)
+                        return (void) log_oom();
+        }
+        for (size_t i = 0; i < h->n_records; i++)
+                if (state_line(&records, h->records[i].pci_address, h->records[i].uuid, h->records[i].since,
+                               h->records[i].reason) < 0)
+                        return (void) log_oom();
+        if (!records && !h->state_text)
+                return;
+        if (streq_ptr(records, h->state_text))
+                return;
+        path = state_path(h);
+        if (!path)
+                return (void) log_oom();
+        if (!records) {
+                if (unlink(path) < 0 && errno != ENOENT)
+                        return (void) log_warning_errno(errno, "Failed to remove %s: %m", path);
+                h->state_text = mfree(h->state_text);
+                return;
+        }
+        text = strprintf("# gpu-node-agent: GPUs failed by a fatal fault, kept across agent restarts until the GPU\n"
+                         "# is reset (ResetGpuHealth) or the node reboots. Do not edit.\n"
+                         "boot %s\n%s", h->boot_id, records);
+        if (!text)
+                return (void) log_oom();
+        r = mkdir_p(h->m->config->paths.state, 0755);
+        if (r >= 0)
+                r = write_file_atomic(path, NULL, text, strlen(text), 0644);
+        if (r < 0)
+                return (void) log_warning_errno(r, "Failed to record the failed GPUs in %s: %s. An agent restart "
+                                                "would show them ok.", path, strerror(-r));
+        free(h->state_text);
+        h->state_text = TAKE_PTR(records);
 }
 
 /* ---- Publishing -------------------------------------------------------------------------------------- */
@@ -329,6 +554,7 @@ static void health_publish(Health *h) {
         if (changed)
                 manager_request_pass(m, "GPU health changed");
         metrics_update(m);
+        state_save(h);
 }
 
 /* ---- Health check ------------------------------------------------------------------------------------ */
@@ -715,12 +941,22 @@ static void health_set_gpus(Health *h, char **addresses) {
                 if (old) {
                         gpus[n] = *old;
                         *old = (HealthGpu) {};
-                } else
+                } else {
+                        const GpuInfo *info = h->m->nvml_snapshot ? nvml_snapshot_find(h->m->nvml_snapshot, *a) : NULL;
                         snprintf(gpus[n].pci_address, sizeof gpus[n].pci_address, "%s", *a);
+                        gpus[n].uuid = info && info->uuid ? strdup(info->uuid) : NULL;
+                        state_restore(h, &gpus[n]);
+                }
                 n++;
         }
-        for (size_t i = 0; i < h->n_gpus; i++)
-                gpu_done(&h->gpus[i]);
+        for (size_t i = 0; i < h->n_gpus; i++) {
+                HealthGpu *g = &h->gpus[i];
+                /* A failed GPU no longer watched (lost to NVML) stays recorded. */
+                if (g->event.state == GPU_HEALTH_FAILED && g->uuid && h->active &&
+                    record_add(h, g->pci_address, g->uuid, strna(g->event.reason), g->failed_since ?: (int64_t) time(NULL)) < 0)
+                        log_oom();
+                gpu_done(g);
+        }
         free(h->gpus);
         h->gpus = TAKE_PTR(gpus);
         h->n_gpus = n;
@@ -751,8 +987,11 @@ void health_pass_done(Health *h) {
                 if (strv_extend(&addresses, m->nvml_snapshot->gpus[i].pci_address) < 0)
                         return (void) log_oom();
         h->active = true;
+        if (!h->state_loaded)
+                state_load(h);
         if (!strv_equal(addresses, h->addresses) || !h->addresses) {
                 health_set_gpus(h, addresses);
+                health_publish(h); /* a failed GPU restored from the state file shows at once */
                 h->restarts = 0;
                 h->restart_timer = sd_event_source_disable_unref(h->restart_timer);
                 worker_start(h);
@@ -761,16 +1000,35 @@ void health_pass_done(Health *h) {
         check_send(h);
 }
 
-int health_reset_gpu(Health *h, const char *pci_address) {
+static int gpu_was_reset(Health *h, const char *pci_address, const char *event) {
         HealthGpu *g = gpu_find(h, pci_address);
+        HealthRecord *rec = record_find(h, pci_address);
 
-        if (!g)
+        if (rec)
+                record_free_at(h, (size_t) (rec - h->records));
+        if (!g) {
+                if (rec)
+                        state_save(h);
                 return -ENOENT;
-        gpu_add_event(g, "reset reported by an operator");
+        }
+        gpu_add_event(g, event);
         fault_set(&g->event, GPU_HEALTH_OK, NULL);
+        g->failed_since = 0;
         health_publish(h);
         check_send(h);
         return 0;
+}
+
+int health_reset_gpu(Health *h, const char *pci_address) {
+        return gpu_was_reset(h, pci_address, "reset reported by an operator");
+}
+
+void health_gpu_reset_by_agent(Health *h, const char *pci_address) {
+        if (!h)
+                return;
+        if (gpu_was_reset(h, pci_address, "reset by the agent (MIG mode change)") >= 0)
+                log_info("GPU %s: reset by the agent, its fatal fault (if any) is cleared and it is re-checked.",
+                         pci_address);
 }
 
 /* ---- Queries ------------------------------------------------------------------------------------------- */

@@ -50,8 +50,13 @@ void health_pass_done(Health *h);
 /* Runs a health check now (coalesced with one in flight). */
 void health_check_now(Health *h);
 
-/* An operator reset the GPU (or says so): forget its sticky fault and re-check it. -ENOENT unknown. */
+/* An operator reset the GPU (or says so): forget its sticky fault (and its record in the state file, which
+ * otherwise brings it back failed after an agent restart in the same boot) and re-check it. -ENOENT unknown. */
 int health_reset_gpu(Health *h, const char *pci_address);
+
+/* The agent itself reset the GPU (the MIG mode change's reset): the same remedy as an operator's, so its
+ * sticky fault (and its record in <paths.state>/gpu-health) goes and it is re-checked. */
+void health_gpu_reset_by_agent(Health *h, const char *pci_address);
 
 /* The GPU's health as the Health property shows it: "ok", "degraded: <why>", "failed: <why>";
  * "ok" for a GPU health knows nothing bad about (or when health is off). */

@@ -154,8 +154,11 @@ static void on_reset_exit(Spawn *child, const SpawnResult *res, void *userdata) 
                                     res->exit_status >= 0 ? "exit status" : "signal",
                                     res->exit_status >= 0 ? res->exit_status : res->signal,
                                     out ? ": " : "", out ?: "");
-        } else
+        } else {
                 note(a, strprintf("GPU %u (%s): reset to activate the MIG mode change.", p->gpu, p->pci_address));
+                if (a->o.gpu_reset)
+                        a->o.gpu_reset(p->pci_address, a->o.gpu_reset_userdata);
+        }
         schedule(a);
 }
 

@@ -62,6 +62,9 @@ typedef struct MigApplyOptions {
         const char *journal_path;   /* NULL: no journal */
         bool force;                 /* apply even while compute processes run */
         bool restore;               /* a return to recorded layouts: a failing GPU is not rolled back again */
+        /* Called after a GPU reset the apply ran finished successfully (NULL: nobody is told). */
+        void (*gpu_reset)(const char *pci_address, void *userdata);
+        void *gpu_reset_userdata;
 } MigApplyOptions;
 
 typedef struct MigApplyResult {

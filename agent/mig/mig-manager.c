@@ -11,6 +11,7 @@
 #include "mig-manager.h"
 #include "mig-plan.h"
 #include "gpu-nvml-worker.h"
+#include "health.h"
 #include "mig-state.h"
 #include "mig-wire.h"
 #include "strv.h"
@@ -263,6 +264,12 @@ static void on_apply_finished(MigApply *a, const MigApplyResult *res, void *user
                 cb(mm, &o, ud);
 }
 
+static void on_gpu_reset(const char *pci_address, void *userdata) {
+        MigManager *mm = userdata;
+        /* The reset is the remedy for a fatal fault too: health forgets it and re-checks the GPU. */
+        health_gpu_reset_by_agent(mm->manager->health, pci_address);
+}
+
 static MigApplyOptions apply_options(MigManager *mm, const char *journal, bool force) {
         const Config *c = mm->manager->config;
 
@@ -278,6 +285,8 @@ static MigApplyOptions apply_options(MigManager *mm, const char *journal, bool f
                 .unit_timeout_usec = c->fabric.timeout_usec,
                 .journal_path = journal,
                 .force = force,
+                .gpu_reset = on_gpu_reset,
+                .gpu_reset_userdata = mm,
         };
 }
 

@@ -11,11 +11,12 @@ worker that crashes or hangs is restarted while D-Bus keeps answering. TAP outpu
 import importlib.util
 import json
 import os
+import shutil
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import Fail, TempDir, busctl, check, tap_main  # noqa: E402
+from harness import NODES, Agent, Fail, TempDir, busctl, check, tap_main  # noqa: E402
 
 _spec = importlib.util.spec_from_file_location("test_nvml", os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                                                         "test-nvml.py"))
@@ -51,8 +52,22 @@ class Health:
         dropin = ("health:\n  recheck-delay: 200ms\n  on-unhealthy: '%s'\n" % hook) + dropin
         e = {"FAKE_NVML_EVENT_FILE": self.events}
         e.update(env or {})
+        self.env = e
         self.d = Daemon(tmp, node, dropin=dropin, env=e)
         self.d.reconcile()  # health is watched from the end of the first pass on: let it settle
+
+    def restart(self, between=None):
+        """Stops the agent (SIGTERM), runs between(), starts a new one on the same node, bus and state."""
+        self.d.stop_clean()
+        if between:
+            between()
+        start = len(self.d.notify.messages)
+        self.d.agent = Agent(self.d.node, self.d.bus, self.d.notify, extra_env=self.env)
+        try:
+            self.d.notify.wait_for("READY=1", 60 * SCALE, start)
+        except Fail:
+            raise Fail("no READY=1 after the restart; agent output:\n" + self.d.agent.output())
+        self.d.reconcile()
 
     def inject(self, line):
         with open(self.events, "a") as f:
@@ -158,6 +173,177 @@ def test_fatal_xid_reaches_everything_and_sticks():
             h.wait("gpu.health=ok label", lambda: h.labels().get("nvidia.com/gpu.health") == "ok", 5)
             h.wait("State ready", lambda: h.d.prop("State") == 's "ready"', 5)
             h.d.expect("Health", 's "ok"')
+        finally:
+            h.close()
+
+
+def own_proc(tmp, node="dgx-h100", boot_id="4f0c1a5e-8a3b-4d2e-9a41-1b2c3d4e5f60"):
+    """A copy of the fixture's proc tree whose kernel boot id the test sets; the drop-in that uses it."""
+    proc = os.path.join(tmp, "proc")
+    shutil.copytree(os.path.join(NODES, node, "proc"), proc, symlinks=True)
+    set_boot_id(proc, boot_id)
+    return proc, "paths:\n  proc: %s\n" % proc
+
+
+def set_boot_id(proc, boot_id):
+    os.makedirs(os.path.join(proc, "sys/kernel/random"), exist_ok=True)
+    with open(os.path.join(proc, "sys/kernel/random/boot_id"), "w") as f:
+        f.write(boot_id + "\n")
+
+
+def state_records(h):
+    path = os.path.join(h.d.node.state, "gpu-health")
+    try:
+        with open(path) as f:
+            return [line.rstrip("\n") for line in f if not line.startswith("#")]
+    except FileNotFoundError:
+        return None
+
+
+def test_fatal_fault_survives_agent_restart():
+    """A failed GPU is recorded in <state>/gpu-health (boot id, PCI address, UUID, time, reason) and comes back
+    failed after an agent restart in the same boot, with its reason; a record from another boot (the reboot
+    reset the GPU) or for another UUID (GPU replaced) is dropped; ResetGpuHealth() removes it."""
+    with TempDir() as tmp:
+        proc, dropin = own_proc(tmp)
+        h = Health(tmp, dropin=dropin)
+        try:
+            check(state_records(h) is None, "gpu-health on a healthy node: %r" % state_records(h))
+            uuid = json.loads(busctl(h.d.bus, "--json=short", "get-property", AGENT_NAME, gpu_path(3), GPU,
+                                     "Uuid").stdout)["data"]
+            h.inject("xid 3 79")
+            h.wait("GPU 3 failed", lambda: h.gpu_health(3).startswith("failed: XID 79"))
+            h.wait("the failed GPU recorded", lambda: state_records(h) is not None)
+            rec = state_records(h)
+            check(len(rec) == 2 and rec[0] == "boot 4f0c1a5e-8a3b-4d2e-9a41-1b2c3d4e5f60" and
+                  rec[1].startswith("gpu 0000:61:00.0 %s " % uuid) and "XID 79: GPU has fallen off the bus" in rec[1],
+                  "gpu-health after XID 79 on GPU 3: %r" % rec)
+            before = h.gpu_health(3)
+
+            for n in (1, 2):
+                h.restart()
+                h.wait("GPU 3 failed after restart %d" % n, lambda: h.gpu_health(3).startswith("failed"), 5)
+                got = h.gpu_health(3)
+                check(got == before + ", recorded before the agent restarted",
+                      "GPU 3 after restart %d: %r (before: %r)" % (n, got, before))
+                check(h.labels().get("nvidia.com/gpu.health") == "failed" and h.d.prop("State") == 's "degraded"',
+                      "labels/State after restart %d: %r %s" % (n, h.labels().get("nvidia.com/gpu.health"),
+                                                                h.d.prop("State")))
+                check(any("restored after an agent restart" in e for e in h.gpu_events(3)),
+                      "HealthEvents after restart %d: %r" % (n, h.gpu_events(3)))
+                check(all(h.gpu_health(i) == "ok" for i in (0, 1, 2, 4, 5, 6, 7)), "other GPUs after the restart")
+                check(state_records(h) == rec, "gpu-health after restart %d: %r, was %r" % (n, state_records(h), rec))
+            note("restored after two restarts: %s", h.gpu_health(3))
+
+            # Another GPU at the address (a new UUID): the record is not its.
+            path = os.path.join(h.d.node.state, "gpu-health")
+
+            def replace_gpu():
+                with open(path) as f:
+                    text = f.read()
+                with open(path, "w") as f:
+                    f.write(text.replace(uuid, "GPU-00000000-0000-0000-0000-0000000000aa"))
+            h.restart(replace_gpu)
+            h.wait("GPU 3 ok (replaced)", lambda: h.gpu_health(3) == "ok", 5)
+            h.wait("the replaced GPU's record dropped", lambda: state_records(h) is None, 5)
+            check("(replaced): dropping the record" in h.d.agent.output(), "no log of the replaced GPU")
+
+            # The node rebooted (a new boot id): every GPU was reset.
+            h.inject("xid 3 48")
+            h.wait("GPU 3 failed (DBE XID)", lambda: h.gpu_health(3).startswith("failed: XID 48"))
+            h.wait("XID 48 recorded", lambda: state_records(h) and "XID 48" in state_records(h)[1])
+            h.restart(lambda: set_boot_id(proc, "9d8e7f60-1111-4222-8333-944455556666"))
+            h.wait("GPU 3 ok after a reboot", lambda: h.gpu_health(3) == "ok", 5)
+            h.wait("the other boot's record dropped", lambda: state_records(h) is None, 5)
+            check("recorded in an earlier boot" in h.d.agent.output(), "no log of the earlier boot's record")
+            h.wait("gpu.health=ok label", lambda: h.labels().get("nvidia.com/gpu.health") == "ok", 5)
+
+            # ResetGpuHealth() removes the record: the next restart starts ok.
+            h.inject("xid 3 79")
+            h.wait("GPU 3 failed again", lambda: h.gpu_health(3).startswith("failed: XID 79"))
+            h.wait("recorded again", lambda: state_records(h) is not None)
+            check(state_records(h)[0] == "boot 9d8e7f60-1111-4222-8333-944455556666", "boot %r" % state_records(h))
+            busctl(h.d.bus, "call", AGENT_NAME, AGENT_PATH, MANAGER, "ResetGpuHealth", "u", "3")
+            h.wait("the record removed by ResetGpuHealth", lambda: state_records(h) is None, 5)
+            h.restart()
+            time.sleep(0.5 * SCALE)
+            check(h.gpu_health(3) == "ok", "GPU 3 after ResetGpuHealth and a restart: %r" % h.gpu_health(3))
+        finally:
+            h.close()
+
+
+def test_state_file_symlink_and_garbage():
+    """A symlink planted at <state>/gpu-health is neither read nor written through (the target stays as it
+    was; the link is replaced by our own file); a malformed file is logged and the agent starts clean."""
+    with TempDir() as tmp:
+        proc, dropin = own_proc(tmp)
+        h = Health(tmp, dropin=dropin)
+        try:
+            uuid = json.loads(busctl(h.d.bus, "--json=short", "get-property", AGENT_NAME, gpu_path(3), GPU,
+                                     "Uuid").stdout)["data"]
+            path = os.path.join(h.d.node.state, "gpu-health")
+            victim = os.path.join(tmp, "victim")
+            bait = ("boot 4f0c1a5e-8a3b-4d2e-9a41-1b2c3d4e5f60\ngpu 0000:61:00.0 %s 1700000000 XID 79: planted; "
+                    "reset the GPU (nvidia-smi -r)\n" % uuid)
+
+            def plant():
+                with open(victim, "w") as f:
+                    f.write(bait)
+                os.symlink(victim, path)
+            h.restart(plant)
+            time.sleep(0.5 * SCALE)
+            check(h.gpu_health(3) == "ok", "GPU 3 with a planted symlink: %r (the link was followed)" % h.gpu_health(3))
+            check("it is a symlink, which is not followed" in h.d.agent.output(), "no log of the refused symlink:\n%s"
+                  % h.d.agent.output()[-3000:])
+            h.inject("xid 3 79")
+            h.wait("GPU 3 failed", lambda: h.gpu_health(3).startswith("failed: XID 79"))
+            h.wait("gpu-health replaced by a regular file", lambda: not os.path.islink(path) and os.path.isfile(path))
+            with open(victim) as f:
+                check(f.read() == bait, "the symlink's target was written to")
+            check(any(line.startswith("gpu 0000:61:00.0 %s " % uuid) for line in state_records(h)),
+                  "gpu-health %r" % state_records(h))
+
+            def garbage():
+                with open(path, "w") as f:
+                    f.write("gpu 0000:61:00.0\nnonsense\n")
+            h.restart(garbage)
+            time.sleep(0.5 * SCALE)
+            check(h.gpu_health(3) == "ok", "GPU 3 with a malformed gpu-health: %r" % h.gpu_health(3))
+            check("ignoring a malformed line" in h.d.agent.output(), "no log of the malformed file")
+            h.wait("the malformed file removed", lambda: state_records(h) is None, 5)
+        finally:
+            h.close()
+
+
+def test_reset_by_the_agent_clears_a_fatal_fault():
+    """The GPU reset that a MIG mode change runs (mig.reset, the reset program) is the operator's remedy too:
+    the GPU's fatal fault and its record go, and the re-check that follows finds it ok."""
+    with TempDir() as tmp:
+        config = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                              "fixtures/mig-parted/config-default.yaml")
+        h = Health(tmp, node="a100-sxm", dropin="mig:\n  config-file: %s\n" % config,
+                   env={"GNA_MIG_RESET_PROGRAM": test_nvml.FAKE_NVML_CTL})
+        try:
+            h.inject("xid 0 79")
+            h.inject("xid 1 79")
+            h.wait("GPUs 0 and 1 failed", lambda: h.gpu_health(0).startswith("failed: XID 79") and
+                   h.gpu_health(1).startswith("failed: XID 79"))
+            h.wait("both recorded", lambda: state_records(h) and len(state_records(h)) == 3)
+            # Only GPU 0 changes its MIG mode (and is reset for it).
+            with open(os.path.join(tmp, "one.yaml"), "w") as f:
+                f.write("version: v1\nmig-configs:\n  first-enabled:\n    - devices: [0]\n      mig-enabled: true\n"
+                        "      mig-devices: {}\n    - devices: [1, 2, 3, 4, 5, 6, 7]\n      mig-enabled: false\n")
+            p = busctl(h.d.bus, "--timeout=120", "call", AGENT_NAME, AGENT_PATH, MANAGER, "ApplyMigConfig", "ssb",
+                       "first-enabled", os.path.join(tmp, "one.yaml"), "false")
+            note("ApplyMigConfig: %s", p.stdout.strip())
+            check("reset to activate the MIG mode change" in h.d.agent.output(),
+                  "no GPU reset in the apply: %s\n%s" % (p.stdout, h.d.agent.output()[-3000:]))
+            h.wait("GPU 0 ok after the agent reset it", lambda: h.gpu_health(0) == "ok", 5)
+            check(any("reset by the agent (MIG mode change)" in e for e in h.gpu_events(0)),
+                  "HealthEvents of GPU 0: %r" % h.gpu_events(0))
+            check(h.gpu_health(1).startswith("failed: XID 79"), "GPU 1 (not reset) is %r" % h.gpu_health(1))
+            h.wait("only GPU 1 recorded", lambda: state_records(h) and len(state_records(h)) == 2 and
+                   " 0000:" in state_records(h)[1] and all("XID 79" in r for r in state_records(h)[1:]), 5)
         finally:
             h.close()
 
@@ -371,4 +557,5 @@ def test_worker_crash_and_hang():
 if __name__ == "__main__":
     tap_main([test_fatal_xid_reaches_everything_and_sticks, test_recoverable_fault_clears_after_recheck,
               test_xid_classes_and_configuration, test_slow_hook_ended_with_the_agent, test_gpu_vanishes, test_expect_gpus_and_fabric, test_timed_event_and_idle,
-              test_worker_crash_and_hang], sys.argv[1:])
+              test_worker_crash_and_hang, test_fatal_fault_survives_agent_restart,
+              test_state_file_symlink_and_garbage, test_reset_by_the_agent_clears_a_fatal_fault], sys.argv[1:])
