@@ -183,6 +183,9 @@ static void on_unloaded(Manager *m, int r, const char *message, char **names, vo
         unload_forget_nvml(m);
         unload_reply(u, removed);
         u->request = sd_bus_message_unref(u->request);
+        /* A pass that skips the held stages: the node is now degraded (not ready, and so labelled), the
+         * ready file goes, and the labels fall back to the PCI set. */
+        manager_request_pass(m, "Unload() done");
 }
 
 static void unload_modules_now(DriverUnload *u) {

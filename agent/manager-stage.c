@@ -32,8 +32,17 @@ static bool stage_state_is_final(StageState s) {
         return s == STAGE_DONE || s == STAGE_SKIPPED || s == STAGE_FAILED;
 }
 
+/* The NVIDIA driver is kept out of the kernel on purpose: Unload() (gpunodectl driver unload) is in
+ * flight or holding, or an administrator removed it (modprobe -r) and the agent leaves it so. The
+ * stages that need it are skipped, not failed, but the node cannot run GPU work: not ready. */
+static bool manager_driver_held(const Manager *m) {
+        return m->unload || m->driver_admin_unloaded;
+}
+
 bool manager_is_ready(const Manager *m) {
         if (!m->first_pass_done)
+                return false;
+        if (manager_driver_held(m))
                 return false;
         for (int i = 0; i < _STAGE_MAX; i++)
                 if (!stage_state_is_success(m->stages[i].state))
@@ -139,9 +148,17 @@ static void manager_update_status(const Manager *m) {
         if (failed)
                 (void) sd_notifyf(false, "STATUS=%s: stage %s failed: %s", m->state == AGENT_FAILED ? "Failed" : "Degraded",
                                   stage_to_string(failed_id), strna(failed->message));
-        else if (manager_is_ready(m))
+        else if (manager_is_ready(m) && m->state == AGENT_READY)
                 (void) sd_notifyf(false, "STATUS=Ready: %zu GPU%s.", n, n == 1 ? "" : "s");
-        else
+        else if (m->first_pass_done) {
+                /* Degraded without a failed stage: the driver held out of the kernel, or a GPU unhealthy. */
+                const char *why = NULL;
+                if (manager_driver_held(m))
+                        why = m->stages[STAGE_DRIVER].message;
+                else
+                        (void) health_node_state(m->health, &why);
+                (void) sd_notifyf(false, "STATUS=Degraded: %s", strna(why));
+        } else
                 (void) sd_notify(false, "STATUS=Starting.");
 }
 

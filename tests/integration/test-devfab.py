@@ -459,6 +459,9 @@ def test_unload_refused_then_done():
             check({"name": "nvidia", "state": "missing", "detail": "no module for kernel 6.1.0-27-amd64"}
                   in st["modules"], "driver status: %r" % st)
 
+            # Without a driver the node cannot run GPU work: degraded (and so labelled), not ready.
+            wait_until("State degraded after Unload()", lambda: get_property(e.bus, "State") == 's "degraded"', 30)
+            check(not os.path.exists(os.path.join(e.node.run, "gpu-node-agent/ready")), "the ready file is still there")
             # Held: a pass leaves the driver alone until Reconcile().
             busctl(e.bus, "call", "org.gpunodeagent.Agent1", "/org/gpunodeagent/Agent1",
                    "org.gpunodeagent.Agent1.Manager", "Unload")

@@ -48,6 +48,7 @@ expected=(
         /usr/share/doc/gpu-node-agent/dbus
         /usr/share/doc/gpu-node-agent/dbus/org.gpunodeagent.Agent1.Gpu.md
         /usr/share/doc/gpu-node-agent/dbus/org.gpunodeagent.Agent1.Manager.md
+        /usr/share/doc/gpu-node-agent/driver.md
         /usr/share/doc/gpu-node-agent/examples
         /usr/share/doc/gpu-node-agent/examples/agent.yaml
         /usr/share/doc/gpu-node-agent/mig.md
