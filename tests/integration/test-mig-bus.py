@@ -488,6 +488,7 @@ def test_failed_rollback_stops_apply():
         try:
             err, reply = m.call("ApplyMigConfig", "all-balanced", "", False)
             check(err is None, "ApplyMigConfig(all-balanced): %s %s" % (err, reply))
+            m.settle()  # the pass the apply starts checks the layout again: an apply meanwhile is Busy
             before = nv.fake_show(m.node)
             open(fail_file, "w").close()
             err, reply = m.call("ApplyMigConfig", "all-1g.5gb", "", False)
