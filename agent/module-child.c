@@ -38,36 +38,31 @@ ModuleChild *module_child_free(ModuleChild *c) {
         return mfree(c);
 }
 
-static int child_main(int fd, void *userdata) {
-        ModuleChild *c = userdata;
-        _cleanup_strv_free_ char **names = NULL;
-        _cleanup_free_ char *message = NULL, *buf = NULL;
+int module_child_send(int fd, int r, const char *message, char **names) {
+        _cleanup_free_ char *buf = NULL;
         size_t size = 0;
         FILE *f;
-        int r;
 
-        r = c->fn(c->manager, c->fn_userdata, &message, &names);
         f = open_memstream(&buf, &size);
         if (!f)
-                return 2;
+                return -ENOMEM;
         fprintf(f, "%d%c%s%c", r, 0, message ? message : "", 0);
         STRV_FOREACH(n, names)
                 fprintf(f, "%s%c", *n, 0);
         if (fclose(f) != 0)
-                return 2;
+                return -ENOMEM;
         for (size_t off = 0; off < size;) {
                 ssize_t k = write(fd, buf + off, size - off);
                 if (k < 0 && errno == EINTR)
                         continue;
                 if (k <= 0)
-                        return 2;
+                        return -EIO;
                 off += (size_t) k;
         }
         return 0;
 }
 
-/* What the child wrote (in the socket's buffer once it has exited). */
-static int child_result(ModuleChild *c, char **ret_message, char ***ret_names) {
+int module_child_receive(int fd, char **ret_message, char ***ret_names) {
         _cleanup_free_ char *buf = NULL;
         size_t len = 0, cap = 0;
         char *p, *end;
@@ -81,7 +76,7 @@ static int child_result(ModuleChild *c, char **ret_message, char ***ret_names) {
                         buf = n;
                         cap += 4096;
                 }
-                ssize_t k = read(c->fd, buf + len, cap - len - 1);
+                ssize_t k = read(fd, buf + len, cap - len - 1);
                 if (k < 0 && errno == EINTR)
                         continue;
                 if (k <= 0)
@@ -102,6 +97,16 @@ static int child_result(ModuleChild *c, char **ret_message, char ***ret_names) {
         return r;
 }
 
+static int child_main(int fd, void *userdata) {
+        ModuleChild *c = userdata;
+        _cleanup_strv_free_ char **names = NULL;
+        _cleanup_free_ char *message = NULL;
+        int r;
+
+        r = c->fn(c->manager, c->fn_userdata, &message, &names);
+        return module_child_send(fd, r, message, names) < 0 ? 2 : 0;
+}
+
 static void on_exit_child(Spawn *child, const SpawnResult *res, void *userdata) {
         ModuleChild *c = userdata;
         _cleanup_strv_free_ char **names = NULL;
@@ -109,7 +114,7 @@ static void on_exit_child(Spawn *child, const SpawnResult *res, void *userdata) 
         int r;
 
         if (res->exit_status == 0) {
-                r = child_result(c, &message, &names);
+                r = module_child_receive(c->fd, &message, &names);
                 if (r == -EBADMSG)
                         message = strprintf("The process %s sent no result.", c->what);
         } else {

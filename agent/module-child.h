@@ -26,5 +26,11 @@ typedef void (*ModuleChildDone)(Manager *m, int r, const char *message, char **n
  * child is freed before done was called. */
 int module_child_start(Manager *m, const char *what, uint64_t timeout_usec, ModuleChildFunc fn, void *fn_userdata,
                        ModuleChildDone done, void *userdata, void (*destroy)(void *userdata), ModuleChild **ret);
+/* The wire between a child and the loop, also for other forked libkmod work (the driver stage's inserts):
+ * the child sends its return value, a sentence and names; the loop receives them (from the socket's
+ * buffer once the child has exited) and gets the child's return value back, or -EBADMSG/-ENOMEM. */
+int module_child_send(int fd, int r, const char *message, char **names);
+int module_child_receive(int fd, char **ret_message, char ***ret_names);
+
 /* Kills the child (no callback, userdata destroyed; the reap follows from the loop). NULL-safe. */
 ModuleChild *module_child_free(ModuleChild *c);

@@ -1204,67 +1204,19 @@ static int load_modules(Manager *m, ModuleContext *ctx, char **ret_message, char
 static int module_load_child(int fd, void *userdata) {
         ModuleLoadJob *j = userdata;
         _cleanup_strv_free_ char **loaded = NULL;
-        _cleanup_free_ char *message = NULL, *buf = NULL;
+        _cleanup_free_ char *message = NULL;
         ModuleContext *ctx;
-        size_t size = 0;
-        FILE *f;
         int r;
 
         r = manager_module_context(j->manager, &ctx);
         if (r >= 0)
                 r = load_modules(j->manager, ctx, &message, &loaded);
-        f = open_memstream(&buf, &size);
-        if (!f)
-                return 2;
-        fprintf(f, "%d%c%s%c", r, 0, strempty(message), 0);
-        STRV_FOREACH(l, loaded)
-                fprintf(f, "%s%c", *l, 0);
-        if (fclose(f) != 0)
-                return 2;
-        for (size_t off = 0; off < size;) {
-                ssize_t k = write(fd, buf + off, size - off);
-                if (k < 0 && errno == EINTR)
-                        continue;
-                if (k <= 0)
-                        return 2;
-                off += (size_t) k;
-        }
-        return 0;
+        return module_child_send(fd, r, message, loaded) < 0 ? 2 : 0;
 }
 
 /* What the child wrote (it is in the socket's buffer once the child has exited). */
 static int module_load_result(ModuleLoadJob *j, char **ret_message, char ***ret_loaded) {
-        _cleanup_free_ char *buf = NULL;
-        size_t len = 0, cap = 0;
-        char *p, *end;
-        int r;
-
-        for (;;) {
-                if (cap - len < 1024) {
-                        char *n = realloc(buf, cap + 4096);
-                        if (!n)
-                                return -ENOMEM;
-                        buf = n;
-                        cap += 4096;
-                }
-                ssize_t k = read(j->fd, buf + len, cap - len - 1);
-                if (k < 0 && errno == EINTR)
-                        continue;
-                if (k <= 0)
-                        break;
-                len += (size_t) k;
-        }
-        if (!buf || len == 0 || buf[len - 1] != 0)
-                return -EBADMSG;
-        end = buf + len;
-        r = (int) strtol(buf, NULL, 10);
-        p = buf + strlen(buf) + 1;
-        if (p >= end)
-                return -EBADMSG;
-        *ret_message = *p ? strdup(p) : NULL;
-        for (p += strlen(p) + 1; p < end; p += strlen(p) + 1)
-                if (strv_extend(ret_loaded, p) < 0)
-                        return -ENOMEM;
+        int r = module_child_receive(j->fd, ret_message, ret_loaded);
         return r < 0 ? r : 0;
 }
 
