@@ -292,8 +292,13 @@ void metrics_update(Manager *m) {
         r = write_file_atomic_mkdir(path, text, strlen(text), 0644);
         if (r < 0) {
                 if (r != x->last_error)
-                        log_warning_errno(r, "Failed to write the metrics textfile %s (metrics.textfile): %s", path,
-                                          strerror(-r));
+                        log_warning_errno(r, "Failed to write the metrics textfile %s (metrics.textfile): %s%s", path,
+                                          strerror(-r),
+                                          r == -EROFS || r == -EACCES
+                                                  ? " — under the shipped unit only /var/lib/prometheus/node-exporter "
+                                                    "is writable for it: use that directory, or give the unit "
+                                                    "ReadWritePaths= for this one in a drop-in"
+                                                  : "");
                 x->last_error = r;
                 return;
         }

@@ -157,6 +157,9 @@ gres:
     enabled: true
 validations:
   operator-compat: true
+# The node_exporter textfile where Debian's prometheus-node-exporter reads it (ReadWritePaths=).
+metrics:
+  textfile: /var/lib/prometheus/node-exporter/gpu-node-agent.prom
 log:
   level: debug
 EOF
@@ -234,6 +237,8 @@ in_ct install -D -m 0644 /srv/e2e/50-e2e.conf "/etc/systemd/system/$UNIT.d/50-e2
 in_ct mkdir -p "$NFD_DIR" || fail "cannot create $NFD_DIR"
 # As slurmd's package leaves it; the unit may write below it only when it exists at start.
 in_ct mkdir -p /etc/slurm || fail "cannot create /etc/slurm"
+# As prometheus-node-exporter's package leaves it.
+in_ct mkdir -p /var/lib/prometheus/node-exporter || fail "cannot create /var/lib/prometheus/node-exporter"
 in_ct test -d /run/nvidia/validations || fail "/run/nvidia/validations missing after boot: tmpfiles.d/gpu-node-agent.conf not applied"
 for unit in nvidia-persistenced nvidia-fabricmanager; do
         in_ct install -m 0644 "/srv/e2e/$unit.service" "/etc/systemd/system/$unit.service" || fail "cannot install $unit.service"
@@ -281,7 +286,10 @@ ready_file=$(in_ct cat /run/nvidia/validations/driver-ready) || fail "driver-rea
 grep -qx "IS_HOST_DRIVER=true" <<<"$ready_file" || fail "driver-ready is not the operator's host-driver format: $ready_file"
 spec=$(in_ct cat /run/cdi/nvidia.yaml) || fail "the CDI spec /run/cdi/nvidia.yaml was not written (ReadWritePaths=/run/cdi, tmpfiles?)"
 grep -q "kind: nvidia.com/gpu" <<<"$spec" || fail "/run/cdi/nvidia.yaml is not our spec: $spec"
-log "feature file, CDI spec and ready file present"
+prom=$(in_ct cat /var/lib/prometheus/node-exporter/gpu-node-agent.prom) ||
+        fail "the metrics textfile was not written under the unit's sandbox (ReadWritePaths=/var/lib/prometheus/node-exporter?)"
+grep -q '^gpu_node_agent_' <<<"$prom" || fail "the metrics textfile has no gpu_node_agent_* series: $prom"
+log "feature file, CDI spec, ready file and metrics textfile present"
 for unit in nvidia-fabricmanager nvidia-persistenced; do
         [ "$(in_ct systemctl is-active "$unit")" = active ] || fail "the fabric stage did not start $unit"
 done
