@@ -123,11 +123,29 @@ def test_textfile_scraped_by_node_exporter():
         exp = None
         try:
             wait_until("the textfile", lambda: os.path.exists(prom), 5)
-            with open(prom) as f:
-                own, typed = parse(f.read(), prom)
-            check(all(n in typed for n, _, _ in own), "a series without a TYPE line")
+
+            def settled():
+                try:
+                    with open(prom) as f:
+                        text = f.read()
+                except FileNotFoundError:
+                    return False
+                return ('gpu_node_agent_node_state{state="ready"} 1\n' in text and
+                        "gpu_node_agent_health_event_worker_armed 1\n" in text)
+            # The file is rewritten as the start-up pass and the health worker progress: compare a
+            # scrape with the file as it was both just before and just after it.
+            wait_until("the textfile of a ready node with the health worker armed", settled, 10)
             exp = Exporter(tmp, prom_dir)
-            samples = exp.series()
+            deadline = time.monotonic() + 10 * SCALE
+            while True:
+                with open(prom) as f:
+                    before = f.read()
+                samples = exp.series()
+                with open(prom) as f:
+                    if f.read() == before or time.monotonic() > deadline:
+                        break
+            own, typed = parse(before, prom)
+            check(all(n in typed for n, _, _ in own), "a series without a TYPE line")
             scraped = ours(samples)
             note("%d series of ours in the file, %d in the scrape", len(own), len(scraped))
             check(sorted((n, sorted(lab.items())) for n, lab, _ in own) ==
@@ -151,7 +169,11 @@ def test_textfile_scraped_by_node_exporter():
             check(find(samples, "gpu_node_agent_gpus") == [8.0], "gpu_node_agent_gpus")
 
             # Only on change: a health check that finds nothing new leaves the file (its inode) alone.
-            ino = os.stat(prom).st_ino
+            # The old file is held open, so that its inode number cannot be reused by a later
+            # replacement (ext4 hands a freed number out again: two rewrites could look like none).
+            held = open(prom, "rb")
+            held_text = held.read()
+            ino = os.fstat(held.fileno()).st_ino
             busctl(d.bus, "call", "org.gpunodeagent.Agent1", "/org/gpunodeagent/Agent1",
                    "org.gpunodeagent.Agent1.Manager", "ResetGpuHealth", "u", "0")
             time.sleep(0.5 * SCALE)
@@ -170,6 +192,11 @@ def test_textfile_scraped_by_node_exporter():
             wait_until("XID 79 in the textfile", shows, 1)
             note("XID → textfile: %.0f ms", (time.monotonic() - t0) * 1e3)
             check(os.stat(prom).st_ino != ino, "the textfile was not replaced (rename) on change")
+            # Replaced, never written in place: the old inode is unlinked and still holds the old text.
+            check(os.fstat(held.fileno()).st_nlink == 0, "the old textfile is still linked")
+            held.seek(0)
+            check(held.read() == held_text, "the old textfile was written in place")
+            held.close()
             wait_until("the pass the XID caused", lambda: 'state="degraded"} 1' in open(prom).read(), 2)
             samples = exp.series()
             check(find(samples, "gpu_node_agent_gpu_health", gpu="3", health="failed") == [1.0], "GPU 3 health gauge")
