@@ -23,6 +23,20 @@ WRAPPER = shlex.split(os.environ.get("GNA_WRAPPER", ""))
 
 
 
+def timeout_scale():
+    """How much to stretch a test's time limits: GNA_TIMEOUT_SCALE (6 under valgrind; default 1)
+    times the 1-minute load average per CPU when it is above 1. The limits prove that the daemon
+    does not block (a stuck loop shows the injected hang, seconds, not a stretched step); on a busy
+    machine — the suite runs its vm stream beside these tests, CI machines are shared — every step
+    of the daemon, the bus and the test itself stretches with the load."""
+    scale = float(os.environ.get("GNA_TIMEOUT_SCALE", "1"))
+    try:
+        load = os.getloadavg()[0] / (os.cpu_count() or 1)
+    except OSError:
+        load = 0.0
+    return scale * max(1.0, load)
+
+
 class Fail(Exception):
     pass
 

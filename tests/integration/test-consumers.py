@@ -28,7 +28,8 @@ import yaml
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import AGENT, FAKE_NVML, WRAPPER, Fail, Node, Skip, TempDir, check, run, tap_main  # noqa: E402
 
-SCALE = float(os.environ.get("GNA_TIMEOUT_SCALE", "1"))
+from harness import timeout_scale  # noqa: E402
+SCALE = timeout_scale()
 FAKE_NVML_CTL = os.path.join(os.path.dirname(FAKE_NVML), "fake-nvml-ctl")
 # GNA_SLURMD names another slurmd (or a missing one, to see the skip).
 SLURMD = os.environ.get("GNA_SLURMD") or shutil.which("slurmd") or "/usr/sbin/slurmd"

@@ -12,7 +12,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import (AGENT, Agent, Bus, CTL, Fail, Node, Notify, SRC, TempDir, busctl, check,  # noqa: E402
                      get_property, run, tap_main)
 
-SCALE = float(os.environ.get("GNA_TIMEOUT_SCALE", "1"))
+from harness import timeout_scale  # noqa: E402
+SCALE = timeout_scale()
 VALGRIND = "valgrind" in os.environ.get("GNA_WRAPPER", "")
 
 

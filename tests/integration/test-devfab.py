@@ -18,7 +18,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import (Agent, BUILD, Bus, CTL, Fail, Node, Notify, SRC, Skip, TempDir, busctl, check,  # noqa: E402
                      get_property, run, tap_main)
 
-SCALE = float(os.environ.get("GNA_TIMEOUT_SCALE", "1"))
+from harness import timeout_scale  # noqa: E402
+SCALE = timeout_scale()
 FAKE_SYSTEMD = os.path.join(BUILD, "tests/fake-systemd/fake-systemd")
 KMOD_TRAP = os.environ.get("GNA_KMOD_TRAP", os.path.join(BUILD, "tests/kmod/kmod-trap.so"))
 FM = "nvidia-fabricmanager.service"

@@ -20,7 +20,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import (AGENT, FAKE_NVML, Agent, BUILD, Bus, Fail, NODES, Node, Notify, SRC, TempDir,  # noqa: E402
                      check, get_property, tap_main)
 
-SCALE = float(os.environ.get("GNA_TIMEOUT_SCALE", "1"))
+from harness import timeout_scale  # noqa: E402
+SCALE = timeout_scale()
 TREES = os.environ.get("GNA_KMOD_FIXTURES", os.path.join(BUILD, "tests/kmod/trees"))
 TRAP = os.environ.get("GNA_KMOD_TRAP", os.path.join(BUILD, "tests/kmod/kmod-trap.so"))
 FAKE_DKMS = os.path.join(SRC, "tests/fakes-dkms/dkms")

@@ -15,7 +15,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import (AGENT, Agent, Bus, Fail, Node, Notify, TempDir, busctl, check, get_property,  # noqa: E402
                      run, tap_main)
 
-SCALE = float(os.environ.get("GNA_TIMEOUT_SCALE", "1"))
+from harness import timeout_scale  # noqa: E402
+SCALE = timeout_scale()
 WRAP = os.environ.get("GNA_WRAPPER", "").split()
 AGENT_NAME = "org.gpunodeagent.Agent1"
 MANAGER = "org.gpunodeagent.Agent1.Manager"

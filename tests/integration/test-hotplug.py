@@ -20,7 +20,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import (Agent, Bus, Fail, Node, Notify, FAKE_NVML, TempDir, busctl, check,  # noqa: E402
                      get_property, tap_main, Skip)
 
-SCALE = float(os.environ.get("GNA_TIMEOUT_SCALE", "1"))
+from harness import timeout_scale  # noqa: E402
+SCALE = timeout_scale()
 AGENT_PATH = "/org/gpunodeagent/Agent1"
 MANAGER = "org.gpunodeagent.Agent1.Manager"
 GPU = "org.gpunodeagent.Agent1.Gpu"

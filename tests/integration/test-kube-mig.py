@@ -27,7 +27,8 @@ _spec = importlib.util.spec_from_file_location("remote", os.path.join(_here, "te
 remote = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(remote)
 
-SCALE = float(os.environ.get("GNA_TIMEOUT_SCALE", "1"))
+from harness import timeout_scale  # noqa: E402
+SCALE = timeout_scale()
 CTL_FAKE = os.path.join(BUILD, "tests/fakes/fake-nvml-ctl")
 CONFIG = os.path.join(SRC, "tests/fixtures/mig-parted/config-default.yaml")
 NODE = "gpu-node-7"

@@ -13,7 +13,8 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import AGENT, Agent, Bus, Fail, Node, Notify, TempDir, check, run, tap_main  # noqa: E402
 
-SCALE = float(os.environ.get("GNA_TIMEOUT_SCALE", "1"))
+from harness import timeout_scale  # noqa: E402
+SCALE = timeout_scale()
 # libcurl and what only libcurl pulls in (Debian's libcurl4: OpenSSL's libssl, Kerberos, LDAP, ...).
 CURL_ONLY = ("/libcurl.so", "/libssl.so", "/libgssapi_krb5.so", "/libldap", "/libnghttp2.so", "/libssh2.so",
              "/libgnutls.so", "/libp11-kit.so", "libcurl.so.4")

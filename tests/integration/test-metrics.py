@@ -26,7 +26,8 @@ test_nvml = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(test_nvml)
 Daemon, wait_until = test_nvml.Daemon, test_nvml.wait_until
 
-SCALE = float(os.environ.get("GNA_TIMEOUT_SCALE", "1"))
+from harness import timeout_scale  # noqa: E402
+SCALE = timeout_scale()
 NODE_EXPORTER = shutil.which("prometheus-node-exporter") or "/usr/bin/prometheus-node-exporter"
 DCGM_LABELS = ("gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname")
 

@@ -19,7 +19,8 @@ _spec = importlib.util.spec_from_file_location("devfab", os.path.join(os.path.di
 devfab = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(devfab)
 
-SCALE = float(os.environ.get("GNA_TIMEOUT_SCALE", "1"))
+from harness import timeout_scale  # noqa: E402
+SCALE = timeout_scale()
 CTL_FAKE = os.path.join(BUILD, "tests/fakes/fake-nvml-ctl")
 CONFIG = os.path.join(SRC, "tests/fixtures/mig-parted/config-default.yaml")
 UNITS = ["nvidia-dcgm.service", "kubelet.service"]

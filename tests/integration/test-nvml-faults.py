@@ -24,7 +24,8 @@ test_nvml = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(test_nvml)
 Daemon, wait_until, check_degraded_pci_only = test_nvml.Daemon, test_nvml.wait_until, test_nvml.check_degraded_pci_only
 
-SCALE = float(os.environ.get("GNA_TIMEOUT_SCALE", "1"))
+from harness import timeout_scale  # noqa: E402
+SCALE = timeout_scale()
 AGENT_NAME = "org.gpunodeagent.Agent1"
 AGENT_PATH = "/org/gpunodeagent/Agent1"
 MANAGER = "org.gpunodeagent.Agent1.Manager"

@@ -22,7 +22,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import (AGENT, Agent, Bus, CTL, FAKE_NVML, Fail, Node, Notify, PCI_IDS, SRC, TempDir,  # noqa: E402
                      busctl, check, get_property, run, tap_main)
 
-SCALE = float(os.environ.get("GNA_TIMEOUT_SCALE", "1"))
+from harness import timeout_scale  # noqa: E402
+SCALE = timeout_scale()
 FAKE_NVML_CTL = os.path.join(os.path.dirname(FAKE_NVML), "fake-nvml-ctl")
 AGENT_NAME = "org.gpunodeagent.Agent1"
 AGENT_PATH = "/org/gpunodeagent/Agent1"

@@ -19,7 +19,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import (AGENT, BUILD, Agent, Bus, Fail, Node, Notify, Skip, TempDir, check, get_property,  # noqa: E402
                      run, tap_main)
 
-SCALE = float(os.environ.get("GNA_TIMEOUT_SCALE", "1"))
+from harness import timeout_scale  # noqa: E402
+SCALE = timeout_scale()
 NO_INET_TRAP = os.environ.get("GNA_NO_INET_TRAP", os.path.join(BUILD, "tests/fakes/no-inet-trap.so"))
 
 DOC4 = "sharing:\n  strategy: time-slicing\n  replicas: 4\n"
