@@ -73,10 +73,6 @@ const char *dkms_run_kernel(const DkmsRun *run) {
         return run ? run->kver : NULL;
 }
 
-const char *dkms_run_status_text(const DkmsRun *run) {
-        return run ? run->status_text : NULL;
-}
-
 /* A kernel release or NAME/VERSION is passed as one argv word to dkms; refuse what could be read as
  * an option or a path. */
 static bool word_ok(const char *s) {

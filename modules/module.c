@@ -165,14 +165,6 @@ ModuleFlavour module_context_get_flavour(const ModuleContext *c) {
         return c->flavour;
 }
 
-const char *module_context_kernel_release(const ModuleContext *c) {
-        return c->kernel_release;
-}
-
-const char *module_context_modules_dir(const ModuleContext *c) {
-        return c->modules_dir;
-}
-
 struct kmod_ctx *module_context_get_kmod(ModuleContext *c) {
         return c->kmod;
 }
@@ -314,7 +306,8 @@ int module_info_from_kmod(ModuleContext *c, struct kmod_module *mod, ModuleInfo 
         return 0;
 }
 
-int module_info_from_path(ModuleContext *c, const char *path, ModuleInfo **ret) {
+/* modinfo of a module file. */
+static int module_info_from_path(ModuleContext *c, const char *path, ModuleInfo **ret) {
         _cleanup_(kmod_module_unrefp) struct kmod_module *mod = NULL;
         int r;
 
@@ -548,7 +541,10 @@ static const char *running_vermagic_flags(ModuleContext *c) {
         return NULL;
 }
 
-int module_vermagic_compatible(ModuleContext *c, const ModuleInfo *info) {
+/* Whether the kernel accepts info's module despite another release in its vermagic: 1 when the
+ * release is the running one, or when the rest of the vermagic equals the running kernel's and names
+ * modversions; 0 when no in-tree module names the running release, or negative errno. */
+static int module_vermagic_compatible(ModuleContext *c, const ModuleInfo *info) {
         _cleanup_free_ char *release = module_vermagic_release(info->vermagic), *flags = NULL;
         const char *running, *p;
 
