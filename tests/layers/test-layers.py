@@ -19,8 +19,7 @@ BUILD = os.environ["GNA_BUILD_ROOT"]
 LAYERS = {
     "agent/basic": ["agent/basic"],
     "modules": ["modules", "agent/basic"],
-    # labels/label.h still takes the daemon's Inventory, NvmlSnapshot and strategy enums.
-    "labels": ["labels", "agent/basic", "agent", "agent/nvml"],
+    "labels": ["labels", "agent/basic"],
 }
 
 failures = []
