@@ -10,7 +10,6 @@
  * of an upgrade. The method call is answered when all that is done. */
 #include <unistd.h>
 
-#include "bus.h"
 #include "devices.h"
 #include "driver-unload.h"
 #include "driver.h"
@@ -104,7 +103,7 @@ static void unload_refresh_module_rows(Manager *m, ModuleContext *ctx) {
         }
         strv_free(m->module_rows);
         m->module_rows = TAKE_PTR(rows);
-        manager_bus_mark_dirty(m, NULL, AGENT_MANAGER_INTERFACE, "Modules");
+        manager_mark_dirty(m, NULL, AGENT_MANAGER_INTERFACE, "Modules");
 }
 
 static void unload_reply(DriverUnload *u, char **removed) {
@@ -132,7 +131,7 @@ static void unload_forget_nvml(Manager *m) {
         if (!old)
                 return;
         m->nvml_snapshot = NULL;
-        manager_bus_nvml_changed(m, old);
+        manager_nvml_changed(m, old);
         nvml_snapshot_free(old);
 }
 

@@ -12,7 +12,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "bus.h"
 #include "driver-state.h"
 #include "driver-unload.h"
 #include "driver.h"
@@ -181,7 +180,7 @@ static void driver_set_dkms_state(Manager *m, const char *state) {
                 return;
         free(m->dkms_state);
         m->dkms_state = state ? strdup(state) : NULL;
-        manager_bus_mark_dirty(m, NULL, AGENT_MANAGER_INTERFACE, "DkmsState");
+        manager_mark_dirty(m, NULL, AGENT_MANAGER_INTERFACE, "DkmsState");
 }
 
 /* Takes rows over. */
@@ -192,7 +191,7 @@ static void driver_publish_rows(Manager *m, char **rows) {
         }
         strv_free(m->module_rows);
         m->module_rows = rows;
-        manager_bus_mark_dirty(m, NULL, AGENT_MANAGER_INTERFACE, "Modules");
+        manager_mark_dirty(m, NULL, AGENT_MANAGER_INTERFACE, "Modules");
 }
 
 static int rows_add(char ***rows, const char *name, const char *state, const char *detail) {
@@ -607,7 +606,7 @@ static int driver_unload_for_reload(Manager *m, ModuleContext *ctx, char **ret_m
         old = m->nvml_snapshot;
         if (old) {
                 m->nvml_snapshot = NULL;
-                manager_bus_nvml_changed(m, old);
+                manager_nvml_changed(m, old);
                 nvml_snapshot_free(old);
         }
         /* We take it out ourselves: not an administrator's modprobe -r (driver_admin_unload_check()). */

@@ -4,7 +4,6 @@
 #include <time.h>
 
 #include "build-config.h"
-#include "bus.h"
 #include "config.h"
 #include "event-util.h"
 #include "fileio.h"
@@ -215,7 +214,7 @@ static void labels_publish(Manager *m, LabelSet *labels, uint64_t expiry) {
         }
         label_set_free(m->labels);
         m->labels = labels;
-        manager_bus_mark_dirty(m, NULL, AGENT_MANAGER_INTERFACE, "Labels");
+        manager_mark_dirty(m, NULL, AGENT_MANAGER_INTERFACE, "Labels");
 }
 
 /* Keeps NVML's product name per GPU in the state directory: written when NVML answers and the names
