@@ -233,7 +233,7 @@ static void unload_modules_now(DriverUnload *u) {
         }
         /* delete_module() runs the module's exit in the kernel (nvidia's tears down every GPU): in a child,
          * off the loop. The stages stay away meanwhile (held). */
-        r = module_child_start(m, "removing the NVIDIA modules", UNLOAD_TIMEOUT_USEC, unload_child, NULL,
+        r = module_child_start(m, m->event, "removing the NVIDIA modules", UNLOAD_TIMEOUT_USEC, unload_child, NULL,
                                on_unloaded, u, NULL, &u->child);
         if (r < 0) {
                 message = strprintf("Cannot start removing the NVIDIA modules: %s", strerror(-r));

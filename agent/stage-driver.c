@@ -766,8 +766,9 @@ static int driver_finish(Manager *m, ModuleContext *ctx, char **rows_taken, char
         if (!p)
                 return -ENOMEM;
         *p = (PeermemInsert) { .rows = TAKE_PTR(rows), .message = TAKE_PTR(message) };
-        r = module_child_start(m, "inserting nvidia-peermem", PEERMEM_INSERT_TIMEOUT_USEC, peermem_insert_child,
-                               NULL, on_peermem_inserted, p, peermem_insert_free, &m->peermem_insert);
+        r = module_child_start(m, m->event, "inserting nvidia-peermem", PEERMEM_INSERT_TIMEOUT_USEC,
+                               peermem_insert_child, NULL, on_peermem_inserted, p, peermem_insert_free,
+                               &m->peermem_insert);
         if (r < 0) {
                 *ret_message = strprintf("%s; nvidia-peermem (GPUDirect RDMA) is not loaded: cannot start the "
                                          "insert: %s", p->message, strerror(-r));
