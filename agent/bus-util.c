@@ -299,3 +299,12 @@ void manager_bus_disconnect(Manager *m) {
         m->bus_dirty = NULL;
         m->bus = sd_bus_flush_close_unref(m->bus);
 }
+
+const ManagerBusOps manager_bus_ops = {
+        .connect = manager_bus_connect,
+        .disconnect = manager_bus_disconnect,
+        .mark_dirty = manager_bus_mark_dirty,
+        .gpus_changed = manager_bus_gpus_changed,
+        .nvml_changed = manager_bus_nvml_changed,
+        .stage_changed = manager_bus_emit_stage_changed,
+};

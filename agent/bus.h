@@ -9,6 +9,11 @@
 #define AGENT_ERROR_INVALID_CONFIG AGENT_ERROR_PREFIX "InvalidConfig"
 #define AGENT_ERROR_ACCESS_DENIED AGENT_ERROR_PREFIX "AccessDenied"
 
+/* The hooks the Manager reaches D-Bus through (ManagerBusOps, manager.h): manager_bus_connect,
+ * manager_bus_disconnect, manager_bus_mark_dirty, manager_bus_gpus_changed, manager_bus_nvml_changed and
+ * manager_bus_emit_stage_changed. main.c hands it to the daemon's Manager. */
+extern const ManagerBusOps manager_bus_ops;
+
 /* Opens the system bus ($DBUS_SYSTEM_BUS_ADDRESS honoured), attaches it to the event loop, registers
  * the objects and requests AGENT_BUS_NAME; fails with a message naming the current owner when the
  * name is taken. */

@@ -10,7 +10,6 @@
  * of an upgrade. The method call is answered when all that is done. */
 #include <unistd.h>
 
-#include "bus.h"
 #include "devices.h"
 #include "driver-unload.h"
 #include "driver.h"
@@ -104,7 +103,7 @@ static void unload_refresh_module_rows(Manager *m, ModuleContext *ctx) {
         }
         strv_free(m->module_rows);
         m->module_rows = TAKE_PTR(rows);
-        manager_bus_mark_dirty(m, NULL, AGENT_MANAGER_INTERFACE, "Modules");
+        manager_mark_dirty(m, NULL, AGENT_MANAGER_INTERFACE, "Modules");
 }
 
 static void unload_reply(DriverUnload *u, char **removed) {
@@ -132,7 +131,7 @@ static void unload_forget_nvml(Manager *m) {
         if (!old)
                 return;
         m->nvml_snapshot = NULL;
-        manager_bus_nvml_changed(m, old);
+        manager_nvml_changed(m, old);
         nvml_snapshot_free(old);
 }
 
@@ -234,7 +233,7 @@ static void unload_modules_now(DriverUnload *u) {
         }
         /* delete_module() runs the module's exit in the kernel (nvidia's tears down every GPU): in a child,
          * off the loop. The stages stay away meanwhile (held). */
-        r = module_child_start(m, "removing the NVIDIA modules", UNLOAD_TIMEOUT_USEC, unload_child, NULL,
+        r = module_child_start(m, m->event, "removing the NVIDIA modules", UNLOAD_TIMEOUT_USEC, unload_child, NULL,
                                on_unloaded, u, NULL, &u->child);
         if (r < 0) {
                 message = strprintf("Cannot start removing the NVIDIA modules: %s", strerror(-r));

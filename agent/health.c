@@ -15,7 +15,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "bus.h"
 #include "event-util.h"
 #include "fileio.h"
 #include "gpu-nvml-events.h"
@@ -533,8 +532,8 @@ static void health_publish(Health *h) {
                 if (idx >= 0) {
                         _cleanup_free_ char *path = strprintf("%s/%d", AGENT_GPU_PATH_PREFIX, idx);
                         if (path) {
-                                manager_bus_mark_dirty(m, path, AGENT_GPU_INTERFACE, "Health");
-                                manager_bus_mark_dirty(m, path, AGENT_GPU_INTERFACE, "HealthEvents");
+                                manager_mark_dirty(m, path, AGENT_GPU_INTERFACE, "Health");
+                                manager_mark_dirty(m, path, AGENT_GPU_INTERFACE, "HealthEvents");
                         }
                 }
         }
@@ -545,8 +544,8 @@ static void health_publish(Health *h) {
                 h->node_published = node;
                 free(h->node_published_reason);
                 h->node_published_reason = TAKE_PTR(reason);
-                manager_bus_mark_dirty(m, NULL, AGENT_MANAGER_INTERFACE, "Health");
-                manager_bus_mark_dirty(m, NULL, AGENT_MANAGER_INTERFACE, "UnhealthyGpus");
+                manager_mark_dirty(m, NULL, AGENT_MANAGER_INTERFACE, "Health");
+                manager_mark_dirty(m, NULL, AGENT_MANAGER_INTERFACE, "UnhealthyGpus");
                 changed = true;
         }
         /* Labels, the feature file and the node state follow from a pass; the metrics (counters change

@@ -4,6 +4,7 @@
 #include <syslog.h>
 
 #include "build-config.h"
+#include "bus.h"
 #include "cleanup.h"
 #include "config.h"
 #include "driver.h"
@@ -234,6 +235,7 @@ static int run(int argc, char *argv[]) {
                 },
                 .oneshot = arg_oneshot,
                 .log_level = arg_log_level,
+                .bus = &manager_bus_ops,
         };
 
         if (arg_check_config)

@@ -7,7 +7,6 @@
 #include <sys/socket.h>
 #include <systemd/sd-daemon.h>
 
-#include "bus.h"
 #include "config-remote.h"
 #include "event-util.h"
 #include "fileio.h"
@@ -119,7 +118,7 @@ static void remote_error_clear(Manager *m) {
                 return;
         m->config_error = mfree(m->config_error);
         m->config_error_remote = false;
-        manager_bus_mark_dirty(m, NULL, AGENT_MANAGER_INTERFACE, "ConfigError");
+        manager_mark_dirty(m, NULL, AGENT_MANAGER_INTERFACE, "ConfigError");
 }
 
 static void on_fetched(ConfigRemoteFetcher *f, const ConfigRemoteResult *res, void *userdata) {
@@ -158,7 +157,7 @@ static void on_fetched(ConfigRemoteFetcher *f, const ConfigRemoteResult *res, vo
                         free(m->config_error);
                         m->config_error = TAKE_PTR(error);
                         m->config_error_remote = true;
-                        manager_bus_mark_dirty(m, NULL, AGENT_MANAGER_INTERFACE, "ConfigError");
+                        manager_mark_dirty(m, NULL, AGENT_MANAGER_INTERFACE, "ConfigError");
                         return;
                 }
                 config_free(c);

@@ -6,7 +6,6 @@
 #include <systemd/sd-daemon.h>
 #include <time.h>
 
-#include "bus.h"
 #include "event-util.h"
 #include "fileio.h"
 #include "log.h"
@@ -214,11 +213,11 @@ void manager_set_stage(Manager *m, StageId id, StageState state, int error, cons
                 if (name)
                         manager_update_ready_file(m, name, stage_state_is_success(state));
         }
-        manager_bus_mark_dirty(m, NULL, AGENT_MANAGER_INTERFACE, "Stage");
+        manager_mark_dirty(m, NULL, AGENT_MANAGER_INTERFACE, "Stage");
         if (changed || stage_state_is_final(state))
-                manager_bus_mark_dirty(m, NULL, AGENT_MANAGER_INTERFACE, "Stages");
+                manager_mark_dirty(m, NULL, AGENT_MANAGER_INTERFACE, "Stages");
         if (old != state)
-                manager_bus_emit_stage_changed(m, id);
+                manager_stage_changed(m, id);
 
         /* The next piece of work is scheduled from an event source, never called from here. */
         if (m->pass_active && state != STAGE_RUNNING && m->stage_source)
@@ -274,10 +273,10 @@ static void manager_finish_pass(Manager *m) {
         manager_update_status(m);
         if (old != m->state) {
                 log_info("Node state: %s → %s.", agent_state_to_string(old), agent_state_to_string(m->state));
-                manager_bus_mark_dirty(m, NULL, AGENT_MANAGER_INTERFACE, "State");
+                manager_mark_dirty(m, NULL, AGENT_MANAGER_INTERFACE, "State");
         }
-        manager_bus_mark_dirty(m, NULL, AGENT_MANAGER_INTERFACE, "Ready");
-        manager_bus_mark_dirty(m, NULL, AGENT_MANAGER_INTERFACE, "Stage");
+        manager_mark_dirty(m, NULL, AGENT_MANAGER_INTERFACE, "Ready");
+        manager_mark_dirty(m, NULL, AGENT_MANAGER_INTERFACE, "Stage");
 
         /* READY=1 after the first full pass whatever its outcome: a broken GPU must never hang
          * boot. Units that need working GPUs gate on `gpunodectl wait-ready`. */
@@ -362,7 +361,7 @@ void manager_stage_progress(Manager *m, StageId id, const char *text) {
          * driver.dkms.timeout. */
         if (!m->first_pass_done)
                 (void) sd_notifyf(false, "EXTEND_TIMEOUT_USEC=%" PRIu64, STAGE_PROGRESS_EXTEND_USEC);
-        manager_bus_mark_dirty(m, NULL, AGENT_MANAGER_INTERFACE, "Stages");
+        manager_mark_dirty(m, NULL, AGENT_MANAGER_INTERFACE, "Stages");
 }
 
 static void manager_start_pass(Manager *m, const char *reason);

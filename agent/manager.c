@@ -8,7 +8,6 @@
 
 #include "build-config.h"
 #include "cdi.h"
-#include "bus.h"
 #include "devices.h"
 #include "driver-unload.h"
 #include "driver.h"
@@ -75,8 +74,8 @@ Manager *manager_free(Manager *m) {
         manager_driver_done(m);
         manager_consumers_done(m);
         manager_fabric_done(m);
-        manager_bus_disconnect(m);
-        bus_dirty_free(m->bus_dirty);
+        if (m->options.bus)
+                m->options.bus->disconnect(m);
         sd_device_monitor_unref(m->monitor);
         sd_event_source_unref(m->sig_term);
         sd_event_source_unref(m->sig_int);
@@ -241,8 +240,8 @@ int manager_startup(Manager *m) {
         if (r < 0)
                 return log_error_errno(r, "Failed to determine the kernel release: %m");
 
-        if (!m->options.oneshot) {
-                r = manager_bus_connect(m);
+        if (!m->options.oneshot && m->options.bus) {
+                r = m->options.bus->connect(m);
                 if (r < 0)
                         return r;
                 (void) manager_setup_device_monitor(m);
@@ -281,7 +280,7 @@ int manager_reload(Manager *m, char **ret_error) {
                 free(m->config_error);
                 m->config_error = TAKE_PTR(error);
                 m->config_error_remote = false;
-                manager_bus_mark_dirty(m, NULL, AGENT_MANAGER_INTERFACE, "ConfigError");
+                manager_mark_dirty(m, NULL, AGENT_MANAGER_INTERFACE, "ConfigError");
                 (void) sd_notifyf(false, "READY=1\nSTATUS=Reload failed, previous configuration kept: %s",
                                   m->config_error);
                 if (ret_error)
@@ -295,9 +294,9 @@ int manager_reload(Manager *m, char **ret_error) {
         m->labels_timestamp_sec = (uint64_t) time(NULL);
         if (m->config_error) {
                 m->config_error = mfree(m->config_error);
-                manager_bus_mark_dirty(m, NULL, AGENT_MANAGER_INTERFACE, "ConfigError");
+                manager_mark_dirty(m, NULL, AGENT_MANAGER_INTERFACE, "ConfigError");
         }
-        manager_bus_mark_dirty(m, NULL, AGENT_MANAGER_INTERFACE, "ConfigSources");
+        manager_mark_dirty(m, NULL, AGENT_MANAGER_INTERFACE, "ConfigSources");
         (void) manager_read_kernel_release(m);
         manager_remote_update(m);
         manager_kube_update(m);
@@ -305,4 +304,24 @@ int manager_reload(Manager *m, char **ret_error) {
         (void) sd_notify(false, "READY=1");
         manager_request_pass(m, "reload");
         return 0;
+}
+
+void manager_mark_dirty(Manager *m, const char *path, const char *interface, const char *property) {
+        if (m->options.bus)
+                m->options.bus->mark_dirty(m, path, interface, property);
+}
+
+void manager_gpus_changed(Manager *m, const Inventory *old) {
+        if (m->options.bus)
+                m->options.bus->gpus_changed(m, old);
+}
+
+void manager_nvml_changed(Manager *m, const NvmlSnapshot *old) {
+        if (m->options.bus)
+                m->options.bus->nvml_changed(m, old);
+}
+
+void manager_stage_changed(Manager *m, StageId id) {
+        if (m->options.bus)
+                m->options.bus->stage_changed(m, id);
 }

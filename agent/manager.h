@@ -32,11 +32,26 @@ typedef enum AgentState {
 } AgentState;
 
 typedef struct BusDirty BusDirty;
+struct Manager;
+
+/* The bus layer's side of the Manager (bus.h: manager_bus_ops, given by main.c). The manager, its
+ * stages, health and the driver unload reach D-Bus only through it, with manager_mark_dirty() and the
+ * others below, so that only bus-*.c (and main.c) include bus.h and the bus stays out of the include
+ * cycles of agent/ (tests/layers). */
+typedef struct ManagerBusOps {
+        int (*connect)(struct Manager *m);
+        void (*disconnect)(struct Manager *m);
+        void (*mark_dirty)(struct Manager *m, const char *path, const char *interface, const char *property);
+        void (*gpus_changed)(struct Manager *m, const Inventory *old);
+        void (*nvml_changed)(struct Manager *m, const NvmlSnapshot *old);
+        void (*stage_changed)(struct Manager *m, StageId id);
+} ManagerBusOps;
 
 typedef struct ManagerOptions {
         ConfigLoadOptions config;  /* strings owned by the caller, must outlive the Manager */
         bool oneshot;              /* run the stages once without D-Bus, then exit */
         int log_level;             /* --log-level, or -1 to take log.level from the config */
+        const ManagerBusOps *bus;  /* NULL: no D-Bus (the unit tests' managers) */
 } ManagerOptions;
 
 typedef struct Manager {
@@ -197,4 +212,12 @@ bool manager_is_ready(const Manager *m);
 void manager_consumers_done(Manager *m);
 
 const char *agent_state_to_string(AgentState s);
+
+/* Through options.bus (no-ops without it): a property changed (path NULL = the manager object; one
+ * PropertiesChanged per object and interface per event loop iteration), the GPU list changed (old may be
+ * NULL), the NVML snapshot changed (old and m->nvml_snapshot may be NULL), a stage changed state. */
+void manager_mark_dirty(Manager *m, const char *path, const char *interface, const char *property);
+void manager_gpus_changed(Manager *m, const Inventory *old);
+void manager_nvml_changed(Manager *m, const NvmlSnapshot *old);
+void manager_stage_changed(Manager *m, StageId id);
 AgentState agent_state_from_string(const char *s);

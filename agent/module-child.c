@@ -134,12 +134,13 @@ static void on_exit_child(Spawn *child, const SpawnResult *res, void *userdata) 
         module_child_free(c);
 }
 
-int module_child_start(Manager *m, const char *what, uint64_t timeout_usec, ModuleChildFunc fn, void *fn_userdata,
-                       ModuleChildDone done, void *userdata, void (*destroy)(void *userdata), ModuleChild **ret) {
+int module_child_start(Manager *m, sd_event *e, const char *what, uint64_t timeout_usec, ModuleChildFunc fn,
+                       void *fn_userdata, ModuleChildDone done, void *userdata, void (*destroy)(void *userdata),
+                       ModuleChild **ret) {
         ModuleChild *c;
         int sv[2], r;
 
-        assert(m && what && *what && fn && done && ret);
+        assert(m && e && what && *what && fn && done && ret);
         c = calloc(1, sizeof *c);
         if (!c)
                 return -ENOMEM;
@@ -161,7 +162,7 @@ int module_child_start(Manager *m, const char *what, uint64_t timeout_usec, Modu
                 .on_exit = on_exit_child,
                 .userdata = c,
         };
-        r = spawn_fork(m->event, sv[1], child_main, c, &o, &c->child);
+        r = spawn_fork(e, sv[1], child_main, c, &o, &c->child);
         close(sv[1]);
         c->fd = sv[0];
         if (r >= 0 && fcntl(c->fd, F_SETFL, O_NONBLOCK) < 0)

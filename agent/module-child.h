@@ -9,8 +9,11 @@
 #pragma once
 
 #include <stdint.h>
+#include <systemd/sd-event.h>
 
-#include "manager.h"
+/* Opaque here: the caller's Manager, handed back to fn and done (manager.h is not included, so that this
+ * helper of the stages stays out of the manager's include cycle). */
+typedef struct Manager Manager;
 
 typedef struct ModuleChild ModuleChild;
 
@@ -22,10 +25,11 @@ typedef int (*ModuleChildFunc)(Manager *m, void *userdata, char **ret_message, c
  * object is freed after this returns: forget the pointer here. */
 typedef void (*ModuleChildDone)(Manager *m, int r, const char *message, char **names, void *userdata);
 
-/* what: for the messages ("removing the NVIDIA modules"). destroy (may be NULL) frees userdata when the
- * child is freed before done was called. */
-int module_child_start(Manager *m, const char *what, uint64_t timeout_usec, ModuleChildFunc fn, void *fn_userdata,
-                       ModuleChildDone done, void *userdata, void (*destroy)(void *userdata), ModuleChild **ret);
+/* e: the loop the child is watched on (the Manager's). what: for the messages ("removing the NVIDIA
+ * modules"). destroy (may be NULL) frees userdata when the child is freed before done was called. */
+int module_child_start(Manager *m, sd_event *e, const char *what, uint64_t timeout_usec, ModuleChildFunc fn,
+                       void *fn_userdata, ModuleChildDone done, void *userdata, void (*destroy)(void *userdata),
+                       ModuleChild **ret);
 /* The wire between a child and the loop, also for other forked libkmod work (the driver stage's inserts):
  * the child sends its return value, a sentence and names; the loop receives them (from the socket's
  * buffer once the child has exited) and gets the child's return value back, or -EBADMSG/-ENOMEM. */

@@ -12,7 +12,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "bus.h"
 #include "driver-state.h"
 #include "driver-unload.h"
 #include "driver.h"
@@ -181,7 +180,7 @@ static void driver_set_dkms_state(Manager *m, const char *state) {
                 return;
         free(m->dkms_state);
         m->dkms_state = state ? strdup(state) : NULL;
-        manager_bus_mark_dirty(m, NULL, AGENT_MANAGER_INTERFACE, "DkmsState");
+        manager_mark_dirty(m, NULL, AGENT_MANAGER_INTERFACE, "DkmsState");
 }
 
 /* Takes rows over. */
@@ -192,7 +191,7 @@ static void driver_publish_rows(Manager *m, char **rows) {
         }
         strv_free(m->module_rows);
         m->module_rows = rows;
-        manager_bus_mark_dirty(m, NULL, AGENT_MANAGER_INTERFACE, "Modules");
+        manager_mark_dirty(m, NULL, AGENT_MANAGER_INTERFACE, "Modules");
 }
 
 static int rows_add(char ***rows, const char *name, const char *state, const char *detail) {
@@ -607,7 +606,7 @@ static int driver_unload_for_reload(Manager *m, ModuleContext *ctx, char **ret_m
         old = m->nvml_snapshot;
         if (old) {
                 m->nvml_snapshot = NULL;
-                manager_bus_nvml_changed(m, old);
+                manager_nvml_changed(m, old);
                 nvml_snapshot_free(old);
         }
         /* We take it out ourselves: not an administrator's modprobe -r (driver_admin_unload_check()). */
@@ -767,8 +766,9 @@ static int driver_finish(Manager *m, ModuleContext *ctx, char **rows_taken, char
         if (!p)
                 return -ENOMEM;
         *p = (PeermemInsert) { .rows = TAKE_PTR(rows), .message = TAKE_PTR(message) };
-        r = module_child_start(m, "inserting nvidia-peermem", PEERMEM_INSERT_TIMEOUT_USEC, peermem_insert_child,
-                               NULL, on_peermem_inserted, p, peermem_insert_free, &m->peermem_insert);
+        r = module_child_start(m, m->event, "inserting nvidia-peermem", PEERMEM_INSERT_TIMEOUT_USEC,
+                               peermem_insert_child, NULL, on_peermem_inserted, p, peermem_insert_free,
+                               &m->peermem_insert);
         if (r < 0) {
                 *ret_message = strprintf("%s; nvidia-peermem (GPUDirect RDMA) is not loaded: cannot start the "
                                          "insert: %s", p->message, strerror(-r));

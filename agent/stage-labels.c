@@ -4,16 +4,155 @@
 #include <time.h>
 
 #include "build-config.h"
-#include "bus.h"
+#include "config.h"
 #include "event-util.h"
 #include "fileio.h"
+#include "gpu-nvml.h"
 #include "gpu-products.h"
 #include "health.h"
 #include "log.h"
 #include "manager.h"
 #include "mig-manager.h"
 #include "nfd.h"
+#include "probe.h"
 #include "strv.h"
+
+/* The label library's plain input model (labels/label.h), filled from the probe's inventory and the
+ * NVML snapshot. It points into both (names, profiles), which outlive it: it lives for one pass. */
+typedef struct LabelFacts {
+        LabelPciGpu *pci;
+        size_t n_pci;
+        LabelNvmlGpu *gpus;
+        LabelMigDevice *migs;
+        LabelNvml nvml;
+        bool have_nvml;
+} LabelFacts;
+
+static void label_facts_done(LabelFacts *f) {
+        free(f->pci);
+        free(f->gpus);
+        free(f->migs);
+        *f = (LabelFacts) {};
+}
+
+static LabelMigMode label_mig_mode(GpuMigMode mode) {
+        switch (mode) {
+        case GPU_MIG_UNSUPPORTED:
+                return LABEL_MIG_UNSUPPORTED;
+        case GPU_MIG_DISABLED:
+                return LABEL_MIG_DISABLED;
+        case GPU_MIG_ENABLED:
+                return LABEL_MIG_ENABLED;
+        case _GPU_MIG_MODE_MAX:
+        case _GPU_MIG_MODE_INVALID:
+                break;
+        }
+        return LABEL_MIG_UNKNOWN;
+}
+
+/* The configuration was checked when it was read; a value outside the enum (none today) maps to the
+ * label library's own invalid value, which it refuses (-EINVAL) or, for sharing, treats as none. */
+static LabelMigStrategy label_mig_strategy(int s) {
+        switch (s) {
+        case MIG_STRATEGY_NONE:
+                return LABEL_MIG_STRATEGY_NONE;
+        case MIG_STRATEGY_SINGLE:
+                return LABEL_MIG_STRATEGY_SINGLE;
+        case MIG_STRATEGY_MIXED:
+                return LABEL_MIG_STRATEGY_MIXED;
+        default:
+                return _LABEL_MIG_STRATEGY_MAX;
+        }
+}
+
+static LabelSharing label_sharing(int s) {
+        switch (s) {
+        case SHARING_NONE:
+                return LABEL_SHARING_NONE;
+        case SHARING_TIME_SLICING:
+                return LABEL_SHARING_TIME_SLICING;
+        case SHARING_MPS:
+                return LABEL_SHARING_MPS;
+        default:
+                return _LABEL_SHARING_MAX;
+        }
+}
+
+static int label_facts_fill(LabelFacts *f, const Inventory *inv, const NvmlSnapshot *nvml) {
+        size_t n_migs = 0, k = 0;
+
+        *f = (LabelFacts) {};
+        f->n_pci = inv ? inv->n_gpus : 0;
+        f->pci = calloc(f->n_pci ?: 1, sizeof(LabelPciGpu));
+        if (!f->pci)
+                return -ENOMEM;
+        for (size_t i = 0; i < f->n_pci; i++) {
+                const PciDevice *d = &inv->gpus[i];
+                f->pci[i] = (LabelPciGpu) {
+                        .vendor_id = d->vendor_id,
+                        .device_id = d->device_id,
+                        .subsystem_vendor_id = d->subsystem_vendor_id,
+                        .subsystem_device_id = d->subsystem_device_id,
+                        .class_code = d->class_code,
+                        .name = d->name,
+                        .vgpu = d->vgpu,
+                        .vgpu_host_driver_version = d->vgpu_host_driver_version,
+                        .vgpu_host_driver_branch = d->vgpu_host_driver_branch,
+                };
+                _Static_assert(sizeof f->pci[i].address == sizeof d->address, "PCI address sizes differ");
+                memcpy(f->pci[i].address, d->address, sizeof d->address);
+        }
+        if (!nvml)
+                return 0;
+
+        for (size_t i = 0; i < nvml->n_gpus; i++)
+                n_migs += nvml->gpus[i].n_mig_devices;
+        f->gpus = calloc(nvml->n_gpus ?: 1, sizeof(LabelNvmlGpu));
+        f->migs = calloc(n_migs ?: 1, sizeof(LabelMigDevice));
+        if (!f->gpus || !f->migs)
+                return -ENOMEM;
+        for (size_t i = 0; i < nvml->n_gpus; i++) {
+                const GpuInfo *g = &nvml->gpus[i];
+                f->gpus[i] = (LabelNvmlGpu) {
+                        .name = g->name,
+                        .memory_total_bytes = g->memory_total_bytes,
+                        .cc_major = g->cc_major,
+                        .cc_minor = g->cc_minor,
+                        .mig_current = label_mig_mode(g->mig_current),
+                        .mig_devices = f->migs + k,
+                        .n_mig_devices = g->n_mig_devices,
+                        .clique = g->clique,
+                };
+                _Static_assert(sizeof f->gpus[i].pci_address == sizeof g->pci_address, "PCI address sizes differ");
+                memcpy(f->gpus[i].pci_address, g->pci_address, sizeof g->pci_address);
+                for (size_t j = 0; j < g->n_mig_devices; j++) {
+                        const MigDeviceInfo *d = &g->mig_devices[j];
+                        f->migs[k++] = (LabelMigDevice) {
+                                .index = d->index,
+                                .gi_id = d->gi_id,
+                                .ci_id = d->ci_id,
+                                .profile = d->profile,
+                                .memory_mib = d->memory_mib,
+                                .multiprocessors = d->multiprocessors,
+                                .gi_slices = d->gi_slices,
+                                .ci_slices = d->ci_slices,
+                                .copy_engines = d->copy_engines,
+                                .decoders = d->decoders,
+                                .encoders = d->encoders,
+                                .jpegs = d->jpegs,
+                                .ofas = d->ofas,
+                        };
+                }
+        }
+        f->nvml = (LabelNvml) {
+                .driver_version = nvml->driver_version,
+                .cuda_version = nvml->cuda_version,
+                .gpus = f->gpus,
+                .n_gpus = nvml->n_gpus,
+        };
+        f->have_nvml = true;
+        return 0;
+}
 
 static uint64_t now_realtime(void) {
         struct timespec ts;
@@ -75,13 +214,13 @@ static void labels_publish(Manager *m, LabelSet *labels, uint64_t expiry) {
         }
         label_set_free(m->labels);
         m->labels = labels;
-        manager_bus_mark_dirty(m, NULL, AGENT_MANAGER_INTERFACE, "Labels");
+        manager_mark_dirty(m, NULL, AGENT_MANAGER_INTERFACE, "Labels");
 }
 
 /* Keeps NVML's product name per GPU in the state directory: written when NVML answers and the names
  * changed, read once when the labels must be made without NVML. A failure costs only the stable name
  * while NVML is down, so it is logged, never fatal. */
-static void labels_known_products(Manager *m) {
+static void labels_known_products(Manager *m, const LabelFacts *f) {
         const char *dir = m->config->paths.state;
         bool changed = false;
         int r;
@@ -93,9 +232,9 @@ static void labels_known_products(Manager *m) {
                         log_warning_errno(r, "Cannot read %s/%s (%m): while NVML is down gpu.product comes from "
                                           "the PCI ID database.", dir, GPU_PRODUCTS_FILE);
         }
-        if (!m->nvml_snapshot)
+        if (!f->have_nvml)
                 return;
-        r = label_known_products_update(&m->known_products, &m->n_known_products, m->inventory, m->nvml_snapshot,
+        r = label_known_products_update(&m->known_products, &m->n_known_products, f->pci, f->n_pci, &f->nvml,
                                         &changed);
         if (r < 0 || !changed)
                 return;
@@ -110,6 +249,7 @@ int stage_labels_run(Manager *m, char **ret_message) {
         _cleanup_(label_set_freep) LabelSet *labels = NULL;
         _cleanup_strv_free_ char **warnings = NULL;
         _cleanup_free_ char *machine = NULL, *text = NULL, *error = NULL, *path = NULL;
+        _cleanup_(label_facts_done) LabelFacts facts = {};
         bool written = false;
         int r;
 
@@ -139,17 +279,23 @@ int stage_labels_run(Manager *m, char **ret_message) {
                 return STAGE_SKIPPED;
         }
 
-        labels_known_products(m);
+        r = label_facts_fill(&facts, m->inventory, m->nvml_snapshot);
+        if (r < 0) {
+                *ret_message = strprintf("computing labels failed: %s", strerror(-r));
+                return r;
+        }
+        labels_known_products(m, &facts);
         (void) label_read_machine(m->config->paths.sys, &machine);
         LabelInput in = {
-                .inventory = m->inventory,
-                .nvml = m->nvml_snapshot,
+                .pci_gpus = facts.pci,
+                .n_pci_gpus = facts.n_pci,
+                .nvml = facts.have_nvml ? &facts.nvml : NULL,
                 .machine = machine,
                 .agent_state = labels_agent_state(m),
                 .version = GPU_NODE_AGENT_VERSION,
                 .kernel_release = m->kernel_release,
-                .mig_strategy = m->config->labels.mig_strategy,
-                .sharing = m->config->sharing.strategy,
+                .mig_strategy = label_mig_strategy(m->config->labels.mig_strategy),
+                .sharing = label_sharing(m->config->sharing.strategy),
                 .replicas = m->config->sharing.replicas,
                 .rename_by_default = m->config->sharing.rename_by_default,
                 .timestamp_sec = m->config->labels.timestamp ? m->labels_timestamp_sec : 0,

@@ -5,7 +5,6 @@
  * return within nvml.timeout fails the stage with the call's name. NVML being unavailable is a normal,
  * reported state: the stage fails with the reason, the node is degraded, and the stage is retried with
  * backoff and on every pass (driver module events, Reconcile()). */
-#include "bus.h"
 #include "devices.h"
 #include "driver-unload.h"
 #include "gpu-nvml-worker.h"
@@ -22,7 +21,7 @@ static void nvml_publish(Manager *m, NvmlSnapshot *snap) {
                 return;
         }
         m->nvml_snapshot = snap;
-        manager_bus_nvml_changed(m, old);
+        manager_nvml_changed(m, old);
         nvml_snapshot_free(old);
         /* The devices stage ran before this snapshot: MIG devices new in it get their nodes now. */
         manager_devices_sync_mig(m);

@@ -1,6 +1,5 @@
 /* SPDX-License-Identifier: MIT */
 /* Owns the probe stage: reads the PCI inventory and publishes changes (log, D-Bus objects). */
-#include "bus.h"
 #include "log.h"
 #include "manager.h"
 #include "strv.h"
@@ -36,7 +35,7 @@ int stage_probe_run(Manager *m, char **ret_message) {
 
                 Inventory *old = m->inventory;
                 m->inventory = TAKE_PTR(inv);
-                manager_bus_gpus_changed(m, old);
+                manager_gpus_changed(m, old);
                 inventory_free(old);
         }
 

@@ -2,17 +2,33 @@
 /* Owns the NVML-backed half of the GFD label contract (README.md, "Labels"): driver and CUDA versions, the
  * full-GPU resource labels of the node's model, the MIG strategies none / single / mixed, sharing
  * (time-slicing and MPS replicas, the -SHARED suffix), mig.capable, mps.capable, vgpu.present,
- * gpu.clique and gpu.driver.kernel. It reads only an NvmlSnapshot, never NVML itself, so that every
+ * gpu.clique and gpu.driver.kernel. It reads only a LabelNvml (label.h), never NVML itself, so that every
  * layout can be tested with hand-made snapshots. */
 #include <stdarg.h>
 #include <stdio.h>
 
 #include "label-internal.h"
+#include "string-table.h"
 #include "strv.h"
+
+static const char *const mig_strategy_names[_LABEL_MIG_STRATEGY_MAX] = {
+        [LABEL_MIG_STRATEGY_NONE] = "none",
+        [LABEL_MIG_STRATEGY_SINGLE] = "single",
+        [LABEL_MIG_STRATEGY_MIXED] = "mixed",
+};
+
+static const char *const sharing_names[_LABEL_SHARING_MAX] = {
+        [LABEL_SHARING_NONE] = "none",
+        [LABEL_SHARING_TIME_SLICING] = "time-slicing",
+        [LABEL_SHARING_MPS] = "mps",
+};
+
+static DEFINE_STRING_TABLE_LOOKUP_TO_STRING(mig_strategy, LabelMigStrategy, mig_strategy_names, _LABEL_MIG_STRATEGY_MAX)
+static DEFINE_STRING_TABLE_LOOKUP_TO_STRING(sharing, LabelSharing, sharing_names, _LABEL_SHARING_MAX)
 
 typedef struct Gfd {
         const LabelInput *in;
-        const NvmlSnapshot *nvml;
+        const LabelNvml *nvml;
         LabelSet *s;
         char ***warnings;
         char **products; /* per NVML GPU: its model, the sanitised NVML name (or the PCI one) */
@@ -27,7 +43,7 @@ typedef struct GfdSharing {
 /* One MIG profile present on the node. */
 typedef struct GfdProfile {
         const char *name;           /* canonical, e.g. "1g.10gb+me" */
-        const MigDeviceInfo *first; /* its attributes are the profile's labels */
+        const LabelMigDevice *first; /* its attributes are the profile's labels */
         size_t gpu;                 /* index of first's parent GPU */
         size_t count;
 } GfdProfile;
@@ -168,19 +184,19 @@ static const char *gfd_family(int major, int minor) {
 
 /* GFD considers a GPU MIG-capable when nvmlDeviceGetMigMode answers at all; a GPU whose answer we do
  * not know is not claimed to be. */
-static bool gfd_mig_capable(const NvmlSnapshot *n) {
+static bool gfd_mig_capable(const LabelNvml *n) {
         for (size_t i = 0; i < n->n_gpus; i++)
-                if (n->gpus[i].mig_current == GPU_MIG_DISABLED || n->gpus[i].mig_current == GPU_MIG_ENABLED)
+                if (n->gpus[i].mig_current == LABEL_MIG_DISABLED || n->gpus[i].mig_current == LABEL_MIG_ENABLED)
                         return true;
         return false;
 }
 
 static int gfd_put_clique(Gfd *g) {
-        const GpuInfo *first = NULL;
+        const LabelNvmlGpu *first = NULL;
 
         /* A GPU without a clique is not (or not yet) attached to an NVLink fabric and has no say. */
         for (size_t i = 0; i < g->nvml->n_gpus; i++) {
-                const GpuInfo *gpu = &g->nvml->gpus[i];
+                const LabelNvmlGpu *gpu = &g->nvml->gpus[i];
                 if (!gpu->clique)
                         continue;
                 if (!first) {
@@ -199,10 +215,10 @@ static int gfd_put_clique(Gfd *g) {
 }
 
 static GfdSharing gfd_sharing(const LabelInput *in) {
-        const char *strategy = sharing_strategy_to_string(in->sharing);
+        const char *strategy = sharing_to_string(in->sharing);
 
         /* Sharing shows only when a GPU is actually split into replicas, as in GFD. */
-        if (!strategy || in->sharing == SHARING_NONE || in->replicas <= 1)
+        if (!strategy || in->sharing == LABEL_SHARING_NONE || in->replicas <= 1)
                 return (GfdSharing) { .replicas = 1, .strategy = "none" };
         return (GfdSharing) {
                 .replicas = in->replicas,
@@ -211,16 +227,14 @@ static GfdSharing gfd_sharing(const LabelInput *in) {
         };
 }
 
-static const PciDevice *gfd_pci(const Gfd *g, const GpuInfo *gpu) {
-        const Inventory *inv = g->in->inventory;
-
-        for (size_t i = 0; inv && i < inv->n_gpus; i++)
-                if (streq(inv->gpus[i].address, gpu->pci_address))
-                        return &inv->gpus[i];
+static const LabelPciGpu *gfd_pci(const Gfd *g, const LabelNvmlGpu *gpu) {
+        for (size_t i = 0; i < g->in->n_pci_gpus; i++)
+                if (streq(g->in->pci_gpus[i].address, gpu->pci_address))
+                        return &g->in->pci_gpus[i];
         return NULL;
 }
 
-static bool gfd_same_pci_ids(const PciDevice *a, const PciDevice *b) {
+static bool gfd_same_pci_ids(const LabelPciGpu *a, const LabelPciGpu *b) {
         return a && b && a->vendor_id == b->vendor_id && a->device_id == b->device_id &&
                a->subsystem_vendor_id == b->subsystem_vendor_id && a->subsystem_device_id == b->subsystem_device_id;
 }
@@ -229,9 +243,9 @@ static bool gfd_same_pci_ids(const PciDevice *a, const PciDevice *b) {
  * another GPU with the same PCI vendor, device and subsystem ids — the same product, so that one bad
  * answer does not split a node of identical GPUs into two models and lower gpu.count — else the name
  * from pci.ids, so that gpu.product is still written. */
-static int gfd_gpu_model(Gfd *g, const GpuInfo *gpu, char **ret) {
+static int gfd_gpu_model(Gfd *g, const LabelNvmlGpu *gpu, char **ret) {
         _cleanup_free_ char *m = label_sanitize(gpu->name ?: ""), *bad = NULL, *fallback = NULL, *from = NULL;
-        const PciDevice *pci = gfd_pci(g, gpu);
+        const LabelPciGpu *pci = gfd_pci(g, gpu);
         int r;
 
         if (!m)
@@ -242,7 +256,7 @@ static int gfd_gpu_model(Gfd *g, const GpuInfo *gpu, char **ret) {
         }
 
         for (size_t i = 0; pci && !fallback && i < g->nvml->n_gpus; i++) {
-                const GpuInfo *other = &g->nvml->gpus[i];
+                const LabelNvmlGpu *other = &g->nvml->gpus[i];
                 if (other == gpu || !gfd_same_pci_ids(pci, gfd_pci(g, other)))
                         continue;
                 _cleanup_free_ char *name = label_sanitize(other->name ?: "");
@@ -281,17 +295,17 @@ static int gfd_gpu_model(Gfd *g, const GpuInfo *gpu, char **ret) {
  * a full GPU; say what that leaves out. */
 static int gfd_warn_mig_unknown(Gfd *g) {
         for (size_t i = 0; i < g->nvml->n_gpus; i++) {
-                const GpuInfo *gpu = &g->nvml->gpus[i];
+                const LabelNvmlGpu *gpu = &g->nvml->gpus[i];
                 int r;
 
-                if (gpu->mig_current == GPU_MIG_UNSUPPORTED || gpu->mig_current == GPU_MIG_DISABLED ||
-                    gpu->mig_current == GPU_MIG_ENABLED)
+                if (gpu->mig_current == LABEL_MIG_UNSUPPORTED || gpu->mig_current == LABEL_MIG_DISABLED ||
+                    gpu->mig_current == LABEL_MIG_ENABLED)
                         continue;
                 r = gfd_warn(g, "NVML could not read the MIG mode of GPU %s; it is labelled as a full GPU%s, and "
                              "mig.capable does not count it.", gpu->pci_address,
-                             g->in->mig_strategy == MIG_STRATEGY_MIXED ? ", any MIG devices it has are left out of "
+                             g->in->mig_strategy == LABEL_MIG_STRATEGY_MIXED ? ", any MIG devices it has are left out of "
                                                                         "the mig-* labels" :
-                             g->in->mig_strategy == MIG_STRATEGY_SINGLE ? ", which MIG strategy single counts as a GPU "
+                             g->in->mig_strategy == LABEL_MIG_STRATEGY_SINGLE ? ", which MIG strategy single counts as a GPU "
                                                                          "not in MIG mode" : "");
                 if (r < 0)
                         return r;
@@ -323,25 +337,25 @@ static int gfd_put_resource(Gfd *g, const char *resource, const char *model, con
 /* The GPU of the model whose answer gives a fact: the first that has it, one out of MIG mode before one
  * in MIG mode (as GFD lets full GPUs override), so that one GPU's garbage does not cost the whole model
  * its label; when none has it, the one whose absence is named. */
-typedef bool (*GfdHasFact)(const GpuInfo *gpu);
+typedef bool (*GfdHasFact)(const LabelNvmlGpu *gpu);
 
-static bool gfd_has_memory(const GpuInfo *gpu) {
+static bool gfd_has_memory(const LabelNvmlGpu *gpu) {
         return (gpu->memory_total_bytes >> 20) > 0;
 }
 
-static bool gfd_has_cc(const GpuInfo *gpu) {
+static bool gfd_has_cc(const LabelNvmlGpu *gpu) {
         return gpu->cc_major > 0 && gpu->cc_minor >= 0;
 }
 
-static const GpuInfo *gfd_model_rep(Gfd *g, const char *model, GfdHasFact has) {
-        const GpuInfo *best = NULL;
+static const LabelNvmlGpu *gfd_model_rep(Gfd *g, const char *model, GfdHasFact has) {
+        const LabelNvmlGpu *best = NULL;
         int best_rank = -1;
 
         for (size_t i = 0; i < g->nvml->n_gpus; i++) {
-                const GpuInfo *gpu = &g->nvml->gpus[i];
+                const LabelNvmlGpu *gpu = &g->nvml->gpus[i];
                 if (!streq(g->products[i], model))
                         continue;
-                int rank = (has(gpu) ? 2 : 0) + (gpu->mig_current != GPU_MIG_ENABLED ? 1 : 0);
+                int rank = (has(gpu) ? 2 : 0) + (gpu->mig_current != LABEL_MIG_ENABLED ? 1 : 0);
                 if (rank > best_rank) {
                         best = gpu;
                         best_rank = rank;
@@ -354,7 +368,7 @@ static const GpuInfo *gfd_model_rep(Gfd *g, const char *model, GfdHasFact has) {
  * cannot be shared (replicas 0); when the model also has GPUs out of MIG mode, those decide replicas
  * and the product, as GFD lets full GPUs override. */
 static int gfd_put_gpus(Gfd *g, const char *model) {
-        const GpuInfo *rep;
+        const LabelNvmlGpu *rep;
         bool any_full = false;
         size_t count = 0;
         int r;
@@ -363,7 +377,7 @@ static int gfd_put_gpus(Gfd *g, const char *model) {
                 if (!streq(g->products[i], model))
                         continue;
                 count++;
-                any_full = any_full || g->nvml->gpus[i].mig_current != GPU_MIG_ENABLED;
+                any_full = any_full || g->nvml->gpus[i].mig_current != LABEL_MIG_ENABLED;
         }
 
         GfdSharing sh = any_full ? gfd_sharing(g->in) : (GfdSharing) { .replicas = 0, .strategy = "none" };
@@ -401,11 +415,11 @@ static int gfd_collect_profiles(Gfd *g, GfdProfile **ret, size_t *ret_n) {
         int r;
 
         for (size_t i = 0; i < g->nvml->n_gpus; i++) {
-                const GpuInfo *gpu = &g->nvml->gpus[i];
-                if (gpu->mig_current != GPU_MIG_ENABLED)
+                const LabelNvmlGpu *gpu = &g->nvml->gpus[i];
+                if (gpu->mig_current != LABEL_MIG_ENABLED)
                         continue;
                 for (size_t j = 0; j < gpu->n_mig_devices; j++) {
-                        const MigDeviceInfo *d = &gpu->mig_devices[j];
+                        const LabelMigDevice *d = &gpu->mig_devices[j];
                         if (isempty(d->profile)) {
                                 r = gfd_warn(g,
                                              "MIG device %u of GPU %s (GPU instance %u, compute instance %u) "
@@ -435,7 +449,7 @@ static int gfd_collect_profiles(Gfd *g, GfdProfile **ret, size_t *ret_n) {
 }
 
 static int gfd_put_mig_attributes(Gfd *g, const char *resource, const GfdProfile *p) {
-        const MigDeviceInfo *d = p->first;
+        const LabelMigDevice *d = p->first;
         const struct {
                 const char *field;
                 uint64_t value;
@@ -514,7 +528,7 @@ static int gfd_put_single(Gfd *g) {
         int r;
 
         for (size_t i = 0; i < g->nvml->n_gpus && first == SIZE_MAX; i++)
-                if (g->nvml->gpus[i].mig_current == GPU_MIG_ENABLED)
+                if (g->nvml->gpus[i].mig_current == LABEL_MIG_ENABLED)
                         first = i;
         /* No GPU in MIG mode: the same labels as strategy none (GFD). */
         if (first == SIZE_MAX)
@@ -522,15 +536,15 @@ static int gfd_put_single(Gfd *g) {
 
         /* The checks in GFD's order, so that the reason named is the one GFD would log. */
         for (size_t i = 0; i < g->nvml->n_gpus; i++) {
-                const GpuInfo *gpu = &g->nvml->gpus[i];
-                if (gpu->mig_current == GPU_MIG_ENABLED && gpu->n_mig_devices == 0) {
+                const LabelNvmlGpu *gpu = &g->nvml->gpus[i];
+                if (gpu->mig_current == LABEL_MIG_ENABLED && gpu->n_mig_devices == 0) {
                         reason = strprintf("GPU %s is in MIG mode without any MIG device", gpu->pci_address);
                         return reason ? gfd_put_single_invalid(g, first, reason) : -ENOMEM;
                 }
         }
         for (size_t i = 0; i < g->nvml->n_gpus; i++) {
-                const GpuInfo *gpu = &g->nvml->gpus[i];
-                if (gpu->mig_current != GPU_MIG_ENABLED) {
+                const LabelNvmlGpu *gpu = &g->nvml->gpus[i];
+                if (gpu->mig_current != LABEL_MIG_ENABLED) {
                         reason = strprintf("GPU %s (%s) is not in MIG mode", gpu->pci_address, g->products[i]);
                         return reason ? gfd_put_single_invalid(g, first, reason) : -ENOMEM;
                 }
@@ -596,14 +610,12 @@ static int gfd_put_mixed(Gfd *g) {
 /* vgpu.present from the GPUs' vendor-specific PCI capability (probe.c), and the host driver's version
  * and branch from its record, as GFD labels a vGPU guest; false elsewhere, as GFD writes it. */
 static int gfd_put_vgpu(Gfd *g) {
-        const Inventory *inv = g->in->inventory;
-        const PciDevice *vgpu = NULL;
+        const LabelPciGpu *gpus = g->in->pci_gpus, *vgpu = NULL;
         int r;
 
-        for (size_t i = 0; inv && i < inv->n_gpus; i++)
-                if (inv->gpus[i].vgpu && (!vgpu || (!vgpu->vgpu_host_driver_version &&
-                                                    inv->gpus[i].vgpu_host_driver_version)))
-                        vgpu = &inv->gpus[i];
+        for (size_t i = 0; i < g->in->n_pci_gpus; i++)
+                if (gpus[i].vgpu && (!vgpu || (!vgpu->vgpu_host_driver_version && gpus[i].vgpu_host_driver_version)))
+                        vgpu = &gpus[i];
         r = label_set_put(g->s, LABEL_PREFIX "vgpu.present", vgpu ? "true" : "false");
         if (r < 0 || !vgpu || !vgpu->vgpu_host_driver_version)
                 return r;
@@ -616,7 +628,7 @@ static int gfd_put_vgpu(Gfd *g) {
 }
 
 int label_put_gfd(LabelSet *s, const LabelInput *in, char ***warnings) {
-        const NvmlSnapshot *nvml = in->nvml;
+        const LabelNvml *nvml = in->nvml;
         _cleanup_strv_free_ char **products = NULL;
         _cleanup_free_ const char **addresses = calloc(nvml->n_gpus ?: 1, sizeof(char *));
         Gfd g = { .in = in, .nvml = nvml, .s = s, .warnings = warnings };
@@ -635,12 +647,12 @@ int label_put_gfd(LabelSet *s, const LabelInput *in, char ***warnings) {
                 r = label_set_put(s, LABEL_PREFIX "mig.capable", gfd_mig_capable(nvml) ? "true" : "false");
         if (r >= 0)
                 r = label_set_put(s, LABEL_PREFIX "mps.capable",
-                                  in->sharing == SHARING_MPS && sh.replicas > 1 ? "true" : "false");
+                                  in->sharing == LABEL_SHARING_MPS && sh.replicas > 1 ? "true" : "false");
         if (r >= 0)
                 r = gfd_put_vgpu(&g);
         if (r >= 0)
                 r = gfd_put_clique(&g);
-        if (r >= 0 && in->mig_strategy != MIG_STRATEGY_NONE)
+        if (r >= 0 && in->mig_strategy != LABEL_MIG_STRATEGY_NONE)
                 r = label_put_checked(s, LABEL_PREFIX "mig.strategy",
                                       mig_strategy_to_string(in->mig_strategy) ?: "", NULL, warnings);
         if (r < 0)
@@ -679,14 +691,13 @@ int label_put_gfd(LabelSet *s, const LabelInput *in, char ***warnings) {
                 return r;
 
         switch (in->mig_strategy) {
-        case MIG_STRATEGY_NONE:
+        case LABEL_MIG_STRATEGY_NONE:
                 return 0;
-        case MIG_STRATEGY_SINGLE:
+        case LABEL_MIG_STRATEGY_SINGLE:
                 return gfd_put_single(&g);
-        case MIG_STRATEGY_MIXED:
+        case LABEL_MIG_STRATEGY_MIXED:
                 return gfd_put_mixed(&g);
-        case _MIG_STRATEGY_MAX:
-        case _MIG_STRATEGY_INVALID:
+        case _LABEL_MIG_STRATEGY_MAX:
                 break;
         }
         return -EINVAL;

@@ -185,7 +185,7 @@ char *label_sanitize(const char *s) {
         return r;
 }
 
-char *label_product_from_pci(const PciDevice *gpu) {
+char *label_product_from_pci(const LabelPciGpu *gpu) {
         char *r;
 
         if (gpu->name) {
@@ -308,13 +308,13 @@ int label_put_uint(LabelSet *s, const char *key, uint64_t n) {
         return label_set_put(s, key, buf);
 }
 
-static const char *gpu_mode(const Inventory *inv) {
+static const char *gpu_mode(const LabelInput *in) {
         bool compute = true, graphics = true;
 
         /* class_code is 24 bits (class, subclass, prog-if): 0x0302xx is a 3D controller (data-centre
          * parts in compute mode), 0x0300xx a VGA controller (display mode). */
-        for (size_t i = 0; i < inv->n_gpus; i++) {
-                uint32_t c = inv->gpus[i].class_code >> 8;
+        for (size_t i = 0; i < in->n_pci_gpus; i++) {
+                uint32_t c = in->pci_gpus[i].class_code >> 8;
                 compute = compute && c == 0x0302;
                 graphics = graphics && c == 0x0300;
         }
@@ -385,7 +385,7 @@ int label_models_warn(const LabelModel *m, size_t n, size_t chosen, char ***warn
                             m[chosen].product, m[chosen].count, m[chosen].count == 1 ? "" : "s", list);
 }
 
-static const char *known_product(const LabelInput *in, const PciDevice *gpu) {
+static const char *known_product(const LabelInput *in, const LabelPciGpu *gpu) {
         for (size_t i = 0; i < in->n_known_products; i++)
                 if (streq(in->known_products[i].address, gpu->address) &&
                     in->known_products[i].device_id == gpu->device_id)
@@ -399,15 +399,15 @@ void label_known_products_free(LabelKnownProduct *p, size_t n) {
         free(p);
 }
 
-static const PciDevice *inventory_gpu(const Inventory *inv, const char *address) {
-        for (size_t i = 0; inv && i < inv->n_gpus; i++)
-                if (streq(inv->gpus[i].address, address))
-                        return &inv->gpus[i];
+static const LabelPciGpu *pci_gpu(const LabelPciGpu *pci_gpus, size_t n_pci_gpus, const char *address) {
+        for (size_t i = 0; i < n_pci_gpus; i++)
+                if (streq(pci_gpus[i].address, address))
+                        return &pci_gpus[i];
         return NULL;
 }
 
-int label_known_products_update(LabelKnownProduct **list, size_t *n, const Inventory *inv,
-                                const NvmlSnapshot *nvml, bool *ret_changed) {
+int label_known_products_update(LabelKnownProduct **list, size_t *n, const LabelPciGpu *pci_gpus,
+                                size_t n_pci_gpus, const LabelNvml *nvml, bool *ret_changed) {
         LabelKnownProduct *l = NULL;
         size_t k = 0;
         bool changed = false;
@@ -417,8 +417,8 @@ int label_known_products_update(LabelKnownProduct **list, size_t *n, const Inven
         if (!l)
                 return -ENOMEM;
         for (size_t i = 0; nvml && i < nvml->n_gpus; i++) {
-                const GpuInfo *g = &nvml->gpus[i];
-                const PciDevice *pci = inventory_gpu(inv, g->pci_address);
+                const LabelNvmlGpu *g = &nvml->gpus[i];
+                const LabelPciGpu *pci = pci_gpu(pci_gpus, n_pci_gpus, g->pci_address);
                 _cleanup_free_ char *product = label_sanitize(g->name ?: "");
                 if (!product)
                         goto fail;
@@ -431,7 +431,7 @@ int label_known_products_update(LabelKnownProduct **list, size_t *n, const Inven
         }
         for (size_t i = 0; i < *n; i++) {
                 const LabelKnownProduct *old = &(*list)[i];
-                const PciDevice *pci = inventory_gpu(inv, old->address);
+                const LabelPciGpu *pci = pci_gpu(pci_gpus, n_pci_gpus, old->address);
                 bool found = false;
 
                 for (size_t j = 0; j < k && !found; j++)
@@ -464,26 +464,25 @@ fail:
 }
 
 int label_put_pci_models(LabelSet *s, const LabelInput *in, char ***warnings) {
-        const Inventory *inv = in->inventory;
         _cleanup_strv_free_ char **products = NULL;
-        _cleanup_free_ const char **addresses = calloc(inv->n_gpus ?: 1, sizeof(char *));
+        _cleanup_free_ const char **addresses = calloc(in->n_pci_gpus ?: 1, sizeof(char *));
         LabelModel *models = NULL;
         size_t n_models = 0;
         int r;
 
         if (!addresses)
                 return -ENOMEM;
-        for (size_t i = 0; i < inv->n_gpus; i++) {
-                const char *known = known_product(in, &inv->gpus[i]);
-                r = strv_consume(&products, known ? strdup(known) : label_product_from_pci(&inv->gpus[i]));
+        for (size_t i = 0; i < in->n_pci_gpus; i++) {
+                const char *known = known_product(in, &in->pci_gpus[i]);
+                r = strv_consume(&products, known ? strdup(known) : label_product_from_pci(&in->pci_gpus[i]));
                 if (r < 0)
                         return r;
-                addresses[i] = inv->gpus[i].address;
+                addresses[i] = in->pci_gpus[i].address;
         }
 
         /* GPUs bound to vfio-pci (passed through to a VM) are counted here: they are physical GPUs of
          * this node. With NVML, gpu.count is what NVML sees, as in GFD. */
-        r = label_models_count(products, addresses, inv->n_gpus, &models, &n_models);
+        r = label_models_count(products, addresses, in->n_pci_gpus, &models, &n_models);
         if (r < 0)
                 return r;
         size_t chosen = label_models_choose(models, n_models);
@@ -503,12 +502,11 @@ static int put_optional(LabelSet *s, const char *key, const char *value, char **
 
 int labels_compute(const LabelInput *in, LabelSet **ret, char ***warnings) {
         _cleanup_(label_set_freep) LabelSet *s = label_set_new();
-        const Inventory *inv = in->inventory;
         int r;
 
         if (!s)
                 return -ENOMEM;
-        if (!inv || inv->n_gpus == 0) {
+        if (in->n_pci_gpus == 0) {
                 *ret = TAKE_PTR(s);
                 return 0;
         }
@@ -516,7 +514,7 @@ int labels_compute(const LabelInput *in, LabelSet **ret, char ***warnings) {
         r = label_set_put(s, LABEL_PREFIX "gpu.present", "true");
         if (r < 0)
                 return r;
-        r = label_set_put(s, LABEL_PREFIX "gpu.mode", gpu_mode(inv));
+        r = label_set_put(s, LABEL_PREFIX "gpu.mode", gpu_mode(in));
         if (r < 0)
                 return r;
 

@@ -13,6 +13,7 @@
 #include "devnode.h"
 #include "fileio.h"
 #include "macro.h"
+#include "string-table.h"
 #include "strv.h"
 
 #define PROC_FILE_MAX (4U * 1024U * 1024U)
@@ -29,20 +30,7 @@ static const char *const devnode_kind_table[_DEVNODE_KIND_MAX] = {
         [DEVNODE_IMEX_CHANNEL] = "imex-channel",
 };
 
-const char *devnode_kind_to_string(DevnodeKind k) {
-        if (k < 0 || k >= _DEVNODE_KIND_MAX)
-                return NULL;
-        return devnode_kind_table[k];
-}
-
-DevnodeKind devnode_kind_from_string(const char *s) {
-        if (!s)
-                return _DEVNODE_KIND_INVALID;
-        for (int i = 0; i < _DEVNODE_KIND_MAX; i++)
-                if (streq(devnode_kind_table[i], s))
-                        return (DevnodeKind) i;
-        return _DEVNODE_KIND_INVALID;
-}
+DEFINE_STRING_TABLE_LOOKUP(devnode_kind, DevnodeKind, devnode_kind_table, _DEVNODE_KIND_MAX, _DEVNODE_KIND_INVALID)
 
 static void set_error(char **ret_error, const char *fmt, ...) _printf_(2, 3);
 static void set_error(char **ret_error, const char *fmt, ...) {

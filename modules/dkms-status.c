@@ -10,6 +10,7 @@
 
 #include "dkms.h"
 #include "macro.h"
+#include "string-table.h"
 #include "strv.h"
 
 static const char *const module_state_table[_DKMS_MODULE_STATE_MAX] = {
@@ -19,22 +20,15 @@ static const char *const module_state_table[_DKMS_MODULE_STATE_MAX] = {
         [DKMS_MODULE_BROKEN] = "broken",
 };
 
-const char *dkms_module_state_to_string(DkmsModuleState s) {
-        if (s < 0 || s >= _DKMS_MODULE_STATE_MAX)
-                return NULL;
-        return module_state_table[s];
-}
+DEFINE_STRING_TABLE_LOOKUP_TO_STRING(dkms_module_state, DkmsModuleState, module_state_table, _DKMS_MODULE_STATE_MAX)
+static DEFINE_STRING_TABLE_LOOKUP_FROM_STRING(module_state_exact, DkmsModuleState, module_state_table,
+                                              _DKMS_MODULE_STATE_MAX, _DKMS_MODULE_STATE_INVALID)
 
 DkmsModuleState dkms_module_state_from_string(const char *s) {
-        if (!s)
-                return _DKMS_MODULE_STATE_INVALID;
-        for (int i = 0; i < _DKMS_MODULE_STATE_MAX; i++)
-                if (streq(module_state_table[i], s))
-                        return (DkmsModuleState) i;
         /* RHEL's weak-modules: the module of another kernel is usable as is. */
-        if (streq(s, "installed-weak"))
+        if (streq_ptr(s, "installed-weak"))
                 return DKMS_MODULE_INSTALLED;
-        return _DKMS_MODULE_STATE_INVALID;
+        return module_state_exact_from_string(s);
 }
 
 static const char *const outcome_table[_DKMS_OUTCOME_MAX] = {
@@ -50,20 +44,7 @@ static const char *const outcome_table[_DKMS_OUTCOME_MAX] = {
         [DKMS_OUTCOME_FAILED] = "failed",
 };
 
-const char *dkms_outcome_to_string(DkmsOutcome o) {
-        if (o < 0 || o >= _DKMS_OUTCOME_MAX)
-                return NULL;
-        return outcome_table[o];
-}
-
-DkmsOutcome dkms_outcome_from_string(const char *s) {
-        if (!s)
-                return _DKMS_OUTCOME_INVALID;
-        for (int i = 0; i < _DKMS_OUTCOME_MAX; i++)
-                if (streq(outcome_table[i], s))
-                        return (DkmsOutcome) i;
-        return _DKMS_OUTCOME_INVALID;
-}
+DEFINE_STRING_TABLE_LOOKUP(dkms_outcome, DkmsOutcome, outcome_table, _DKMS_OUTCOME_MAX, _DKMS_OUTCOME_INVALID)
 
 int dkms_outcome_to_errno(DkmsOutcome o) {
         switch (o) {

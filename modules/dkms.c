@@ -16,6 +16,7 @@
 
 #include "dkms-internal.h"
 #include "dkms.h"
+#include "event-util.h"
 #include "fileio.h"
 #include "macro.h"
 #include "spawn-child.h"
@@ -71,10 +72,6 @@ int dkms_run_exit_status(const DkmsRun *run) {
 
 const char *dkms_run_kernel(const DkmsRun *run) {
         return run ? run->kver : NULL;
-}
-
-const char *dkms_run_status_text(const DkmsRun *run) {
-        return run ? run->status_text : NULL;
 }
 
 /* A kernel release or NAME/VERSION is passed as one argv word to dkms; refuse what could be read as
@@ -166,7 +163,8 @@ static int on_progress(sd_event_source *s, uint64_t usec, void *userdata) {
         if (run->cb.progress && run->status_text)
                 run->cb.progress(run, run->status_text, run->userdata);
         if (run->progress_source) /* unless the callback cancelled the run */
-                (void) sd_event_source_set_time(run->progress_source, due + run->progress_usec);
+                (void) event_reset_time(run->event, &run->progress_source, CLOCK_MONOTONIC, due + run->progress_usec, 0,
+                                        on_progress, run, "dkms-progress");
         return 0;
 }
 
@@ -322,15 +320,14 @@ static int run_attach(DkmsRun *run, char **argv, char **ret_error) {
         if (run->kind == RUN_BUILD) {
                 /* Ticks are counted from the start, so that the first one says "500ms" even when
                  * spawning took a moment on a loaded machine. */
-                r = sd_event_add_time(run->event, &run->progress_source, CLOCK_MONOTONIC,
-                                      run->started_usec + run->progress_usec, 0, on_progress, run);
+                r = event_reset_time(run->event, &run->progress_source, CLOCK_MONOTONIC,
+                                     run->started_usec + run->progress_usec, 0, on_progress, run, "dkms-progress");
                 if (r < 0) {
                         (void) dkms_run_cancel(run);
                         if (ret_error)
                                 *ret_error = strprintf("Cannot watch %s: %s", run->program, strerror(-r));
                         return r;
                 }
-                (void) sd_event_source_set_enabled(run->progress_source, SD_EVENT_ON);
         }
         return 0;
 }

@@ -147,7 +147,6 @@ pid_t dkms_run_pid(const DkmsRun *run);              /* also the process group i
 DkmsOutcome dkms_run_outcome(const DkmsRun *run);    /* _DKMS_OUTCOME_INVALID while running */
 int dkms_run_exit_status(const DkmsRun *run);        /* dkms's exit code; -1 while running/by signal */
 const char *dkms_run_kernel(const DkmsRun *run);
-const char *dkms_run_status_text(const DkmsRun *run); /* last progress text */
 
 /* Starts `dkms status [-k KVER]` on e (output is small; default timeout 60 s) and calls done with
  * the parsed list (owned by the run: valid during the call only) or an error. */

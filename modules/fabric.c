@@ -8,6 +8,7 @@
 #include <time.h>
 #include <systemd/sd-event.h>
 
+#include "event-util.h"
 #include "fabric.h"
 #include "macro.h"
 #include "strv.h"
@@ -277,10 +278,12 @@ static int on_timer(sd_event_source *s, uint64_t usec, void *userdata) {
 static int arm_timer(FabricOp *op, uint64_t usec) {
         sd_event *e = sd_bus_get_event(op->bus);
 
-        op->timer = sd_event_source_disable_unref(op->timer);
-        if (!e)
+        if (!e) {
+                op->timer = sd_event_source_disable_unref(op->timer);
                 return -ENXIO;
-        return sd_event_add_time_relative(e, &op->timer, CLOCK_MONOTONIC, usec, 0, on_timer, op);
+        }
+        return event_reset_time_relative(e, &op->timer, CLOCK_MONOTONIC, usec, 0, on_timer, op,
+                                         "fabric-timer");
 }
 
 static void job_finished(FabricOp *op, const char *result) {

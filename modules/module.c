@@ -11,6 +11,7 @@
 
 #include "fileio.h"
 #include "module-internal.h"
+#include "string-table.h"
 #include "strv.h"
 
 static const char *const module_state_table[_MODULE_STATE_MAX] = {
@@ -20,18 +21,7 @@ static const char *const module_state_table[_MODULE_STATE_MAX] = {
         [MODULE_STATE_STALE] = "stale",     [MODULE_STATE_FAILED] = "failed",
 };
 
-const char *module_state_to_string(ModuleState s) {
-        if (s < 0 || s >= _MODULE_STATE_MAX)
-                return NULL;
-        return module_state_table[s];
-}
-
-ModuleState module_state_from_string(const char *s) {
-        for (int i = 0; s && i < _MODULE_STATE_MAX; i++)
-                if (streq(module_state_table[i], s))
-                        return i;
-        return _MODULE_STATE_INVALID;
-}
+DEFINE_STRING_TABLE_LOOKUP(module_state, ModuleState, module_state_table, _MODULE_STATE_MAX, _MODULE_STATE_INVALID)
 
 void module_debug(ModuleContext *c, const char *fmt, ...) {
         _cleanup_free_ char *m = NULL;
@@ -148,14 +138,13 @@ void module_context_set_log(ModuleContext *c, ModuleLogFunc func, void *userdata
         kmod_set_log_priority(c->kmod, func ? max_priority : LOG_ERR);
 }
 
-const char *module_flavour_to_string(ModuleFlavour f) {
-        static const char *const names[_MODULE_FLAVOUR_MAX] = {
-                [MODULE_FLAVOUR_ANY] = "any",
-                [MODULE_FLAVOUR_OPEN] = "open",
-                [MODULE_FLAVOUR_PROPRIETARY] = "proprietary",
-        };
-        return f >= 0 && f < _MODULE_FLAVOUR_MAX ? names[f] : NULL;
-}
+static const char *const module_flavour_table[_MODULE_FLAVOUR_MAX] = {
+        [MODULE_FLAVOUR_ANY] = "any",
+        [MODULE_FLAVOUR_OPEN] = "open",
+        [MODULE_FLAVOUR_PROPRIETARY] = "proprietary",
+};
+
+DEFINE_STRING_TABLE_LOOKUP_TO_STRING(module_flavour, ModuleFlavour, module_flavour_table, _MODULE_FLAVOUR_MAX)
 
 void module_context_set_flavour(ModuleContext *c, ModuleFlavour f) {
         c->flavour = f;
@@ -163,14 +152,6 @@ void module_context_set_flavour(ModuleContext *c, ModuleFlavour f) {
 
 ModuleFlavour module_context_get_flavour(const ModuleContext *c) {
         return c->flavour;
-}
-
-const char *module_context_kernel_release(const ModuleContext *c) {
-        return c->kernel_release;
-}
-
-const char *module_context_modules_dir(const ModuleContext *c) {
-        return c->modules_dir;
 }
 
 struct kmod_ctx *module_context_get_kmod(ModuleContext *c) {
@@ -314,7 +295,8 @@ int module_info_from_kmod(ModuleContext *c, struct kmod_module *mod, ModuleInfo 
         return 0;
 }
 
-int module_info_from_path(ModuleContext *c, const char *path, ModuleInfo **ret) {
+/* modinfo of a module file. */
+static int module_info_from_path(ModuleContext *c, const char *path, ModuleInfo **ret) {
         _cleanup_(kmod_module_unrefp) struct kmod_module *mod = NULL;
         int r;
 
@@ -548,7 +530,10 @@ static const char *running_vermagic_flags(ModuleContext *c) {
         return NULL;
 }
 
-int module_vermagic_compatible(ModuleContext *c, const ModuleInfo *info) {
+/* Whether the kernel accepts info's module despite another release in its vermagic: 1 when the
+ * release is the running one, or when the rest of the vermagic equals the running kernel's and names
+ * modversions; 0 when no in-tree module names the running release, or negative errno. */
+static int module_vermagic_compatible(ModuleContext *c, const ModuleInfo *info) {
         _cleanup_free_ char *release = module_vermagic_release(info->vermagic), *flags = NULL;
         const char *running, *p;
 

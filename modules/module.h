@@ -66,8 +66,6 @@ DEFINE_CLEANUP_FUNC(ModuleContext *, module_context_free);
 /* Routes libkmod's log and our debug messages to func, for priorities <= max_priority. Without a
  * callback both are discarded. */
 void module_context_set_log(ModuleContext *c, ModuleLogFunc func, void *userdata, int max_priority);
-const char *module_context_kernel_release(const ModuleContext *c);
-const char *module_context_modules_dir(const ModuleContext *c);
 struct kmod_ctx *module_context_get_kmod(ModuleContext *c);
 
 typedef enum ModuleState {
@@ -121,19 +119,14 @@ DEFINE_CLEANUP_FUNC(ModuleInfo *, module_info_free);
  * Returns 0, or -ENOENT with a message that names what was searched and says to build with DKMS, or
  * -ENOPKG when only the other flavour is installed (the message names the package to install). */
 int module_lookup(ModuleContext *c, const char *name, ModuleInfo **ret, char **ret_message);
-/* modinfo of a module file (e.g. one DKMS just built). */
-int module_info_from_path(ModuleContext *c, const char *path, ModuleInfo **ret);
 
 /* The release a vermagic names (its first word), newly allocated; NULL on OOM or an empty vermagic. */
 char *module_vermagic_release(const char *vermagic);
-/* Whether the kernel accepts info's module despite another release in its vermagic: 1 when the
- * release is the running one, or when the rest of the vermagic ("SMP preempt mod_unload modversions")
- * equals the running kernel's and names modversions (the kernel then skips the release and the symbol
- * CRCs decide: RHEL's weak-updates rely on it). The running kernel's flags come from an in-tree
- * module (kernel/…) of modules.dep; 0 when none names the running release, or negative errno. */
-int module_vermagic_compatible(ModuleContext *c, const ModuleInfo *info);
 /* -ESTALE with a message when the module was built for another kernel release than the running one
- * and its vermagic is not otherwise the running kernel's (module_vermagic_compatible()). */
+ * and its vermagic is not otherwise the running kernel's: the rest of the vermagic ("SMP preempt
+ * mod_unload modversions") equals the running kernel's, taken from an in-tree module of modules.dep,
+ * and names modversions (the kernel then skips the release and the symbol CRCs decide: RHEL's
+ * weak-updates rely on it). */
 int module_check_vermagic(ModuleContext *c, const ModuleInfo *info, char **ret_message);
 /* -ENOENT with a message naming the first firmware= file missing where the kernel's loader looks:
  * <firmware_dir>/updates/<release>, updates, <release>, <firmware_dir> (also .xz and .zst, which the

@@ -41,6 +41,14 @@
                         func(*p);                                                                  \
         }
 
+/* The same under a name of our own, for another library's func: DEFINE_CLEANUP_FUNC would name the
+ * helper func##p, in that library's namespace (libkmod's kmod_module_unref##p), not in ours. */
+#define DEFINE_CLEANUP_FUNC_NAMED(name, type, func)                                                \
+        static inline void name(type *p) {                                                         \
+                if (*p)                                                                            \
+                        func(*p);                                                                  \
+        }
+
 static inline void freep(void *p) {
         free(*(void **) p);
 }

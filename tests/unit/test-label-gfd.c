@@ -56,30 +56,28 @@ static const Profile B200_1G23 = { "1g.23gb", 22784, 18, 1, 1, 1, 0, 0, 0, 0 };
 
 /* One simulated node. Allocated with calloc and never moved: the snapshot points into it. */
 typedef struct Node {
-        PciDevice pci[MAX_GPUS];
-        GpuInfo gpus[MAX_GPUS];
-        MigDeviceInfo migs[MAX_GPUS][MAX_MIGS];
-        Inventory inv;
-        NvmlSnapshot nvml;
+        LabelPciGpu pci[MAX_GPUS];
+        LabelNvmlGpu gpus[MAX_GPUS];
+        LabelMigDevice migs[MAX_GPUS][MAX_MIGS];
+        LabelNvml nvml;
         LabelInput in;
 } Node;
 
 static Node *node_new(const char *driver, int cuda) {
         Node *n = calloc(1, sizeof(Node));
         assert_non_null(n);
-        n->inv.gpus = n->pci;
         n->nvml.gpus = n->gpus;
         n->nvml.driver_version = (char *) driver;
         n->nvml.cuda_version = cuda;
         n->in = (LabelInput) {
-                .inventory = &n->inv,
+                .pci_gpus = n->pci,
                 .nvml = &n->nvml,
                 .machine = "DGX H100",
                 .agent_state = "ready",
                 .version = "0.1.0",
                 .kernel_release = "6.8.0-45-generic",
-                .mig_strategy = MIG_STRATEGY_NONE,
-                .sharing = SHARING_NONE,
+                .mig_strategy = LABEL_MIG_STRATEGY_NONE,
+                .sharing = LABEL_SHARING_NONE,
                 .replicas = 1,
         };
         return n;
@@ -87,35 +85,27 @@ static Node *node_new(const char *driver, int cuda) {
 
 /* Adds a GPU to both the PCI inventory and the NVML snapshot (same address, as the NVML layer
  * guarantees). Memory is a few bytes over the MiB count, so that gpu.memory must round down. */
-static GpuInfo *node_add_gpu(Node *n, const char *address, const Model *m, GpuMigMode mig) {
-        size_t i = n->inv.n_gpus;
+static LabelNvmlGpu *node_add_gpu(Node *n, const char *address, const Model *m, LabelMigMode mig) {
+        size_t i = n->in.n_pci_gpus;
         assert_true(i < MAX_GPUS);
 
-        PciDevice *p = &n->pci[i];
-        *p = (PciDevice) {
-                .kind = PCI_KIND_GPU,
-                .index = (unsigned) i,
+        LabelPciGpu *p = &n->pci[i];
+        *p = (LabelPciGpu) {
                 .vendor_id = 0x10de,
                 .device_id = m->device_id,
                 .class_code = 0x030200,
                 .name = (char *) m->pci_name,
-                .numa_node = -1,
-                .iommu_group = -1,
-                .driver = (char *) "nvidia",
         };
         snprintf(p->address, sizeof p->address, "%s", address);
-        n->inv.n_gpus++;
+        n->in.n_pci_gpus++;
 
-        GpuInfo *g = &n->gpus[i];
-        *g = (GpuInfo) {
-                .nvml_index = (unsigned) i,
+        LabelNvmlGpu *g = &n->gpus[i];
+        *g = (LabelNvmlGpu) {
                 .name = (char *) m->nvml_name,
                 .memory_total_bytes = (m->total_mib << 20) + 4095,
                 .cc_major = m->cc_major,
                 .cc_minor = m->cc_minor,
-                .minor = (int) i,
-                .mig_current = m->mig_capable ? mig : GPU_MIG_UNSUPPORTED,
-                .mig_pending = m->mig_capable ? mig : GPU_MIG_UNSUPPORTED,
+                .mig_current = m->mig_capable ? mig : LABEL_MIG_UNSUPPORTED,
                 .mig_devices = n->migs[i],
         };
         snprintf(g->pci_address, sizeof g->pci_address, "%s", address);
@@ -123,13 +113,13 @@ static GpuInfo *node_add_gpu(Node *n, const char *address, const Model *m, GpuMi
         return g;
 }
 
-static MigDeviceInfo *gpu_add_mig(GpuInfo *g, const Profile *p) {
+static LabelMigDevice *gpu_add_mig(LabelNvmlGpu *g, const Profile *p) {
         size_t j = g->n_mig_devices;
         assert_true(j < MAX_MIGS);
-        assert_int_equal(g->mig_current, GPU_MIG_ENABLED);
+        assert_int_equal(g->mig_current, LABEL_MIG_ENABLED);
 
-        MigDeviceInfo *d = &g->mig_devices[j];
-        *d = (MigDeviceInfo) {
+        LabelMigDevice *d = (LabelMigDevice *) &g->mig_devices[j]; /* points into Node.migs */
+        *d = (LabelMigDevice) {
                 .index = (unsigned) j,
                 .gi_id = (unsigned) j + 1,
                 .ci_id = 0,
@@ -148,7 +138,7 @@ static MigDeviceInfo *gpu_add_mig(GpuInfo *g, const Profile *p) {
         return d;
 }
 
-static void gpu_add_migs(GpuInfo *g, const Profile *p, size_t count) {
+static void gpu_add_migs(LabelNvmlGpu *g, const Profile *p, size_t count) {
         for (size_t i = 0; i < count; i++)
                 gpu_add_mig(g, p);
 }
@@ -229,7 +219,7 @@ static void check(Node *n, const char *golden, const char *const *want) {
 static const char *const hgx8[] = { "0000:18:00.0", "0000:2a:00.0", "0000:3a:00.0", "0000:5d:00.0",
                                     "0000:9a:00.0", "0000:ab:00.0", "0000:ba:00.0", "0000:db:00.0" };
 
-static Node *hgx_h100(GpuMigMode mig) {
+static Node *hgx_h100(LabelMigMode mig) {
         Node *n = node_new("550.54.15", 12040);
         for (size_t i = 0; i < 8; i++)
                 node_add_gpu(n, hgx8[i], &H100, mig);
@@ -239,7 +229,7 @@ static Node *hgx_h100(GpuMigMode mig) {
 /* --- MIG strategy none --- */
 
 static void test_none_valid(void **state) {
-        Node *n = hgx_h100(GPU_MIG_DISABLED);
+        Node *n = hgx_h100(LABEL_MIG_DISABLED);
         n->in.mig_config = "all-disabled";
         n->in.mig_config_state = "success";
         n->in.timestamp_sec = 1700000000;
@@ -249,9 +239,9 @@ static void test_none_valid(void **state) {
 static void test_none_all_mig(void **state) {
         /* MIG mode under strategy none: counted with the full-GPU name, but not shareable. */
         Node *n = node_new("550.54.15", 12040);
-        gpu_add_migs(node_add_gpu(n, "0000:18:00.0", &H100, GPU_MIG_ENABLED), &H100_1G10, 7);
-        gpu_add_migs(node_add_gpu(n, "0000:2a:00.0", &H100, GPU_MIG_ENABLED), &H100_3G40, 2);
-        n->in.sharing = SHARING_TIME_SLICING;
+        gpu_add_migs(node_add_gpu(n, "0000:18:00.0", &H100, LABEL_MIG_ENABLED), &H100_1G10, 7);
+        gpu_add_migs(node_add_gpu(n, "0000:2a:00.0", &H100, LABEL_MIG_ENABLED), &H100_3G40, 2);
+        n->in.sharing = LABEL_SHARING_TIME_SLICING;
         n->in.replicas = 4;
         check(n, "none-mig-enabled", NULL);
 }
@@ -259,8 +249,8 @@ static void test_none_all_mig(void **state) {
 static void test_none_partial_mig(void **state) {
         /* One GPU in MIG mode, one not: the full GPU decides replicas, both are counted. */
         Node *n = node_new("550.54.15", 12040);
-        gpu_add_migs(node_add_gpu(n, "0000:18:00.0", &H100, GPU_MIG_ENABLED), &H100_1G10, 7);
-        node_add_gpu(n, "0000:2a:00.0", &H100, GPU_MIG_DISABLED);
+        gpu_add_migs(node_add_gpu(n, "0000:18:00.0", &H100, LABEL_MIG_ENABLED), &H100_1G10, 7);
+        node_add_gpu(n, "0000:2a:00.0", &H100, LABEL_MIG_DISABLED);
         check(n, "none-partial-mig", NULL);
 }
 
@@ -268,17 +258,17 @@ static void test_none_partial_mig(void **state) {
 
 static void test_single_valid(void **state) {
         Node *n = node_new("550.54.15", 12040);
-        gpu_add_migs(node_add_gpu(n, "0000:18:00.0", &H100, GPU_MIG_ENABLED), &H100_1G10, 7);
-        gpu_add_migs(node_add_gpu(n, "0000:2a:00.0", &H100, GPU_MIG_ENABLED), &H100_1G10, 7);
-        n->in.mig_strategy = MIG_STRATEGY_SINGLE;
+        gpu_add_migs(node_add_gpu(n, "0000:18:00.0", &H100, LABEL_MIG_ENABLED), &H100_1G10, 7);
+        gpu_add_migs(node_add_gpu(n, "0000:2a:00.0", &H100, LABEL_MIG_ENABLED), &H100_1G10, 7);
+        n->in.mig_strategy = LABEL_MIG_STRATEGY_SINGLE;
         check(n, "single-valid", NULL);
 }
 
 static void test_single_mixed_profiles(void **state) {
         Node *n = node_new("550.54.15", 12040);
-        gpu_add_migs(node_add_gpu(n, "0000:18:00.0", &H100, GPU_MIG_ENABLED), &H100_1G10, 7);
-        gpu_add_migs(node_add_gpu(n, "0000:2a:00.0", &H100, GPU_MIG_ENABLED), &H100_3G40, 2);
-        n->in.mig_strategy = MIG_STRATEGY_SINGLE;
+        gpu_add_migs(node_add_gpu(n, "0000:18:00.0", &H100, LABEL_MIG_ENABLED), &H100_1G10, 7);
+        gpu_add_migs(node_add_gpu(n, "0000:2a:00.0", &H100, LABEL_MIG_ENABLED), &H100_3G40, 2);
+        n->in.mig_strategy = LABEL_MIG_STRATEGY_SINGLE;
         check(n, "single-invalid",
               WARNINGS("MIG strategy single needs every GPU in MIG mode with MIG devices of one profile, but "
                        "the node has MIG devices of 2 profiles (1g.10gb, 3g.40gb); labelling "
@@ -288,9 +278,9 @@ static void test_single_mixed_profiles(void **state) {
 
 static void test_single_empty_gpu(void **state) {
         Node *n = node_new("550.54.15", 12040);
-        gpu_add_migs(node_add_gpu(n, "0000:18:00.0", &H100, GPU_MIG_ENABLED), &H100_1G10, 7);
-        node_add_gpu(n, "0000:2a:00.0", &H100, GPU_MIG_ENABLED);
-        n->in.mig_strategy = MIG_STRATEGY_SINGLE;
+        gpu_add_migs(node_add_gpu(n, "0000:18:00.0", &H100, LABEL_MIG_ENABLED), &H100_1G10, 7);
+        node_add_gpu(n, "0000:2a:00.0", &H100, LABEL_MIG_ENABLED);
+        n->in.mig_strategy = LABEL_MIG_STRATEGY_SINGLE;
         /* Same labels as any other invalid layout; only the reason differs. */
         check(n, "single-invalid",
               WARNINGS("MIG strategy single needs every GPU in MIG mode with MIG devices of one profile, but "
@@ -301,9 +291,9 @@ static void test_single_empty_gpu(void **state) {
 
 static void test_single_non_mig_gpu(void **state) {
         Node *n = node_new("550.54.15", 12040);
-        gpu_add_migs(node_add_gpu(n, "0000:18:00.0", &H100, GPU_MIG_ENABLED), &H100_1G10, 7);
-        node_add_gpu(n, "0000:2a:00.0", &H100, GPU_MIG_DISABLED);
-        n->in.mig_strategy = MIG_STRATEGY_SINGLE;
+        gpu_add_migs(node_add_gpu(n, "0000:18:00.0", &H100, LABEL_MIG_ENABLED), &H100_1G10, 7);
+        node_add_gpu(n, "0000:2a:00.0", &H100, LABEL_MIG_DISABLED);
+        n->in.mig_strategy = LABEL_MIG_STRATEGY_SINGLE;
         /* The full GPU makes the full-GPU labels shareable (replicas 1), but single overrides them. */
         check(n, "single-invalid",
               WARNINGS("MIG strategy single needs every GPU in MIG mode with MIG devices of one profile, but "
@@ -315,26 +305,26 @@ static void test_single_non_mig_gpu(void **state) {
 static void test_single_no_mig(void **state) {
         /* No GPU in MIG mode at all: GFD labels the full GPUs, as with strategy none. */
         Node *n = node_new("550.54.15", 12040);
-        node_add_gpu(n, "0000:18:00.0", &H100, GPU_MIG_DISABLED);
-        node_add_gpu(n, "0000:2a:00.0", &H100, GPU_MIG_DISABLED);
-        n->in.mig_strategy = MIG_STRATEGY_SINGLE;
+        node_add_gpu(n, "0000:18:00.0", &H100, LABEL_MIG_DISABLED);
+        node_add_gpu(n, "0000:2a:00.0", &H100, LABEL_MIG_DISABLED);
+        n->in.mig_strategy = LABEL_MIG_STRATEGY_SINGLE;
         check(n, "single-no-mig", NULL);
 }
 
 static void test_single_h200(void **state) {
         Node *n = node_new("550.54.15", 12040);
-        gpu_add_migs(node_add_gpu(n, "0000:19:00.0", &H200, GPU_MIG_ENABLED), &H200_3G71, 2);
+        gpu_add_migs(node_add_gpu(n, "0000:19:00.0", &H200, LABEL_MIG_ENABLED), &H200_3G71, 2);
         n->in.machine = "HGX H200";
-        n->in.mig_strategy = MIG_STRATEGY_SINGLE;
+        n->in.mig_strategy = LABEL_MIG_STRATEGY_SINGLE;
         check(n, "single-h200", NULL);
 }
 
 static void test_single_shared(void **state) {
         Node *n = node_new("550.54.15", 12040);
-        gpu_add_migs(node_add_gpu(n, "0000:19:00.0", &H200, GPU_MIG_ENABLED), &H200_3G71, 2);
+        gpu_add_migs(node_add_gpu(n, "0000:19:00.0", &H200, LABEL_MIG_ENABLED), &H200_3G71, 2);
         n->in.machine = "HGX H200";
-        n->in.mig_strategy = MIG_STRATEGY_SINGLE;
-        n->in.sharing = SHARING_TIME_SLICING;
+        n->in.mig_strategy = LABEL_MIG_STRATEGY_SINGLE;
+        n->in.sharing = LABEL_SHARING_TIME_SLICING;
         n->in.replicas = 3;
         check(n, "single-h200-shared", NULL);
 }
@@ -343,25 +333,25 @@ static void test_single_shared(void **state) {
 
 static void test_mixed_valid(void **state) {
         Node *n = node_new("550.54.15", 12040);
-        GpuInfo *g = node_add_gpu(n, "0000:18:00.0", &H100, GPU_MIG_ENABLED);
+        LabelNvmlGpu *g = node_add_gpu(n, "0000:18:00.0", &H100, LABEL_MIG_ENABLED);
         gpu_add_mig(g, &H100_3G40);
         gpu_add_mig(g, &H100_2G20);
         gpu_add_mig(g, &H100_1G10);
         gpu_add_mig(g, &H100_1G10);
-        node_add_gpu(n, "0000:2a:00.0", &H100, GPU_MIG_DISABLED);
-        n->in.mig_strategy = MIG_STRATEGY_MIXED;
+        node_add_gpu(n, "0000:2a:00.0", &H100, LABEL_MIG_DISABLED);
+        n->in.mig_strategy = LABEL_MIG_STRATEGY_MIXED;
         check(n, "mixed-valid", NULL);
 }
 
 static void test_mixed_invalid(void **state) {
         /* An empty MIG GPU is ignored under mixed; a MIG device without a profile is left out. */
         Node *n = node_new("550.54.15", 12040);
-        GpuInfo *g = node_add_gpu(n, "0000:18:00.0", &H100, GPU_MIG_ENABLED);
+        LabelNvmlGpu *g = node_add_gpu(n, "0000:18:00.0", &H100, LABEL_MIG_ENABLED);
         gpu_add_mig(g, &H100_1G10);
-        MigDeviceInfo *d = gpu_add_mig(g, &H100_2G20);
+        LabelMigDevice *d = gpu_add_mig(g, &H100_2G20);
         d->profile = NULL;
-        node_add_gpu(n, "0000:2a:00.0", &H100, GPU_MIG_ENABLED);
-        n->in.mig_strategy = MIG_STRATEGY_MIXED;
+        node_add_gpu(n, "0000:2a:00.0", &H100, LABEL_MIG_ENABLED);
+        n->in.mig_strategy = LABEL_MIG_STRATEGY_MIXED;
         check(n, "mixed-invalid",
               WARNINGS("MIG device 1 of GPU 0000:18:00.0 (GPU instance 2, compute instance 0) has no known "
                        "profile; it is left out of the MIG labels."));
@@ -369,11 +359,11 @@ static void test_mixed_invalid(void **state) {
 
 static void test_mixed_shared(void **state) {
         Node *n = node_new("550.54.15", 12040);
-        GpuInfo *g = node_add_gpu(n, "0000:18:00.0", &H100, GPU_MIG_ENABLED);
+        LabelNvmlGpu *g = node_add_gpu(n, "0000:18:00.0", &H100, LABEL_MIG_ENABLED);
         gpu_add_mig(g, &H100_3G40);
         gpu_add_migs(g, &H100_1G10, 2);
-        n->in.mig_strategy = MIG_STRATEGY_MIXED;
-        n->in.sharing = SHARING_TIME_SLICING;
+        n->in.mig_strategy = LABEL_MIG_STRATEGY_MIXED;
+        n->in.sharing = LABEL_SHARING_TIME_SLICING;
         n->in.replicas = 2;
         check(n, "mixed-shared", NULL);
 }
@@ -381,10 +371,10 @@ static void test_mixed_shared(void **state) {
 static void test_mixed_bad_profile_name(void **state) {
         /* A profile name that cannot become a label name is left out of the labels, never written. */
         Node *n = node_new("550.54.15", 12040);
-        GpuInfo *g = node_add_gpu(n, "0000:18:00.0", &H100, GPU_MIG_ENABLED);
+        LabelNvmlGpu *g = node_add_gpu(n, "0000:18:00.0", &H100, LABEL_MIG_ENABLED);
         gpu_add_mig(g, &H100_1G10)->profile = (char *) "1g.10gb/x";
         gpu_add_mig(g, &H100_1G10);
-        n->in.mig_strategy = MIG_STRATEGY_MIXED;
+        n->in.mig_strategy = LABEL_MIG_STRATEGY_MIXED;
 
         _cleanup_(label_set_freep) LabelSet *s = NULL;
         _cleanup_strv_free_ char **warnings = NULL;
@@ -405,22 +395,22 @@ static void test_mixed_bad_profile_name(void **state) {
 
 static void test_sharing(void **state) {
         static const struct {
-                SharingStrategy sharing;
+                LabelSharing sharing;
                 unsigned replicas;
                 bool rename;
                 const char *golden;
         } cases[] = {
-                { SHARING_TIME_SLICING, 4, false, "sharing-time-slicing" },
-                { SHARING_TIME_SLICING, 4, true, "sharing-time-slicing-renamed" },
-                { SHARING_MPS, 2, false, "sharing-mps" },
-                { SHARING_MPS, 2, true, "sharing-mps-renamed" },
+                { LABEL_SHARING_TIME_SLICING, 4, false, "sharing-time-slicing" },
+                { LABEL_SHARING_TIME_SLICING, 4, true, "sharing-time-slicing-renamed" },
+                { LABEL_SHARING_MPS, 2, false, "sharing-mps" },
+                { LABEL_SHARING_MPS, 2, true, "sharing-mps-renamed" },
                 /* One replica is no sharing, whatever the strategy. */
-                { SHARING_TIME_SLICING, 1, false, "none-h100x8-plain" },
-                { SHARING_MPS, 1, false, "none-h100x8-plain" },
+                { LABEL_SHARING_TIME_SLICING, 1, false, "none-h100x8-plain" },
+                { LABEL_SHARING_MPS, 1, false, "none-h100x8-plain" },
         };
 
         for (size_t i = 0; i < ELEMENTSOF(cases); i++) {
-                Node *n = hgx_h100(GPU_MIG_DISABLED);
+                Node *n = hgx_h100(LABEL_MIG_DISABLED);
                 n->in.sharing = cases[i].sharing;
                 n->in.replicas = cases[i].replicas;
                 n->in.rename_by_default = cases[i].rename;
@@ -432,11 +422,11 @@ static void test_sharing(void **state) {
 
 static void test_heterogeneous(void **state) {
         Node *n = node_new("550.54.15", 12040);
-        gpu_add_mig(node_add_gpu(n, "0000:01:00.0", &H100, GPU_MIG_ENABLED), &H100_1G10);
-        node_add_gpu(n, "0000:02:00.0", &A100, GPU_MIG_DISABLED);
-        gpu_add_migs(node_add_gpu(n, "0000:03:00.0", &A100, GPU_MIG_ENABLED), &A100_3G40, 2);
-        node_add_gpu(n, "0000:04:00.0", &A100, GPU_MIG_DISABLED);
-        n->in.mig_strategy = MIG_STRATEGY_MIXED;
+        gpu_add_mig(node_add_gpu(n, "0000:01:00.0", &H100, LABEL_MIG_ENABLED), &H100_1G10);
+        node_add_gpu(n, "0000:02:00.0", &A100, LABEL_MIG_DISABLED);
+        gpu_add_migs(node_add_gpu(n, "0000:03:00.0", &A100, LABEL_MIG_ENABLED), &A100_3G40, 2);
+        node_add_gpu(n, "0000:04:00.0", &A100, LABEL_MIG_DISABLED);
+        n->in.mig_strategy = LABEL_MIG_STRATEGY_MIXED;
         n->in.machine = "Custom Server";
         check(n, "heterogeneous",
               WARNINGS("GPUs of more than one model on this node: labelling NVIDIA-A100-SXM4-80GB (3 GPUs, the "
@@ -445,10 +435,10 @@ static void test_heterogeneous(void **state) {
 
 static void test_heterogeneous_tie(void **state) {
         Node *n = node_new("550.54.15", 12040);
-        node_add_gpu(n, "0000:10:00.0", &A100, GPU_MIG_DISABLED);
-        node_add_gpu(n, "0000:20:00.0", &H100, GPU_MIG_DISABLED);
-        node_add_gpu(n, "0000:30:00.0", &H100, GPU_MIG_DISABLED);
-        node_add_gpu(n, "0000:40:00.0", &A100, GPU_MIG_DISABLED);
+        node_add_gpu(n, "0000:10:00.0", &A100, LABEL_MIG_DISABLED);
+        node_add_gpu(n, "0000:20:00.0", &H100, LABEL_MIG_DISABLED);
+        node_add_gpu(n, "0000:30:00.0", &H100, LABEL_MIG_DISABLED);
+        node_add_gpu(n, "0000:40:00.0", &A100, LABEL_MIG_DISABLED);
         n->in.machine = "Custom Server";
         check(n, "heterogeneous-tie",
               WARNINGS("GPUs of more than one model on this node: labelling NVIDIA-A100-SXM4-80GB (2 GPUs, the "
@@ -459,12 +449,12 @@ static void test_heterogeneous_tie(void **state) {
 
 static void test_a30(void **state) {
         Node *n = node_new("550.54.15", 12040);
-        GpuInfo *g = node_add_gpu(n, "0000:65:00.0", &A30, GPU_MIG_ENABLED);
+        LabelNvmlGpu *g = node_add_gpu(n, "0000:65:00.0", &A30, LABEL_MIG_ENABLED);
         gpu_add_mig(g, &A30_2G12);
         gpu_add_mig(g, &A30_1G6);
         gpu_add_mig(g, &A30_1G6ME);
         n->in.machine = "PowerEdge R750";
-        n->in.mig_strategy = MIG_STRATEGY_MIXED;
+        n->in.mig_strategy = LABEL_MIG_STRATEGY_MIXED;
         n->in.mig_config = "a30-custom";
         n->in.mig_config_state = "success";
         check(n, "a30-mixed", NULL);
@@ -472,17 +462,17 @@ static void test_a30(void **state) {
 
 static void test_l40s(void **state) {
         Node *n = node_new("550.54.15", 12040);
-        node_add_gpu(n, "0000:4a:00.0", &L40S, GPU_MIG_DISABLED);
-        node_add_gpu(n, "0000:61:00.0", &L40S, GPU_MIG_DISABLED);
+        node_add_gpu(n, "0000:4a:00.0", &L40S, LABEL_MIG_DISABLED);
+        node_add_gpu(n, "0000:61:00.0", &L40S, LABEL_MIG_DISABLED);
         n->in.machine = "PowerEdge R760xa";
         /* mixed on a node without MIG: nothing beyond mig.strategy. */
-        n->in.mig_strategy = MIG_STRATEGY_MIXED;
+        n->in.mig_strategy = LABEL_MIG_STRATEGY_MIXED;
         check(n, "l40s", NULL);
 }
 
 static void test_t4(void **state) {
         Node *n = node_new("470.06.02", 11040);
-        node_add_gpu(n, "0000:3b:00.0", &T4, GPU_MIG_DISABLED);
+        node_add_gpu(n, "0000:3b:00.0", &T4, LABEL_MIG_DISABLED);
         n->in.machine = "ProLiant DL380 Gen10";
         n->in.kernel_release = "5.15.0-105-generic";
         check(n, "t4", NULL);
@@ -490,15 +480,15 @@ static void test_t4(void **state) {
 
 static void test_b200(void **state) {
         Node *n = node_new("570.86", 12080);
-        gpu_add_migs(node_add_gpu(n, "0000:1b:00.0", &B200, GPU_MIG_ENABLED), &B200_1G23, 7);
+        gpu_add_migs(node_add_gpu(n, "0000:1b:00.0", &B200, LABEL_MIG_ENABLED), &B200_1G23, 7);
         n->in.machine = "DGX B200";
-        n->in.mig_strategy = MIG_STRATEGY_MIXED;
+        n->in.mig_strategy = LABEL_MIG_STRATEGY_MIXED;
         check(n, "b200-mixed", NULL);
 }
 
 static void test_driver_without_rev(void **state) {
         Node *n = node_new("570.86", 12080);
-        node_add_gpu(n, "0000:18:00.0", &H100, GPU_MIG_DISABLED);
+        node_add_gpu(n, "0000:18:00.0", &H100, LABEL_MIG_DISABLED);
         check(n, "driver-570", NULL);
 }
 
@@ -506,8 +496,8 @@ static void test_driver_without_rev(void **state) {
  * it); a second GPU without the capability changes nothing; a vGPU without the record says present. */
 static void test_vgpu_guest(void **state) {
         Node *n = node_new("550.127.05", 12040);
-        node_add_gpu(n, "0000:02:00.0", &A100, GPU_MIG_DISABLED);
-        node_add_gpu(n, "0000:03:00.0", &A100, GPU_MIG_DISABLED);
+        node_add_gpu(n, "0000:02:00.0", &A100, LABEL_MIG_DISABLED);
+        node_add_gpu(n, "0000:03:00.0", &A100, LABEL_MIG_DISABLED);
         n->pci[1].vgpu = true;
         n->pci[1].vgpu_host_driver_version = (char *) "550.127.05";
         n->pci[1].vgpu_host_driver_branch = (char *) "r550_00";
@@ -528,12 +518,12 @@ static void test_no_gpu(void **state) {
 }
 
 static void test_nvml_down(void **state) {
-        Node *n = hgx_h100(GPU_MIG_DISABLED);
+        Node *n = hgx_h100(LABEL_MIG_DISABLED);
         n->in.nvml = NULL;
         n->in.agent_state = "degraded";
         /* None of these needs NVML, so they are written anyway; MIG strategy and sharing are not. */
-        n->in.mig_strategy = MIG_STRATEGY_MIXED;
-        n->in.sharing = SHARING_TIME_SLICING;
+        n->in.mig_strategy = LABEL_MIG_STRATEGY_MIXED;
+        n->in.sharing = LABEL_SHARING_TIME_SLICING;
         n->in.replicas = 4;
         check(n, "nvml-down", NULL);
 }
@@ -541,23 +531,23 @@ static void test_nvml_down(void **state) {
 /* NVML's product names are remembered while it answers and used once it does not: gpu.product keeps
  * GFD's name instead of falling back to the pci.ids one, so nodeSelectors do not flap. */
 static void test_nvml_down_known_products(void **state) {
-        Node *n = hgx_h100(GPU_MIG_DISABLED);
+        Node *n = hgx_h100(LABEL_MIG_DISABLED);
         LabelKnownProduct *known = NULL;
         size_t n_known = 0;
         bool changed = false;
 
-        assert_int_equal(label_known_products_update(&known, &n_known, &n->inv, &n->nvml, &changed), 0);
+        assert_int_equal(label_known_products_update(&known, &n_known, n->pci, n->in.n_pci_gpus, &n->nvml, &changed), 0);
         assert_true(changed);
         assert_int_equal(n_known, 8);
         assert_string_equal(known[0].address, "0000:18:00.0");
         assert_int_equal(known[0].device_id, 0x2330);
         assert_string_equal(known[0].product, "NVIDIA-H100-80GB-HBM3");
         /* The same answer again: nothing to write. */
-        assert_int_equal(label_known_products_update(&known, &n_known, &n->inv, &n->nvml, &changed), 0);
+        assert_int_equal(label_known_products_update(&known, &n_known, n->pci, n->in.n_pci_gpus, &n->nvml, &changed), 0);
         assert_false(changed);
         /* NVML stops listing GPU 7 (fell off the bus): its entry stays while PCI still shows it. */
         n->nvml.n_gpus = 7;
-        assert_int_equal(label_known_products_update(&known, &n_known, &n->inv, &n->nvml, &changed), 0);
+        assert_int_equal(label_known_products_update(&known, &n_known, n->pci, n->in.n_pci_gpus, &n->nvml, &changed), 0);
         assert_false(changed);
         assert_int_equal(n_known, 8);
 
@@ -575,7 +565,7 @@ static void test_nvml_down_known_products(void **state) {
                 "numerous); gpu.count and gpu.product leave out NVIDIA-H200-SXM-141GB (1 GPU).", NULL });
         /* … and the update drops it. */
         n->nvml.n_gpus = 0;
-        assert_int_equal(label_known_products_update(&known, &n_known, &n->inv, &n->nvml, &changed), 0);
+        assert_int_equal(label_known_products_update(&known, &n_known, n->pci, n->in.n_pci_gpus, &n->nvml, &changed), 0);
         assert_true(changed);
         assert_int_equal(n_known, 7);
         label_known_products_free(known, n_known);
@@ -584,15 +574,15 @@ static void test_nvml_down_known_products(void **state) {
 
 static void test_nvml_no_gpus(void **state) {
         /* Every GPU bound to vfio-pci: NVML runs but lists none; the PCI view still labels them. */
-        Node *n = hgx_h100(GPU_MIG_DISABLED);
+        Node *n = hgx_h100(LABEL_MIG_DISABLED);
         n->nvml.n_gpus = 0;
         check(n, "nvml-no-gpus", NULL);
 }
 
 static void test_garbage(void **state) {
         Node *n = node_new("5x0.1", 0);
-        GpuInfo *g0 = node_add_gpu(n, "0000:18:00.0", &H100, GPU_MIG_ENABLED);
-        GpuInfo *g1 = node_add_gpu(n, "0000:2a:00.0", &H100, GPU_MIG_DISABLED);
+        LabelNvmlGpu *g0 = node_add_gpu(n, "0000:18:00.0", &H100, LABEL_MIG_ENABLED);
+        LabelNvmlGpu *g1 = node_add_gpu(n, "0000:2a:00.0", &H100, LABEL_MIG_DISABLED);
         g0->name = (char *) "";
         g1->name = NULL;
         /* Neither GPU of the model knows its memory or compute capability: those labels go. */
@@ -600,10 +590,10 @@ static void test_garbage(void **state) {
         g0->cc_major = g0->cc_minor = -1;
         g1->memory_total_bytes = 0;
         g1->cc_major = g1->cc_minor = -1;
-        MigDeviceInfo *d = gpu_add_mig(g0, &H100_1G10);
+        LabelMigDevice *d = gpu_add_mig(g0, &H100_1G10);
         d->memory_mib = 0;
         gpu_add_mig(g0, &H100_1G10)->profile = NULL;
-        n->in.mig_strategy = MIG_STRATEGY_MIXED;
+        n->in.mig_strategy = LABEL_MIG_STRATEGY_MIXED;
         n->in.machine = "(\t)";
         n->in.kernel_release = "6.6.31+rpt-rpi-v8";
         check(n, "garbage",
@@ -629,7 +619,7 @@ static void test_garbage_name_same_ids(void **state) {
         /* One bad name on a node of identical GPUs: the GPU takes the name of a GPU with the same PCI ids,
          * so the node still has 8 GPUs of one model (not 7 + 1 named from pci.ids). The GPU that knows
          * nothing else either does not cost the model its memory or compute capability. */
-        Node *n = hgx_h100(GPU_MIG_DISABLED);
+        Node *n = hgx_h100(LABEL_MIG_DISABLED);
         for (size_t i = 0; i < 8; i++) {
                 n->pci[i].subsystem_vendor_id = 0x10de;
                 n->pci[i].subsystem_device_id = 0x16c1;
@@ -650,9 +640,9 @@ static void test_garbage_name_same_ids(void **state) {
 static void test_garbage_name_other_ids(void **state) {
         /* Another subsystem is another board: no borrowed name, the pci.ids one as before. */
         Node *n = node_new("550.54.15", 12040);
-        node_add_gpu(n, "0000:18:00.0", &H100, GPU_MIG_DISABLED);
-        node_add_gpu(n, "0000:2a:00.0", &H100, GPU_MIG_DISABLED)->name = NULL;
-        node_add_gpu(n, "0000:3a:00.0", &H100, GPU_MIG_DISABLED);
+        node_add_gpu(n, "0000:18:00.0", &H100, LABEL_MIG_DISABLED);
+        node_add_gpu(n, "0000:2a:00.0", &H100, LABEL_MIG_DISABLED)->name = NULL;
+        node_add_gpu(n, "0000:3a:00.0", &H100, LABEL_MIG_DISABLED);
         n->pci[1].subsystem_device_id = 0x1234;
         _cleanup_(label_set_freep) LabelSet *s = NULL;
         _cleanup_strv_free_ char **warnings = NULL;
@@ -673,10 +663,10 @@ static void test_mig_mode_unknown(void **state) {
         /* GPU 1's MIG mode could not be read: labelled as a full GPU, and the user is told what that leaves
          * out. */
         Node *n = node_new("550.54.15", 12040);
-        gpu_add_migs(node_add_gpu(n, "0000:18:00.0", &H100, GPU_MIG_ENABLED), &H100_1G10, 7);
-        GpuInfo *g = node_add_gpu(n, "0000:2a:00.0", &H100, GPU_MIG_DISABLED);
-        g->mig_current = g->mig_pending = _GPU_MIG_MODE_INVALID;
-        n->in.mig_strategy = MIG_STRATEGY_MIXED;
+        gpu_add_migs(node_add_gpu(n, "0000:18:00.0", &H100, LABEL_MIG_ENABLED), &H100_1G10, 7);
+        LabelNvmlGpu *g = node_add_gpu(n, "0000:2a:00.0", &H100, LABEL_MIG_DISABLED);
+        g->mig_current = LABEL_MIG_UNKNOWN;
+        n->in.mig_strategy = LABEL_MIG_STRATEGY_MIXED;
         check_full(&n->in, "mig-mode-unknown",
                    WARNINGS("NVML could not read the MIG mode of GPU 0000:2a:00.0; it is labelled as a full GPU, any "
                             "MIG devices it has are left out of the mig-* labels, and mig.capable does not count "
@@ -684,9 +674,9 @@ static void test_mig_mode_unknown(void **state) {
 
         /* Under none, and as the only GPU: mig.capable is false for want of an answer. */
         n->gpus[0] = *g;
-        n->nvml.n_gpus = n->inv.n_gpus = 1;
+        n->nvml.n_gpus = n->in.n_pci_gpus = 1;
         snprintf(n->gpus[0].pci_address, sizeof n->gpus[0].pci_address, "0000:18:00.0");
-        n->in.mig_strategy = MIG_STRATEGY_NONE;
+        n->in.mig_strategy = LABEL_MIG_STRATEGY_NONE;
         _cleanup_(label_set_freep) LabelSet *s = NULL;
         _cleanup_strv_free_ char **warnings = NULL;
         assert_int_equal(labels_compute(&n->in, &s, &warnings), 0);
@@ -701,7 +691,7 @@ static void test_mig_mode_unknown(void **state) {
 static void test_health_labels(void **state) {
         /* Written only when health is watched (gpu_health set), the count along with it. */
         Node *n = node_new("550.54.15", 12040);
-        node_add_gpu(n, "0000:18:00.0", &H100, GPU_MIG_DISABLED);
+        node_add_gpu(n, "0000:18:00.0", &H100, LABEL_MIG_DISABLED);
         _cleanup_(label_set_freep) LabelSet *s = NULL, *t = NULL;
         _cleanup_strv_free_ char **warnings = NULL, **warnings2 = NULL;
 
@@ -719,7 +709,7 @@ static void test_health_labels(void **state) {
 static void test_unknown_family(void **state) {
         /* A compute capability the table does not know (11.0) is "undefined", not left out. */
         Node *n = node_new("580.65.06", 13000);
-        GpuInfo *g = node_add_gpu(n, "0000:18:00.0", &H100, GPU_MIG_DISABLED);
+        LabelNvmlGpu *g = node_add_gpu(n, "0000:18:00.0", &H100, LABEL_MIG_DISABLED);
         g->name = (char *) "NVIDIA Future GPU";
         g->cc_major = 11;
         check(n, "unknown-family", NULL);
@@ -730,7 +720,7 @@ static void test_unknown_family(void **state) {
 static void test_clique(void **state) {
         Node *n = node_new("570.86", 12080);
         for (size_t i = 0; i < 4; i++) {
-                GpuInfo *g = node_add_gpu(n, hgx8[i], &B200, GPU_MIG_DISABLED);
+                LabelNvmlGpu *g = node_add_gpu(n, hgx8[i], &B200, LABEL_MIG_DISABLED);
                 /* The last GPU is not fabric-attached: it has no say. */
                 if (i < 3)
                         g->clique = (char *) "9e5c04a1-5d7a-4e24-8b7c-0e0c3b1f2d6a.32766";
@@ -742,7 +732,7 @@ static void test_clique(void **state) {
 static void test_clique_disagreed(void **state) {
         Node *n = node_new("570.86", 12080);
         for (size_t i = 0; i < 4; i++) {
-                GpuInfo *g = node_add_gpu(n, hgx8[i], &B200, GPU_MIG_DISABLED);
+                LabelNvmlGpu *g = node_add_gpu(n, hgx8[i], &B200, LABEL_MIG_DISABLED);
                 g->clique = (char *) (i == 2 ? "9e5c04a1-5d7a-4e24-8b7c-0e0c3b1f2d6a.1"
                                              : "9e5c04a1-5d7a-4e24-8b7c-0e0c3b1f2d6a.32766");
         }
@@ -760,11 +750,11 @@ static void test_long_product(void **state) {
         static const char *name =
                 "NVIDIA Hypothetical Accelerator With An Extraordinarily Long Marketing Name 288GB";
         Node *n = node_new("550.54.15", 12040);
-        GpuInfo *g = node_add_gpu(n, "0000:18:00.0", &H100, GPU_MIG_ENABLED);
+        LabelNvmlGpu *g = node_add_gpu(n, "0000:18:00.0", &H100, LABEL_MIG_ENABLED);
         g->name = (char *) name;
         gpu_add_mig(g, &H100_1G10);
-        n->in.mig_strategy = MIG_STRATEGY_MIXED;
-        n->in.sharing = SHARING_TIME_SLICING;
+        n->in.mig_strategy = LABEL_MIG_STRATEGY_MIXED;
+        n->in.sharing = LABEL_SHARING_TIME_SLICING;
         n->in.replicas = 2;
         /* The suffixes stay whole; the model part is cut and a hash of the full value keeps it unique. */
         check(n, "long-product",

@@ -151,23 +151,19 @@ static void test_sanitize(void **state) {
         check_sanitize("(())", "");
 }
 
-static PciDevice gpu(const char *address, uint16_t device_id, uint32_t class_code, const char *name) {
-        PciDevice d = {
-                .kind = PCI_KIND_GPU,
+static LabelPciGpu gpu(const char *address, uint16_t device_id, uint32_t class_code, const char *name) {
+        LabelPciGpu d = {
                 .vendor_id = 0x10de,
                 .device_id = device_id,
                 .class_code = class_code,
                 .name = (char *) name,
-                .numa_node = -1,
-                .iommu_group = -1,
-                .driver = (char *) "nvidia",
         };
         snprintf(d.address, sizeof d.address, "%s", address);
         return d;
 }
 
 static void check_product(const char *name, uint16_t device_id, const char *want) {
-        PciDevice d = gpu("0000:01:00.0", device_id, 0x030200, name);
+        LabelPciGpu d = gpu("0000:01:00.0", device_id, 0x030200, name);
         _cleanup_free_ char *p = label_product_from_pci(&d);
         assert_non_null(p);
         assert_string_equal(p, want);
@@ -196,10 +192,10 @@ static const char *warning_containing(char **warnings, const char *needle) {
         return NULL;
 }
 
-static void compute(PciDevice *gpus, size_t n, const char *machine, LabelSet **ret, char ***warnings) {
-        Inventory inv = { .gpus = gpus, .n_gpus = n };
-        LabelInput in = {
-                .inventory = &inv,
+static void compute(LabelPciGpu *gpus, size_t n, const char *machine, LabelSet **ret, char ***warnings) {
+                LabelInput in = {
+                .pci_gpus = gpus,
+                .n_pci_gpus = n,
                 .machine = machine,
                 .agent_state = "ready",
                 .version = "0.1.0",
@@ -209,7 +205,7 @@ static void compute(PciDevice *gpus, size_t n, const char *machine, LabelSet **r
 }
 
 static void test_compute_hgx(void **state) {
-        PciDevice g[8];
+        LabelPciGpu g[8];
         _cleanup_(label_set_freep) LabelSet *s = NULL;
         _cleanup_strv_free_ char **warnings = NULL;
         static const char *addr[] = { "0000:18:00.0", "0000:2a:00.0", "0000:3a:00.0", "0000:5d:00.0",
@@ -217,8 +213,8 @@ static void test_compute_hgx(void **state) {
 
         for (size_t i = 0; i < 8; i++)
                 g[i] = gpu(addr[i], 0x2330, 0x030200, "GH100 [H100 SXM5 80GB]");
-        /* A GPU passed through to a VM is still one of the node's GPUs. */
-        g[7].driver = (char *) "vfio-pci";
+        /* g[7] may be one passed through to a VM (vfio-pci): the daemon lists every GPU PCI sees, and
+         * each counts as one of the node's GPUs (LabelPciGpu has no driver to tell them apart). */
 
         compute(g, 8, "DGX H100", &s, &warnings);
         assert_null(warnings);
@@ -240,7 +236,7 @@ static void test_compute_hgx(void **state) {
 }
 
 static void check_mode(uint32_t c1, uint32_t c2, const char *want) {
-        PciDevice g[2] = {
+        LabelPciGpu g[2] = {
                 gpu("0000:01:00.0", 0x26b9, c1, "AD102GL [L40S]"),
                 gpu("0000:02:00.0", 0x26b9, c2, "AD102GL [L40S]"),
         };
@@ -259,7 +255,7 @@ static void test_mode(void **state) {
 }
 
 static void test_machine(void **state) {
-        PciDevice g[1] = { gpu("0000:01:00.0", 0x26b9, 0x030200, "AD102GL [L40S]") };
+        LabelPciGpu g[1] = { gpu("0000:01:00.0", 0x26b9, 0x030200, "AD102GL [L40S]") };
         static const char *cases[][2] = {
                 { NULL, "unknown" },
                 { "", "unknown" },
@@ -290,7 +286,7 @@ static void test_machine(void **state) {
 static void test_heterogeneous(void **state) {
         _cleanup_(label_set_freep) LabelSet *s = NULL;
         _cleanup_strv_free_ char **warnings = NULL;
-        PciDevice g[5] = {
+        LabelPciGpu g[5] = {
                 gpu("0000:01:00.0", 0x2330, 0x030200, "GH100 [H100 SXM5 80GB]"),
                 gpu("0000:02:00.0", 0x20f1, 0x030200, "GA100 [A100 PCIe 40GB]"),
                 gpu("0000:03:00.0", 0x20f1, 0x030200, "GA100 [A100 PCIe 40GB]"),
@@ -313,7 +309,7 @@ static void test_heterogeneous(void **state) {
 static void test_heterogeneous_tie(void **state) {
         /* 2 + 2: the model whose first GPU has the lowest PCI address wins, even when it is not listed
          * first. */
-        PciDevice g[4] = {
+        LabelPciGpu g[4] = {
                 gpu("0000:20:00.0", 0x20f1, 0x030200, "GA100 [A100 PCIe 40GB]"),
                 gpu("0000:10:00.0", 0x2330, 0x030200, "GH100 [H100 SXM5 80GB]"),
                 gpu("0000:30:00.0", 0x20f1, 0x030200, "GA100 [A100 PCIe 40GB]"),
@@ -325,7 +321,7 @@ static void test_heterogeneous_tie(void **state) {
                 _cleanup_strv_free_ char **warnings = NULL;
                 if (round == 1) {
                         /* Swap listing order: the choice must not change. */
-                        PciDevice t = g[0];
+                        LabelPciGpu t = g[0];
                         g[0] = g[1];
                         g[1] = t;
                 }
@@ -344,7 +340,7 @@ static void test_long_product(void **state) {
         char *values[3] = {};
 
         for (size_t i = 0; i < 3; i++) {
-                PciDevice g[1] = { gpu("0000:01:00.0", 0x3001, 0x030200, i == 1 ? long2 : long1) };
+                LabelPciGpu g[1] = { gpu("0000:01:00.0", 0x3001, 0x030200, i == 1 ? long2 : long1) };
                 _cleanup_(label_set_freep) LabelSet *s = NULL;
                 _cleanup_strv_free_ char **warnings = NULL;
 
@@ -375,7 +371,7 @@ static void test_long_product(void **state) {
         /* Exactly 63 characters is left alone. */
         _cleanup_free_ char *name = NULL, *pad = repeat('x', 63 - strlen("NVIDIA-"));
         assert_true(asprintf(&name, "GX [%s]", pad) > 0);
-        PciDevice g[1] = { gpu("0000:01:00.0", 0x3001, 0x030200, name) };
+        LabelPciGpu g[1] = { gpu("0000:01:00.0", 0x3001, 0x030200, name) };
         _cleanup_(label_set_freep) LabelSet *s = NULL;
         _cleanup_strv_free_ char **warnings = NULL;
         compute(g, 1, "x", &s, &warnings);
@@ -392,7 +388,7 @@ static void test_no_gpu(void **state) {
         assert_null(warnings);
         s = label_set_free(s);
 
-        LabelInput in = { .inventory = NULL, .agent_state = "ready", .version = "0.1.0" };
+        LabelInput in = { .agent_state = "ready", .version = "0.1.0" };
         assert_int_equal(labels_compute(&in, &s, NULL), 0);
         assert_int_equal(s->n, 0);
 }
