@@ -86,6 +86,9 @@ def write_class(symbol):
     for name, rx in WRITES:
         if rx.search(symbol):
             return name
+    # The health watcher's event set (nvmlEventSetCreate/Wait/Free, RegisterEvents) changes no GPU state.
+    if symbol.startswith("nvmlEventSet") or symbol == "nvmlDeviceRegisterEvents":
+        return None
     if "Create" in symbol or "Destroy" in symbol or "Set" in symbol:
         raise BenchError("NVML call %s is neither a read nor a write this bench knows; add it to WRITES" % symbol)
     return None

@@ -44,6 +44,7 @@ void mig_gpu_run_done(MigGpuRun *run) {
         if (!run)
                 return;
         free(run->created);
+        free(run->gi_handles);
         *run = (MigGpuRun) {};
 }
 
@@ -199,6 +200,7 @@ static int run_step(GpuNvml *n, MigGpuRun *run, size_t i, MigJournal *j, char **
                 }
                 if (r >= 0) {
                         run->created[i] = gi_info.id;
+                        run->gi_handles[i] = gi;
                         rj = j ? mig_journal_step(j, run->plan->pci_address, s, gi_info.id, 0, 0) : 0;
                         if (rj < 0)
                                 return rj;
@@ -209,7 +211,11 @@ static int run_step(GpuNvml *n, MigGpuRun *run, size_t i, MigJournal *j, char **
         case MIG_STEP_CREATE_CI: {
                 unsigned gi_id = step_gi(run, s);
 
-                r = gpu_nvml_device_get_gpu_instance_by_id(n, run->device, gi_id, &gi);
+                /* The GI this process just created: its handle is at hand. */
+                if (s->gi_step >= 0 && (size_t) s->gi_step < run->plan->n_steps && run->gi_handles[s->gi_step])
+                        gi = run->gi_handles[s->gi_step];
+                else
+                        r = gpu_nvml_device_get_gpu_instance_by_id(n, run->device, gi_id, &gi);
                 if (r >= 0)
                         r = gpu_nvml_gpu_instance_create_compute_instance(n, gi, s->profile_id, &ci);
                 if (r >= 0) {
@@ -372,7 +378,12 @@ int mig_gpu_steps_job(GpuNvml *n, void *userdata, struct WireBuf *out, char **re
         /* What the GPU has now: for the result line, a halt record, and the plan back to the layout
          * before when the daemon asked for one (a failure it will roll back). With the GPU's state from
          * before the apply, only what these steps can have changed is read again. */
-        if (job->known && job->known->n_gi_profiles > 0) /* a full read (a journal's record has no table) */
+        if (job->derive && !job->read_only && r >= 0 && job->known && job->known->n_gi_profiles > 0 &&
+            mig_state_after_steps(job->known, run.plan, run.next, run.created, r == MIG_GPU_RUN_NEEDS_RESET, &now) >= 0)
+                /* Every step succeeded: NVML answered each write (a create with the new instance's id), so
+                 * the layout is known without reading the GPU again. */
+                rr = 0;
+        else if (job->known && job->known->n_gi_profiles > 0) /* a full read (a journal's record has no table) */
                 rr = read_layout_after(n, job->known, run.plan, &now, &rollback_error);
         else
                 rr = mig_state_read_gpu(n, run.plan->pci_address, run.plan->gpu, &now, &rollback_error);
@@ -457,8 +468,12 @@ int mig_gpu_run_prepare(const MigGpuPlan *plan, MigGpuRun *ret) {
         MigGpuRun run = { .plan = plan };
 
         run.created = calloc(plan->n_steps ?: 1, sizeof *run.created);
-        if (!run.created)
+        run.gi_handles = calloc(plan->n_steps ?: 1, sizeof *run.gi_handles);
+        if (!run.created || !run.gi_handles) {
+                free(run.created);
+                free(run.gi_handles);
                 return -ENOMEM;
+        }
         *ret = run;
         return 0;
 }

@@ -242,6 +242,7 @@ static int run_steps(MigApply *a, MigGpuRun *run, bool read_only, char **ret_err
                 .restore_to = !a->rolling_back && !a->o.restore ? before_of(a, p) : NULL,
                 .known = before_of(a, p),
                 .read_only = read_only,
+                .derive = !a->rolling_back,
         };
         r = start_job(a, mig_gpu_steps_job, &a->job, on_steps_done, (int) p->gpu);
         if (r < 0) {

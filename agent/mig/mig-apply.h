@@ -97,6 +97,8 @@ typedef struct MigGpuRun {
         nvmlDevice_t device;
         size_t next;                /* the next step */
         unsigned *created;          /* per step: id of the GI (CREATE_GI) or CI (CREATE_CI) it created */
+        nvmlGpuInstance_t *gi_handles; /* per CREATE_GI step: the handle NVML gave, for the CIs created in it by
+                                     * the same process (NULL when made elsewhere: looked up by id) */
         bool wrote;                 /* an NVML write succeeded */
         bool mode_changed;
 } MigGpuRun;
@@ -128,6 +130,9 @@ typedef struct MigGpuStepsJob {
         const MigGpuState *known;   /* the GPU as read before the apply (NULL: unknown): the read after the
                                      * steps then covers only what they can have changed */
         bool read_only;
+        bool derive;                /* known is the state the run's plan starts from (not a rollback's): when
+                                     * every step succeeds, the layout after is derived from known and the
+                                     * steps' answers instead of read */
 } MigGpuStepsJob;
 
 typedef struct MigGpuStepsAnswer {

@@ -35,6 +35,15 @@ int mig_state_read(GpuNvml *n, char *const *pci_addresses, MigGpuState **ret, si
 int mig_state_read_layout(GpuNvml *n, const MigGpuState *known, const unsigned *gi_profile_ids, size_t n_gi_profile_ids,
                           const unsigned *ci_profile_ids, size_t n_ci_profile_ids, MigGpuState *ret, char **ret_error);
 
+/* The GPU as known was before the first n_done steps of plan ran, all of them successfully: derived, no
+ * NVML call. created[i] is the id NVML gave the GI (CREATE_GI) or CI (CREATE_CI) of step i;
+ * mode_waits_for_reset: the run stopped after its SET_MODE because the change waits for a GPU reset.
+ * What the steps wrote is what NVML answered for (a create answers the new instance's id with its info), so
+ * the applier need not read the GPU again to report it. -ENOENT when a step names a GI neither known nor
+ * created (the caller reads the GPU instead). */
+int mig_state_after_steps(const MigGpuState *known, const MigGpuPlan *plan, size_t n_done, const unsigned *created,
+                          bool mode_waits_for_reset, MigGpuState *ret);
+
 /* Number of compute processes on the GPU. */
 int mig_state_processes(GpuNvml *n, nvmlDevice_t d, unsigned *ret);
 
