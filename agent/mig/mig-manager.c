@@ -52,6 +52,9 @@ struct MigManager {
                 const MigConfig *config;
                 MigJournalContents *journal;
                 char **addresses;         /* what is read (index = position) */
+                MigPlan *built;           /* the plan, while the GPUs it changes are checked for processes */
+                MigGpuState *states;      /* the states it was made from (the apply takes them) */
+                size_t n_states;
                 sd_event_source *defer;   /* delivers a refusal from the next iteration */
                 MigApplyOutcome refusal;
                 char *refusal_message;
@@ -94,6 +97,8 @@ static void plan_done(MigManager *mm) {
         mig_config_file_free(mm->plan.cf);
         mig_journal_contents_free(mm->plan.journal);
         strv_free(mm->plan.addresses);
+        mig_plan_free(mm->plan.built);
+        mig_gpu_states_free(mm->plan.states, mm->plan.n_states);
         sd_event_source_disable_unref(mm->plan.defer);
         free(mm->plan.refusal_message);
         free(mm->plan.prev_name);
@@ -350,8 +355,79 @@ static void plan_refuse(MigManager *mm, int r, char *message) {
         plan_deliver(mm, (MigApplyOutcome) { .error = r, .state = "failed", .refused = true }, message);
 }
 
+static void plan_start(MigManager *mm, MigPlan *plan_in, MigGpuState *states, size_t n_states);
+
+static void on_busy_read(GpuNvmlWorker *w, int r, const uint8_t *data, size_t len, const char *error,
+                         void *userdata) {
+        MigManager *mm = userdata;
+        MigPlan *plan = TAKE_PTR(mm->plan.built);
+        MigGpuState *states = TAKE_PTR(mm->plan.states);
+        size_t n_states = mm->plan.n_states;
+        _cleanup_free_ unsigned *procs = NULL;
+
+        mm->plan.n_states = 0;
+        if (!mm->plan.active || mm->plan.defer || !plan) {
+                mig_plan_free(plan);
+                mig_gpu_states_free(states, n_states);
+                return;
+        }
+        if (r >= 0 && (r = mig_busy_job_result(data, len, plan->n_gpus, &procs)) < 0)
+                error = "the NVML worker sent a malformed answer";
+        if (r < 0) {
+                mig_plan_free(plan);
+                mig_gpu_states_free(states, n_states);
+                plan_refuse(mm, r, strprintf("Checking the GPUs for compute processes before the MIG change failed: "
+                                             "%s; nothing was changed", strna(error)));
+                return;
+        }
+        for (size_t i = 0; i < plan->n_gpus; i++) {
+                MigGpuState *g = (MigGpuState *) mig_state_find(states, n_states, plan->gpus[i].pci_address);
+                if (g)
+                        g->busy = procs[i] > 0;
+        }
+        plan_start(mm, plan, states, n_states);
+}
+
 static void plan_with_states(MigManager *mm, MigGpuState *states, size_t n_states) {
         _cleanup_(mig_plan_freep) MigPlan *plan = NULL;
+        _cleanup_free_ char *error = NULL;
+        _cleanup_strv_free_ char **busy_addresses = NULL;
+        int r;
+
+        r = mig_plan_build(mm->plan.config, states, n_states, &plan, &error);
+        if (r < 0) {
+                mig_gpu_states_free(states, n_states);
+                plan_refuse(mm, r, TAKE_PTR(error));
+                return;
+        }
+        if (mm->plan.force || plan->n_gpus == 0) {
+                plan_start(mm, TAKE_PTR(plan), states, n_states);
+                return;
+        }
+        /* Compute processes matter only on the GPUs the plan changes: asked for those alone, now, on the
+         * MIG reader (a re-apply that changes nothing asks none). */
+        for (size_t i = 0; i < plan->n_gpus; i++)
+                if (strv_extend(&busy_addresses, plan->gpus[i].pci_address) < 0) {
+                        mig_gpu_states_free(states, n_states);
+                        plan_refuse(mm, -ENOMEM, NULL);
+                        return;
+                }
+        mm->plan.built = TAKE_PTR(plan);
+        mm->plan.states = states;
+        mm->plan.n_states = n_states;
+        r = manager_nvml_read_async(mm->manager, busy_addresses, mig_busy_job, on_busy_read, mm, &error);
+        if (r < 0) {
+                mm->plan.built = mig_plan_free(mm->plan.built);
+                mig_gpu_states_free(mm->plan.states, mm->plan.n_states);
+                mm->plan.states = NULL;
+                mm->plan.n_states = 0;
+                plan_refuse(mm, r, strprintf("Checking the GPUs for compute processes before the MIG change failed: "
+                                             "%s; nothing was changed", strna(error)));
+        }
+}
+
+static void plan_start(MigManager *mm, MigPlan *plan_in, MigGpuState *states, size_t n_states) {
+        _cleanup_(mig_plan_freep) MigPlan *plan = plan_in;
         _cleanup_free_ char *journal = NULL, *error = NULL;
         _cleanup_free_ char *name = strdup(mm->plan.name);
         bool force = mm->plan.force, request = mm->plan.request;
@@ -360,12 +436,6 @@ static void plan_with_states(MigManager *mm, MigGpuState *states, size_t n_state
         if (!name) {
                 mig_gpu_states_free(states, n_states);
                 plan_refuse(mm, -ENOMEM, NULL);
-                return;
-        }
-        r = mig_plan_build(mm->plan.config, states, n_states, &plan, &error);
-        if (r < 0) {
-                mig_gpu_states_free(states, n_states);
-                plan_refuse(mm, r, TAKE_PTR(error));
                 return;
         }
         free(mm->unmanaged);

@@ -477,7 +477,7 @@ int mig_state_read_gpu(GpuNvml *n, const char *pci_address, unsigned index, MigG
         nvmlDevice_t d = NULL;
         GpuNvmlCached *c;
         MigModelFacts *facts;
-        unsigned current = 0, pending = 0, procs = 0;
+        unsigned current = 0, pending = 0;
         int r;
 
         assert(n);
@@ -525,10 +525,8 @@ int mig_state_read_gpu(GpuNvml *n, const char *pci_address, unsigned index, MigG
         if (!g.model)
                 return -ENOMEM;
 
-        r = mig_state_processes(n, d, &procs);
-        if (r < 0)
-                return failed(n, pci_address, r, ret_error);
-        g.busy = procs > 0;
+        /* Compute processes are not asked here: only the GPUs a plan changes are asked, just before the
+         * apply (mig_busy_job()); a read that plans nothing (or only shows) does not need them. */
 
         r = gpu_nvml_device_get_mig_mode(n, d, &current, &pending);
         if (r == -EOPNOTSUPP) {

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* Owns reading the MIG state of GPUs through NVML into MigGpuState (mig-types.h): MIG mode current and
  * pending, the GPU and compute instances that exist, the GPU instance profiles each GPU reports (ids,
- * canonical names, possible placements, instance limits, compute instance profiles), and whether compute
- * processes run; the GI profile table is kept per GPU model for the life of the NVML handle. Also the
+ * canonical names, possible placements, instance limits, compute instance profiles) — not whether compute
+ * processes run (mig_state_processes(), asked only for the GPUs a plan changes); the GI profile table is kept per GPU model for the life of the NVML handle. Also the
  * layout helpers the applier and the journal share: copying and comparing the part of a state that an
  * apply changes. Library code: negative errno plus a sentence, no logging. */
 #pragma once

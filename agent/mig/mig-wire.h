@@ -15,3 +15,9 @@ struct WireBuf;
 int mig_states_job(GpuNvml *n, void *userdata, struct WireBuf *out, char **ret_error);
 /* -EBADMSG for a malformed answer. */
 int mig_states_job_result(const uint8_t *data, size_t len, MigGpuState **ret, size_t *ret_n);
+
+/* The compute processes on the GPUs at the PCI addresses userdata names (a strv, in order): asked only for
+ * the GPUs a plan changes, just before the apply, on the MIG reader. mig_busy_job_result() checks that
+ * there is one count per address. A GPU NVML does not list counts 0 (the apply names it). */
+int mig_busy_job(GpuNvml *n, void *userdata, struct WireBuf *out, char **ret_error);
+int mig_busy_job_result(const uint8_t *data, size_t len, size_t n_expected, unsigned **ret);

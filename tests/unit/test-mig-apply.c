@@ -482,8 +482,8 @@ static void test_model_facts_cached(void **state) {
          * and per GPU two jobs (the A100's mode change waits for a reset between them), each with its
          * nvmlInit/nvmlShutdown, its steps and a re-read of only what its steps can have changed.
          *
-         * A re-apply that changes nothing reads, per A100 in all-balanced, 17 facts with a warm MIG reader:
-         * processes, MIG mode (PCI ids, name and memory size are kept per handle); GetGpuInstances for 3 profiles (1g.5gb, 2g.10gb, 3g.20gb: the GIs
+         * A re-apply that changes nothing reads, per A100 in all-balanced, 16 facts with a warm MIG reader
+         * (compute processes are asked only for the GPUs a plan changes: none here): MIG mode (PCI ids, name and memory size are kept per handle); GetGpuInstances for 3 profiles (1g.5gb, 2g.10gb, 3g.20gb: the GIs
          * found then hold every memory slice, so the other 4 profiles cannot have a GI and are not asked);
          * 4 GI infos; 4 GetComputeInstances (the largest CI profile of a GI first: a CI of the GI's full
          * size uses all of its slices); 4 CI infos. A fresh MIG reader (a new NVML handle) adds PCI info,
@@ -497,8 +497,8 @@ static void test_model_facts_cached(void **state) {
         second = apply_noop_calls(f, "all-balanced");
         printf("# re-apply: %u NVML calls with a new MIG reader, %u with a warm one\n", (unsigned) first,
                (unsigned) second);
-        assert_int_equal(second, 8 * 17);
-        assert_int_equal(first, 1 + 17 + 46 + 8 * 20);
+        assert_int_equal(second, 8 * 16);
+        assert_int_equal(first, 1 + 17 + 46 + 8 * 19);
 
         /* What a read reports is the same from the tables as from NVML, on every GPU. */
         reader_states(f, &warm);
