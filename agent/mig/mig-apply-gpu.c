@@ -86,6 +86,22 @@ static int find_ci(GpuNvml *n, nvmlGpuInstance_t gi, unsigned ci_id, nvmlCompute
         return -ENOENT;
 }
 
+/* Any compute instance of a CI profile in gi (the planning read counts CIs per profile, without their ids:
+ * which of equal CIs goes does not matter). */
+static int find_ci_of_profile(GpuNvml *n, nvmlGpuInstance_t gi, unsigned ci_profile_id, nvmlComputeInstance_t *ret) {
+        nvmlComputeInstance_t cis[MAX_CIS];
+        unsigned count = ELEMENTSOF(cis);
+        int r;
+
+        r = gpu_nvml_gpu_instance_get_compute_instances(n, gi, ci_profile_id, cis, &count);
+        if (r < 0)
+                return r;
+        if (count == 0)
+                return -ENOENT;
+        *ret = cis[0];
+        return 0;
+}
+
 static char *step_failed(GpuNvml *n, const MigGpuRun *run, const MigStep *s, const char *what) {
         /* A rollback's steps come from a recorded layout, which knows profile ids, not names. */
         const char *p = s->profile ? s->profile : "", *sp = *p ? " " : "";
@@ -98,6 +114,10 @@ static char *step_failed(GpuNvml *n, const MigGpuRun *run, const MigStep *s, con
                 return strprintf("GPU %u (%s): the MIG mode change is still not active: %s", run->plan->gpu,
                                  run->plan->pci_address, what);
         case MIG_STEP_DESTROY_CI:
+                if (s->ci_id == MIG_CI_ID_UNKNOWN)
+                        return strprintf("GPU %u (%s): destroying a compute instance%s%s (CI profile id %u) of GPU "
+                                         "instance %u failed: %s", run->plan->gpu, run->plan->pci_address, sp, p,
+                                         s->profile_id, s->gi_id, what);
                 return strprintf("GPU %u (%s): destroying compute instance %u of GPU instance %u failed: %s",
                                  run->plan->gpu, run->plan->pci_address, s->ci_id, s->gi_id, what);
         case MIG_STEP_DESTROY_GI:
@@ -167,7 +187,8 @@ static int run_step(GpuNvml *n, MigGpuRun *run, size_t i, MigJournal *j, char **
         case MIG_STEP_DESTROY_CI:
                 r = gpu_nvml_device_get_gpu_instance_by_id(n, run->device, s->gi_id, &gi);
                 if (r >= 0)
-                        r = find_ci(n, gi, s->ci_id, &ci);
+                        r = s->ci_id == MIG_CI_ID_UNKNOWN ? find_ci_of_profile(n, gi, s->profile_id, &ci)
+                                                          : find_ci(n, gi, s->ci_id, &ci);
                 if (r >= 0)
                         r = gpu_nvml_compute_instance_destroy(n, ci);
                 if (r >= 0) {
@@ -533,7 +554,8 @@ int mig_restore_plan(const MigGpuState *now, const MigGpuState *target, MigGpuPl
                                 continue;
                         for (size_t k = 0; pass == 0 && k < g->n_cis; k++) {
                                 r = add_step(&p, (MigStep) { .kind = MIG_STEP_DESTROY_CI, .gi_id = g->id,
-                                                             .ci_id = g->ci_ids[k], .gi_step = -1 });
+                                                             .ci_id = g->ci_ids[k],
+                                                             .profile_id = g->ci_profile_ids[k], .gi_step = -1 });
                                 if (r < 0)
                                         return r;
                         }

@@ -388,18 +388,15 @@ static int read_cis(GpuNvml *n, nvmlGpuInstance_t handle, MigModelFacts *facts, 
                         continue;
                 if (r < 0)
                         return r;
+                /* The planner needs each CI's profile (the one asked for), not its id: only a destroy does,
+                 * and it takes any CI of the profile (mig-apply-gpu.c). One call per CI saved. */
                 for (unsigned k = 0; k < count && gi->n_cis < MAX_INSTANCES; k++) {
-                        nvmlComputeInstanceInfo_t info = {};
-
-                        r = gpu_nvml_compute_instance_get_info(n, cis[k], &info);
-                        if (r < 0)
-                                return r;
-                        gi->ci_ids[gi->n_cis] = info.id;
-                        gi->ci_profile_ids[gi->n_cis++] = info.profileId;
+                        gi->ci_ids[gi->n_cis] = MIG_CI_ID_UNKNOWN;
+                        gi->ci_profile_ids[gi->n_cis++] = p->ci_profiles[i].id;
                         used += p->ci_profiles[i].slices;
                 }
         }
-        /* By CI id, as nvidia-smi lists them. */
+        /* By CI id, as nvidia-smi lists them (when known). */
         for (size_t i = 1; i < gi->n_cis; i++)
                 for (size_t k = i; k > 0 && gi->ci_ids[k - 1] > gi->ci_ids[k]; k--) {
                         unsigned t = gi->ci_ids[k];

@@ -482,23 +482,25 @@ static void test_model_facts_cached(void **state) {
          * and per GPU two jobs (the A100's mode change waits for a reset between them), each with its
          * nvmlInit/nvmlShutdown, its steps and a re-read of only what its steps can have changed.
          *
-         * A re-apply that changes nothing reads, per A100 in all-balanced, 16 facts with a warm MIG reader
-         * (compute processes are asked only for the GPUs a plan changes: none here): MIG mode (PCI ids, name and memory size are kept per handle); GetGpuInstances for 3 profiles (1g.5gb, 2g.10gb, 3g.20gb: the GIs
-         * found then hold every memory slice, so the other 4 profiles cannot have a GI and are not asked);
-         * 4 GI infos; 4 GetComputeInstances (the largest CI profile of a GI first: a CI of the GI's full
-         * size uses all of its slices); 4 CI infos. A fresh MIG reader (a new NVML handle) adds PCI info,
-         * name and memory per GPU, its nvmlInit, the GPU listing (GetCount, a handle and the PCI info per GPU: 17) and the model's
-         * profile table once (46: 18 GI profile probes — 7 profiles, 10 indices the A100 lacks, the end of
-         * the table —, 7 placement lists, 21 CI profile probes through the first GI of each of the 3
-         * profiles in use). Before: 27 per GPU and the table per GPU (73, 584 a pass). */
+         * A re-apply that changes nothing reads, per A100 in all-balanced, 12 facts with a warm MIG reader
+         * (compute processes are asked only for the GPUs a plan changes: none here): MIG mode (PCI ids, name
+         * and memory size are kept per handle); GetGpuInstances for 3 profiles (1g.5gb, 2g.10gb, 3g.20gb:
+         * the GIs found then hold every memory slice, so the other 4 profiles cannot have a GI and are not
+         * asked); 4 GI infos; 4 GetComputeInstances (the largest CI profile of a GI first: a CI of the GI's
+         * full size uses all of its slices; the CIs' ids are not asked: only a destroy needs one, and it
+         * takes any CI of the profile). A fresh MIG reader (a new NVML handle) adds PCI info, name and memory
+         * per GPU, its nvmlInit, the GPU listing (GetCount, a handle and the PCI info per GPU: 17) and the
+         * model's profile table once (46: 18 GI profile probes — 7 profiles, 10 indices the A100 lacks, the
+         * end of the table —, 7 placement lists, 21 CI profile probes through the first GI of each of the 3
+         * profiles in use). Before: 27 per GPU and the table per GPU (73, 584 a pass), then 17 per GPU. */
         assert_true(change <= 443);
         reopen_nvml(f);
         first = apply_noop_calls(f, "all-balanced");
         second = apply_noop_calls(f, "all-balanced");
         printf("# re-apply: %u NVML calls with a new MIG reader, %u with a warm one\n", (unsigned) first,
                (unsigned) second);
-        assert_int_equal(second, 8 * 16);
-        assert_int_equal(first, 1 + 17 + 46 + 8 * 19);
+        assert_int_equal(second, 8 * 12);
+        assert_int_equal(first, 1 + 17 + 46 + 8 * 15);
 
         /* What a read reports is the same from the tables as from NVML, on every GPU. */
         reader_states(f, &warm);
