@@ -121,6 +121,32 @@ int stage_nvml_run(Manager *m, char **ret_message) {
 
 /* ---- the MIG reader: NVML reads the MIG code needs, in a long-lived worker of its own ---- */
 
+/* Runs in the MIG reader (a fork of the daemon) after it opened NVML: what this pass's snapshot and the PCI
+ * inventory already say about each GPU is not asked again there — its identity (name, memory, PCI ids),
+ * which the MIG reads need, and the static facts a re-read after a MIG change needs. Only when the
+ * reader's NVML is the driver the snapshot was read from (same version; a reload stops the reader). */
+static void reader_seed(GpuNvml *n, void *userdata) {
+        Manager *m = userdata;
+        const NvmlSnapshot *s = m->nvml_snapshot;
+
+        if (!s || !gpu_nvml_seed_system(n, s))
+                return;
+        for (size_t i = 0; i < s->n_gpus; i++) {
+                const GpuInfo *g = &s->gpus[i];
+                uint32_t pci_id = 0, subsystem_id = 0;
+
+                for (size_t k = 0; m->inventory && k < m->inventory->n_gpus; k++) {
+                        const PciDevice *p = &m->inventory->gpus[k];
+                        if (!streq(p->address, g->pci_address))
+                                continue;
+                        pci_id = (uint32_t) p->device_id << 16 | p->vendor_id;
+                        subsystem_id = (uint32_t) p->subsystem_device_id << 16 | p->subsystem_vendor_id;
+                }
+                if (gpu_nvml_seed_gpu(n, g, pci_id, subsystem_id) < 0)
+                        return;
+        }
+}
+
 static int reader_get(Manager *m, char **ret_error) {
         int r;
 
@@ -132,6 +158,7 @@ static int reader_get(Manager *m, char **ret_error) {
                 r = gpu_nvml_worker_new(m->event, &m->nvml_reader);
                 if (r < 0)
                         return r;
+                gpu_nvml_worker_set_seed(m->nvml_reader, reader_seed, m);
         }
         if (gpu_nvml_worker_busy(m->nvml_reader)) {
                 *ret_error = strdup("A MIG read is already running; try again when it has finished.");

@@ -80,8 +80,10 @@ static int send_error(int fd, int r, const char *message) {
 
 int gpu_nvml_worker_main(int fd, void *userdata) {
         WorkerCtx ctx = { .fd = fd };
+        const GpuNvmlSeed *seed = userdata;
         GpuNvml *n = NULL;
         char *library = NULL;
+        bool opened_once = false;
 
         for (;;) {
                 _cleanup_(wire_buf_done) WireBuf out = {};
@@ -131,6 +133,9 @@ int gpu_nvml_worker_main(int fd, void *userdata) {
                                 continue;
                         }
                         library = TAKE_PTR(want);
+                        if (!opened_once && seed && seed->fn)
+                                seed->fn(n, seed->userdata);
+                        opened_once = true;
                 }
 
                 if (fn) {
@@ -199,7 +204,13 @@ struct GpuNvmlWorker {
         int job_gpu;
         GpuNvmlJobDone job_done;
         bool job_stays;           /* a read on the long-lived worker (gpu_nvml_worker_read()): it goes on */
+
+        GpuNvmlSeed seed;         /* for the long-lived worker, read there from its copy of us */
 };
+
+void gpu_nvml_worker_set_seed(GpuNvmlWorker *w, GpuNvmlSeedFunc fn, void *userdata) {
+        w->seed = (GpuNvmlSeed) { .fn = fn, .userdata = userdata };
+}
 
 /* The worker of a job: open, run, answer, exit. */
 static int job_main(int fd, void *userdata) {
@@ -577,7 +588,7 @@ static int send_request(GpuNvmlWorker *w, const char *library, GpuNvmlJobFunc fn
 
         if (!spawn_is_running(w->child) || w->fd < 0) {
                 stop_worker(w);
-                r = start_worker(w, gpu_nvml_worker_main, NULL);
+                r = start_worker(w, gpu_nvml_worker_main, w->seed.fn ? &w->seed : NULL);
                 if (r < 0)
                         return r;
         }

@@ -97,7 +97,19 @@ int gpu_nvml_worker_job(GpuNvmlWorker *w, const char *library, int gpu, uint64_t
 int gpu_nvml_worker_read(GpuNvmlWorker *w, const char *library, char *const *pci_addresses, uint64_t timeout_usec,
                          unsigned n_gpus, GpuNvmlJobFunc fn, GpuNvmlJobDone done, void *userdata);
 
-/* The worker's side: serves requests on fd until EOF. Returns the exit status. */
+/* Facts the daemon already holds, for the long-lived worker: fn runs in the worker (a fork of the daemon,
+ * so it sees the daemon's memory as it was at the fork) right after the worker opened NVML for the first
+ * time — never after a reopen, whose driver may be another — and puts them into n's caches
+ * (gpu_nvml_seed_*()), so that NVML is not asked for them again. */
+typedef void (*GpuNvmlSeedFunc)(GpuNvml *n, void *userdata);
+typedef struct GpuNvmlSeed {
+        GpuNvmlSeedFunc fn;
+        void *userdata;
+} GpuNvmlSeed;
+void gpu_nvml_worker_set_seed(GpuNvmlWorker *w, GpuNvmlSeedFunc fn, void *userdata);
+
+/* The worker's side: serves requests on fd until EOF. userdata: a GpuNvmlSeed or NULL. Returns the exit
+ * status. */
 int gpu_nvml_worker_main(int fd, void *userdata);
 
 /* ---- the wire, shared by both sides (gpu-nvml-wire.c) ---- */

@@ -20,6 +20,7 @@
 #include <cmocka.h>
 
 #include "fileio.h"
+#include "gpu-nvml-worker.h"
 #include "log.h"
 #include "manager.h"
 #include "mig-config.h"
@@ -516,6 +517,65 @@ static void test_model_facts_cached(void **state) {
         }
         mig_gpu_states_free(cold, n_cold);
         mig_gpu_states_free(warm, n_warm);
+        fix_teardown(f);
+}
+
+/* ---- the MIG reader takes what the nvml stage's snapshot already says ---- */
+
+static void on_snapshot_read(GpuNvmlWorker *w, int r, NvmlSnapshot *snap, const char *error, void *userdata) {
+        assert_int_equal(r, 0);
+        *(NvmlSnapshot **) userdata = snap;
+}
+
+/* The snapshot as the nvml stage reads it (in a worker of its own), published as the daemon's. */
+static void publish_snapshot(Fix *f) {
+        _cleanup_(gpu_nvml_worker_freep) GpuNvmlWorker *w = NULL;
+        NvmlSnapshot *snap = NULL;
+
+        assert_int_equal(gpu_nvml_worker_new(f->m->event, &w), 0);
+        assert_int_equal(gpu_nvml_worker_snapshot(w, lib_path, NULL, 0, 8, on_snapshot_read, &snap), 0);
+        for (unsigned i = 0; !snap && i < 3000; i++)
+                assert_true(sd_event_run(f->m->event, 10 * USEC_PER_MSEC) >= 0);
+        assert_non_null(snap);
+        assert_non_null(snap->driver_version);
+        nvml_snapshot_free(f->m->nvml_snapshot);
+        f->m->nvml_snapshot = snap;
+}
+
+static void test_reader_seeded(void **state) {
+        _cleanup_free_ char *desc = node_description("a100-sxm");
+        uint64_t unseeded, seeded, other_driver;
+        Done d = {};
+        Fix *f;
+
+        if (!available())
+                skip();
+        f = fix_setup(desc, NULL);
+        apply_ok(f, "all-balanced", &d);
+        assert_true(d.changed);
+        done_clear(&d);
+
+        /* The empty snapshot of the fixture: nothing to take. Per GPU 12 layout calls (see
+         * test_model_facts_cached) and its PCI info, name and memory. */
+        reopen_nvml(f);
+        unseeded = apply_noop_calls(f, "all-balanced");
+        assert_int_equal(unseeded, 1 + 17 + 46 + 8 * 15);
+
+        /* With the nvml stage's snapshot, a new MIG reader asks the driver version once (is it the
+         * snapshot's driver?) and then neither the name nor the memory size of any GPU. */
+        publish_snapshot(f);
+        reopen_nvml(f);
+        seeded = apply_noop_calls(f, "all-balanced");
+        printf("# re-apply with a new MIG reader: %u NVML calls unseeded, %u seeded\n", (unsigned) unseeded,
+               (unsigned) seeded);
+        assert_int_equal(seeded, 1 + 1 + 17 + 46 + 8 * 13);
+
+        /* A snapshot of another driver than the reader's: nothing of it is taken. */
+        free(f->m->nvml_snapshot->driver_version);
+        assert_non_null(f->m->nvml_snapshot->driver_version = strdup("1.2.3"));
+        reopen_nvml(f);
+        other_driver = apply_noop_calls(f, "all-balanced");
+        assert_int_equal(other_driver, 1 + 1 + 17 + 46 + 8 * 15);
         fix_teardown(f);
 }
 
@@ -1031,6 +1091,7 @@ int main(void) {
         const struct CMUnitTest tests[] = {
                 TEST(test_a100_balanced),
                 TEST(test_model_facts_cached),
+                TEST(test_reader_seeded),
                 TEST(test_all_profiles_h100),
                 TEST(test_all_profiles_h200),
                 TEST(test_all_profiles_a30),
