@@ -62,6 +62,7 @@ typedef struct Manager {
 
         Inventory *inventory;            /* last successful probe, NULL before */
         struct GpuNvmlWorker *nvml_worker; /* the process that runs NVML for the nvml stage (gpu-nvml-worker.h) */
+        struct MigProfileCache *mig_profiles; /* <paths.state>/mig-profiles as loaded for the MIG reader's fork */
         struct GpuNvmlWorker *nvml_reader; /* the MIG reads (before planning, after a change), a worker of
                                           * their own (stage-nvml.c); the daemon never loads NVML itself */
         void (*refresh_cb)(struct Manager *m, int r, const char *error, void *userdata);

@@ -11,6 +11,7 @@
 #include "gpu-nvml-worker.h"
 #include "log.h"
 #include "manager.h"
+#include "mig-cache.h"
 #include "mig-manager.h"
 #include "strv.h"
 
@@ -145,6 +146,20 @@ static void reader_seed(GpuNvml *n, void *userdata) {
                 if (gpu_nvml_seed_gpu(n, g, pci_id, subsystem_id) < 0)
                         return;
         }
+        /* The GI profile tables of earlier reads in this boot, with this driver and these GPUs. */
+        mig_profile_cache_seed(m->mig_profiles, n);
+}
+
+/* Before the MIG reader is forked (again): the profile tables it may take from the state directory. */
+static void reader_load_profiles(Manager *m) {
+        _cleanup_free_ char *why = NULL;
+
+        m->mig_profiles = mig_profile_cache_free(m->mig_profiles);
+        if (mig_profile_cache_load(m->config->paths.state, m->config->paths.proc, m->nvml_snapshot, &m->mig_profiles,
+                                   &why) < 0)
+                log_oom();
+        else if (why)
+                log_info("Not using the MIG profile cache: %s; NVML is asked (and the cache written again).", why);
 }
 
 static int reader_get(Manager *m, char **ret_error) {
@@ -164,6 +179,8 @@ static int reader_get(Manager *m, char **ret_error) {
                 *ret_error = strdup("A MIG read is already running; try again when it has finished.");
                 return -EBUSY;
         }
+        if (gpu_nvml_worker_pid(m->nvml_reader) == 0)
+                reader_load_profiles(m); /* the request forks a new reader */
         return 0;
 }
 

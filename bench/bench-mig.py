@@ -27,6 +27,9 @@ nvmlShutdown is counted as a call.
 Targets (issue 14): the mig stage from MIG off to all-balanced on 8x A100 <= 288 calls, a re-apply <= 134,
 0 writes on a re-apply, 0 failed writes under every placement policy.
 
+Each temporary node gets a kernel boot id (the fixtures' proc trees have none; a host always has one): it
+keys the MIG profile cache in the state directory, which b and f use after a and e wrote it.
+
 Each case's result is checked before it is reported: the stage succeeded, and the fake's state
 (fake-nvml-ctl show) is unchanged by b and changed only on GPU 7 by c.
 
@@ -39,11 +42,13 @@ import argparse
 import json
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+import uuid
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SRC = os.path.dirname(HERE)
@@ -284,6 +289,16 @@ def main():
             bus = None if oneshot else Bus(tmp)
             try:
                 node = Node(tmp, cases[0][2], BASE_YAML)
+                # The fixtures' proc trees have no kernel boot id, which a host always has and which keys
+                # the MIG profile cache (<paths.state>/mig-profiles): a copy with one.
+                proc = os.path.join(tmp, "proc")
+                shutil.copytree(os.path.join(os.environ["GNA_FIXTURE_NODES"], cases[0][2], "proc"), proc,
+                                symlinks=True)
+                os.makedirs(os.path.join(proc, "sys/kernel/random"), exist_ok=True)
+                with open(os.path.join(proc, "sys/kernel/random/boot_id"), "w") as f:
+                    f.write(str(uuid.uuid4()) + "\n")
+                with open(os.path.join(node.confd, "10-bench-proc.yaml"), "w") as f:
+                    f.write("paths:\n  proc: %s\n" % proc)
                 for case in cases:
                     before = show(node)
                     key = case[0]

@@ -7,6 +7,7 @@
 #include "fileio.h"
 #include "log.h"
 #include "manager.h"
+#include "mig-cache.h"
 #include "mig-config.h"
 #include "mig-manager.h"
 #include "mig-plan.h"
@@ -489,6 +490,11 @@ static void on_plan_read(GpuNvmlWorker *w, int r, const uint8_t *data, size_t le
                                              : "Reading the MIG layout before the apply failed: %s", strna(error)));
                 return;
         }
+        /* The profile tables for the next start of the MIG reader (written only when they differ). */
+        r = mig_profile_cache_save(mm->manager->config->paths.state, mm->manager->config->paths.proc,
+                                   mm->manager->nvml_snapshot, states, n);
+        if (r < 0)
+                log_debug("Cannot write the MIG profile cache: %s", strerror(-r));
         if (mm->plan.recovery)
                 recover_with_states(mm, states, n);
         else

@@ -933,3 +933,35 @@ int mig_state_after_steps(const MigGpuState *known, const MigGpuPlan *plan, size
         g = (MigGpuState) {};
         return 0;
 }
+
+int mig_state_seed_model(GpuNvml *n, const char *model, uint32_t pci_id, uint64_t total_bytes,
+                         const MigGiProfile *profiles, size_t n_profiles) {
+        _cleanup_(mig_gpu_state_done) MigGpuState g = { .pci_id = pci_id };
+        MigModelFacts *facts;
+        int r;
+
+        if (!model || n_profiles == 0)
+                return -EINVAL;
+        g.model = strdup(model);
+        if (!g.model)
+                return -ENOMEM;
+        if (model_facts_find(n, &g, total_bytes))
+                return 0; /* read already: NVML's answer stays */
+        r = gi_profiles_copy(profiles, n_profiles, &g.gi_profiles, &g.n_gi_profiles);
+        if (r < 0)
+                return r;
+        /* The table keeps the CI profiles by NVML's numbering, as read_gi_profiles() leaves them; those
+         * NVML reported through a GI of a profile are its asked lists. */
+        for (size_t i = 0; i < g.n_gi_profiles; i++) {
+                r = read_ci_profiles(n, NULL, &g.gi_profiles[i]);
+                if (r < 0)
+                        return r;
+        }
+        facts = model_facts_add(n, &g, total_bytes);
+        if (!facts)
+                return -ENOMEM;
+        for (size_t i = 0; i < n_profiles; i++)
+                if (profiles[i].n_ci_profiles > 0 && !ci_asked_find(facts, profiles[i].id))
+                        ci_asked_add(facts, &profiles[i]);
+        return 0;
+}

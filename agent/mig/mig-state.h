@@ -44,6 +44,13 @@ int mig_state_read_layout(GpuNvml *n, const MigGpuState *known, const unsigned *
 int mig_state_after_steps(const MigGpuState *known, const MigGpuPlan *plan, size_t n_done, const unsigned *created,
                           bool mode_waits_for_reset, MigGpuState *ret);
 
+/* Puts a model's GI profile table, as a cache of facts NVML reported before (mig-cache.c), into n's per-model
+ * cache, so that reads on n do not ask NVML for it: profiles with the CI profiles NVML reported through a
+ * GI of each (n_ci_profiles 0: none was asked; NVML's numbering stands in until one is). A model n has
+ * read already keeps NVML's answer. */
+int mig_state_seed_model(GpuNvml *n, const char *model, uint32_t pci_id, uint64_t total_bytes,
+                         const MigGiProfile *profiles, size_t n_profiles);
+
 /* Number of compute processes on the GPU. */
 int mig_state_processes(GpuNvml *n, nvmlDevice_t d, unsigned *ret);
 

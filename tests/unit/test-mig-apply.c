@@ -8,6 +8,7 @@
  * rejected with nothing changed, a creation failure rolled back, reset never → rebooting, busy GPUs,
  * journal recovery after a simulated crash, non-MIG GPUs, assert and export. Skips when the fake is not
  * built. */
+#include <inttypes.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -544,7 +545,7 @@ static void publish_snapshot(Fix *f) {
 
 static void test_reader_seeded(void **state) {
         _cleanup_free_ char *desc = node_description("a100-sxm");
-        uint64_t unseeded, seeded, other_driver;
+        uint64_t unseeded, seeded, cached, other_driver;
         Done d = {};
         Fix *f;
 
@@ -570,12 +571,114 @@ static void test_reader_seeded(void **state) {
                (unsigned) seeded);
         assert_int_equal(seeded, 1 + 1 + 17 + 46 + 8 * 13);
 
+        /* That read wrote the model's profile table to the state directory: the next MIG reader takes it
+         * and asks NVML for no table (46 calls fewer). */
+        _cleanup_free_ char *cache = path_join(f->dir, "state/mig-profiles");
+        assert_int_equal(access(cache, F_OK), 0);
+        reopen_nvml(f);
+        cached = apply_noop_calls(f, "all-balanced");
+        printf("# ... and %u with the profile cache\n", (unsigned) cached);
+        assert_int_equal(cached, 1 + 1 + 17 + 8 * 13);
+
         /* A snapshot of another driver than the reader's: nothing of it is taken. */
         free(f->m->nvml_snapshot->driver_version);
         assert_non_null(f->m->nvml_snapshot->driver_version = strdup("1.2.3"));
         reopen_nvml(f);
         other_driver = apply_noop_calls(f, "all-balanced");
         assert_int_equal(other_driver, 1 + 1 + 17 + 46 + 8 * 15);
+        fix_teardown(f);
+}
+
+/* ---- <paths.state>/mig-profiles: used only when valid for this boot, driver and GPUs ---- */
+
+static uint64_t fnv1a(const char *p, size_t n) {
+        uint64_t h = UINT64_C(14695981039346656037);
+        for (size_t i = 0; i < n; i++) {
+                h ^= (uint8_t) p[i];
+                h *= UINT64_C(1099511628211);
+        }
+        return h;
+}
+
+/* text (a valid cache) with its first occurrence of from replaced by to and the checksum made right: a
+ * well-formed file as a person or another machine could have left it. */
+static char *replanted(const char *text, const char *from, const char *to) {
+        const char *at = strstr(text, from), *sum;
+        _cleanup_free_ char *body = NULL;
+
+        assert_non_null(at);
+        body = strprintf("%.*s%s%s", (int) (at - text), text, to, at + strlen(from));
+        assert_non_null(body);
+        sum = strstr(body, "\nchecksum ");
+        assert_non_null(sum);
+        body[sum - body + 1] = '\0';
+        return strprintf("%schecksum %016" PRIx64 "\n", body, fnv1a(body, strlen(body)));
+}
+
+static void test_profile_cache_ignored(void **state) {
+        _cleanup_free_ char *desc = node_description("a100-sxm"), *cache = NULL, *good = NULL, *now = NULL;
+        _cleanup_free_ char *boot = NULL, *gpu = NULL;
+        const unsigned with_cache = 1 + 1 + 17 + 8 * 13, without = with_cache + 46;
+        Done d = {};
+        Fix *f;
+
+        if (!available())
+                skip();
+        f = fix_setup(desc, NULL);
+        apply_ok(f, "all-balanced", &d);
+        done_clear(&d);
+        publish_snapshot(f);
+        cache = path_join(f->dir, "state/mig-profiles");
+        reopen_nvml(f);
+        (void) apply_noop_calls(f, "all-balanced"); /* writes the cache, with the CI profiles of the GIs */
+        reopen_nvml(f);
+        assert_int_equal(apply_noop_calls(f, "all-balanced"), with_cache);
+        assert_int_equal(read_full_file(cache, 1 << 20, &good, NULL), 0);
+        assert_non_null(strstr(good, "\nboot "));
+
+        /* Garbled (a byte changed, the checksum not): ignored, NVML asked, the file written again. */
+        _cleanup_free_ char *garbled = strdup(good);
+        char *digit = strstr(garbled, "\nprofile ") + 9;
+        *digit = *digit == '9' ? '8' : '9';
+        write_file(cache, garbled);
+        reopen_nvml(f);
+        assert_int_equal(apply_noop_calls(f, "all-balanced"), without);
+        assert_int_equal(read_full_file(cache, 1 << 20, &now, NULL), 0);
+        assert_string_equal(now, good);
+        now = mfree(now);
+
+        /* Truncated: ignored. */
+        write_file(cache, strndupa(good, strlen(good) / 2));
+        reopen_nvml(f);
+        assert_int_equal(apply_noop_calls(f, "all-balanced"), without);
+
+        /* Well-formed, but of another boot, or naming a GPU NVML does not list: ignored. */
+        _cleanup_free_ char *other_boot = NULL, *other_gpu = NULL;
+        const char *b = strstr(good, "\nboot ") + 6, *g = strstr(good, "\ngpu GPU-") + 5;
+        boot = strndup(b, strcspn(b, "\n"));
+        gpu = strndup(g, strcspn(g, "\n"));
+        other_boot = replanted(good, boot, "00000000-0000-4000-8000-000000000000");
+        other_gpu = replanted(good, gpu, "GPU-00000000-0000-4000-8000-000000000000");
+        write_file(cache, other_boot);
+        reopen_nvml(f);
+        assert_int_equal(apply_noop_calls(f, "all-balanced"), without);
+        write_file(cache, other_gpu);
+        reopen_nvml(f);
+        assert_int_equal(apply_noop_calls(f, "all-balanced"), without);
+
+        /* A symlink planted in its place (to a valid copy) is not followed. */
+        _cleanup_free_ char *elsewhere = path_join(f->dir, "elsewhere");
+        write_file(elsewhere, good);
+        assert_int_equal(unlink(cache), 0);
+        assert_int_equal(symlink(elsewhere, cache), 0);
+        reopen_nvml(f);
+        assert_int_equal(apply_noop_calls(f, "all-balanced"), without);
+
+        /* Each time the file was written again from NVML's answer: valid, and used. */
+        assert_int_equal(read_full_file(cache, 1 << 20, &now, NULL), 0);
+        assert_string_equal(now, good);
+        reopen_nvml(f);
+        assert_int_equal(apply_noop_calls(f, "all-balanced"), with_cache);
         fix_teardown(f);
 }
 
@@ -1092,6 +1195,7 @@ int main(void) {
                 TEST(test_a100_balanced),
                 TEST(test_model_facts_cached),
                 TEST(test_reader_seeded),
+                TEST(test_profile_cache_ignored),
                 TEST(test_all_profiles_h100),
                 TEST(test_all_profiles_h200),
                 TEST(test_all_profiles_a30),
