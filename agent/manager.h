@@ -185,9 +185,12 @@ int manager_nvml_read_async(Manager *m, char *const *addresses, GpuNvmlJobFunc f
 /* Re-reads, on the MIG reader after a MIG change, only the GPUs a MIG write changed (pci_addresses; NULL:
  * every GPU) — a MIG write changes nothing else — and publishes the snapshot with them replaced (D-Bus,
  * m->nvml_snapshot; on failure NVML counts as unavailable until the next nvml stage); then cb (from the
- * loop) with the result. Errors to start as manager_nvml_read_async(). */
+ * loop) with the result. With mig_devices (the apply's jobs read every changed GPU's MIG mode and
+ * devices right after their steps) nothing is read: those are put into the snapshot and cb is called
+ * before this returns. Errors to start as manager_nvml_read_async(). */
 typedef void (*ManagerRefreshDone)(Manager *m, int r, const char *error, void *userdata);
-int manager_nvml_refresh_async(Manager *m, char *const *pci_addresses, ManagerRefreshDone cb, void *userdata,
+int manager_nvml_refresh_async(Manager *m, char *const *pci_addresses, const NvmlSnapshot *mig_devices,
+                               ManagerRefreshDone cb, void *userdata,
                                char **ret_error);
 
 /* Name of the Stage property: "starting", the running stage's name, or "ready" between passes. */

@@ -268,12 +268,64 @@ static void on_refreshed(GpuNvmlWorker *w, int r, NvmlSnapshot *snap, const char
 
 /* After a MIG change (the writes ran in NVML workers): the new layout for cdi and labels, read by the MIG
  * reader — which keeps its handle and caches — never in this process. */
-int manager_nvml_refresh_async(Manager *m, char *const *pci_addresses, ManagerRefreshDone cb, void *userdata,
-                               char **ret_error) {
+/* The published snapshot with the MIG mode and devices of the GPUs in fresh replaced (taken from fresh).
+ * NULL on OOM, or when a GPU of fresh is not in it. */
+static NvmlSnapshot *snapshot_with_mig(const NvmlSnapshot *old, NvmlSnapshot *fresh) {
+        _cleanup_(nvml_snapshot_freep) NvmlSnapshot *copy = NULL;
+        _cleanup_(wire_buf_done) WireBuf b = {};
+        WireReader rd;
+
+        wire_put_snapshot(&b, old);
+        if (b.oom)
+                return NULL;
+        rd = (WireReader) { .p = b.data, .left = b.len };
+        if (wire_get_snapshot(&rd, &copy) < 0)
+                return NULL;
+        for (size_t i = 0; i < fresh->n_gpus; i++) {
+                GpuInfo *in = &fresh->gpus[i], *g = NULL;
+
+                for (size_t k = 0; !g && k < copy->n_gpus; k++)
+                        if (streq(copy->gpus[k].pci_address, in->pci_address))
+                                g = &copy->gpus[k];
+                if (!g)
+                        return NULL;
+                g->mig_current = in->mig_current;
+                g->mig_pending = in->mig_pending;
+                for (size_t k = 0; k < g->n_mig_devices; k++)
+                        gpu_nvml_mig_device_done(&g->mig_devices[k]);
+                free(g->mig_devices);
+                g->mig_devices = TAKE_PTR(in->mig_devices);
+                g->n_mig_devices = in->n_mig_devices;
+                in->n_mig_devices = 0;
+        }
+        return TAKE_PTR(copy);
+}
+
+int manager_nvml_refresh_async(Manager *m, char *const *pci_addresses, const NvmlSnapshot *mig_devices,
+                               ManagerRefreshDone cb, void *userdata, char **ret_error) {
         _cleanup_strv_free_ char **addresses = NULL;
         int r;
 
         *ret_error = NULL;
+        if (mig_devices && m->nvml_snapshot && !m->refresh_cb) {
+                /* Read by the apply's own jobs, after their steps: nothing to ask NVML again. A copy of
+                 * theirs, so that the caller's stays whole. */
+                _cleanup_(wire_buf_done) WireBuf b = {};
+                _cleanup_(nvml_snapshot_freep) NvmlSnapshot *fresh = NULL;
+                NvmlSnapshot *snap = NULL;
+                WireReader rd;
+
+                wire_put_snapshot(&b, mig_devices);
+                rd = (WireReader) { .p = b.data, .left = b.len };
+                if (!b.oom && wire_get_snapshot(&rd, &fresh) >= 0)
+                        snap = snapshot_with_mig(m->nvml_snapshot, fresh);
+                if (snap) {
+                        nvml_publish(m, snap);
+                        cb(m, 0, NULL, userdata);
+                        return 0;
+                }
+                /* Out of memory, or a GPU the snapshot lacks: read as before. */
+        }
         r = reader_get(m, ret_error);
         if (r < 0)
                 return r;

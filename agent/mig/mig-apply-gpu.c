@@ -371,12 +371,164 @@ static int read_layout_after(GpuNvml *n, const MigGpuState *known, const MigGpuP
         return r;
 }
 
+static int mig_device_compare(const void *a, const void *b) {
+        const MigDeviceInfo *x = a, *y = b;
+
+        if (x->gi_id != y->gi_id)
+                return x->gi_id < y->gi_id ? -1 : 1;
+        if (x->ci_id != y->ci_id)
+                return x->ci_id < y->ci_id ? -1 : 1;
+        return x->index < y->index ? -1 : x->index > y->index;
+}
+
+/* The attribute suffix of a GI profile's MIG devices ("+me"), as the snapshot read names them. */
+static const char *profile_suffix(const MigGpuState *now, unsigned gi_profile_id) {
+        const MigGiProfile *p = mig_state_gi_profile(now, gi_profile_id);
+        const char *suffix, *gb;
+
+        if (!p)
+                return NULL;
+        suffix = gpu_nvml_profile_index_suffix(p->index);
+        if (suffix)
+                return suffix;
+        gb = p->name ? strstr(p->name, "gb") : NULL;
+        return gb && (gb[2] == '+' || gb[2] == '-') ? gb + 2 : "";
+}
+
+/* The MIG devices of the GPU after steps that all succeeded, now being the layout they left (derived, not
+ * read): per device only what the steps cannot know — its handle, its UUID, its GI id (and its CI id in a
+ * GI of several CIs, or of CIs whose ids were not asked) —, its attributes once per (GI profile, CI
+ * profile). The same MigDeviceInfo the snapshot read makes. -ENOENT when a device is not one of now's (the
+ * caller reads the GPU instead). */
+static int read_mig_devices_after(GpuNvml *n, nvmlDevice_t d, const MigGpuState *now, uint64_t total_bytes,
+                                  NvmlSnapshot **ret) {
+        _cleanup_(nvml_snapshot_freep) NvmlSnapshot *s = calloc(1, sizeof *s);
+        struct {
+                unsigned gi_profile_id, ci_profile_id;
+                nvmlDeviceAttributes_t a;
+        } seen[16];
+        size_t n_seen = 0, n_cis = 0, found = 0;
+        GpuInfo *g;
+        int r;
+
+        if (!s || !(s->gpus = calloc(1, sizeof *s->gpus)))
+                return -ENOMEM;
+        s->n_gpus = 1;
+        g = &s->gpus[0];
+        *g = (GpuInfo) { .cc_major = -1, .cc_minor = -1, .minor = -1,
+                         .mig_current = now->mig_current ? GPU_MIG_ENABLED : GPU_MIG_DISABLED,
+                         .mig_pending = now->mig_pending ? GPU_MIG_ENABLED : GPU_MIG_DISABLED };
+        memcpy(g->pci_address, now->pci_address, sizeof g->pci_address);
+        if (!now->mig_capable)
+                return -EINVAL;
+        for (size_t i = 0; i < now->n_gis; i++)
+                n_cis += now->gis[i].n_cis;
+        if (!now->mig_current || n_cis == 0) {
+                *ret = TAKE_PTR(s);
+                return 0;
+        }
+        g->mig_devices = calloc(n_cis, sizeof *g->mig_devices);
+        if (!g->mig_devices)
+                return -ENOMEM;
+
+        for (unsigned idx = 0; found < n_cis && idx < 64; idx++) {
+                char buf[NVML_DEVICE_UUID_V2_BUFFER_SIZE] = "";
+                MigDeviceInfo *m = &g->mig_devices[found];
+                const MigGiState *gi = NULL;
+                const nvmlDeviceAttributes_t *a = NULL;
+                nvmlDevice_t md = NULL;
+                size_t k = 0;
+
+                r = gpu_nvml_device_get_mig_device_handle_by_index(n, d, idx, &md);
+                if (r == -ENOENT)
+                        continue;
+                if (r < 0)
+                        return r;
+                *m = (MigDeviceInfo) { .index = idx };
+                g->n_mig_devices = ++found;
+                r = gpu_nvml_device_get_uuid(n, md, buf, sizeof buf);
+                if (r < 0)
+                        return r;
+                if (!*buf)
+                        return -ENOENT;
+                m->uuid = strdup(buf);
+                if (!m->uuid)
+                        return -ENOMEM;
+                r = gpu_nvml_device_get_gpu_instance_id(n, md, &m->gi_id);
+                if (r < 0)
+                        return r;
+                for (size_t i = 0; !gi && i < now->n_gis; i++)
+                        if (now->gis[i].id == m->gi_id)
+                                gi = &now->gis[i];
+                if (!gi || gi->n_cis == 0)
+                        return -ENOENT;
+                if (gi->n_cis == 1 && gi->ci_ids[0] != MIG_CI_ID_UNKNOWN)
+                        m->ci_id = gi->ci_ids[0];
+                else {
+                        r = gpu_nvml_device_get_compute_instance_id(n, md, &m->ci_id);
+                        if (r < 0)
+                                return r;
+                        for (k = 0; k < gi->n_cis && gi->ci_ids[k] != m->ci_id; k++)
+                                ;
+                        if (k == gi->n_cis) {
+                                /* CIs kept from before, whose ids were not asked: one of them when all are of
+                                 * one profile, else the caller reads the GPU. */
+                                for (k = 0; k < gi->n_cis && gi->ci_ids[k] != MIG_CI_ID_UNKNOWN; k++)
+                                        ;
+                                if (k == gi->n_cis)
+                                        return -ENOENT;
+                                for (size_t q = 0; q < gi->n_cis; q++)
+                                        if (gi->ci_ids[q] == MIG_CI_ID_UNKNOWN &&
+                                            gi->ci_profile_ids[q] != gi->ci_profile_ids[k])
+                                                return -ENOENT;
+                        }
+                }
+                m->gi_profile_id = gi->profile_id;
+                m->ci_profile_id = gi->ci_profile_ids[k];
+                m->placement_start = gi->start;
+                m->placement_size = gi->size;
+
+                for (size_t q = 0; !a && q < n_seen; q++)
+                        if (seen[q].gi_profile_id == m->gi_profile_id && seen[q].ci_profile_id == m->ci_profile_id)
+                                a = &seen[q].a;
+                if (!a) {
+                        if (n_seen >= ELEMENTSOF(seen))
+                                return -ENOENT;
+                        seen[n_seen] = (typeof(seen[0])) { m->gi_profile_id, m->ci_profile_id, {} };
+                        r = gpu_nvml_device_get_attributes(n, md, &seen[n_seen].a);
+                        if (r < 0)
+                                return r;
+                        a = &seen[n_seen++].a;
+                }
+                m->memory_mib = a->memorySizeMB;
+                m->multiprocessors = a->multiprocessorCount;
+                m->gi_slices = a->gpuInstanceSliceCount;
+                m->ci_slices = a->computeInstanceSliceCount;
+                m->copy_engines = a->sharedCopyEngineCount;
+                m->decoders = a->sharedDecoderCount;
+                m->encoders = a->sharedEncoderCount;
+                m->jpegs = a->sharedJpegCount;
+                m->ofas = a->sharedOfaCount;
+                m->profile = gpu_mig_profile_name(m->gi_slices, m->ci_slices, m->memory_mib, total_bytes,
+                                                  profile_suffix(now, m->gi_profile_id));
+                if (!m->profile)
+                        return -ENOENT; /* the snapshot read would warn: let it */
+        }
+        if (found != n_cis)
+                return -ENOENT;
+        qsort(g->mig_devices, g->n_mig_devices, sizeof *g->mig_devices, mig_device_compare);
+        *ret = TAKE_PTR(s);
+        return 0;
+}
+
 int mig_gpu_steps_job(GpuNvml *n, void *userdata, struct WireBuf *out, char **ret_error) {
         const MigGpuStepsJob *job = userdata;
         MigGpuRun run = *job->run; /* our copy of the daemon's run, at the fork */
         _cleanup_(mig_gpu_state_done) MigGpuState now = {};
         _cleanup_(mig_gpu_plan_done) MigGpuPlan rollback = {};
         _cleanup_free_ char *err = NULL, *summary = NULL, *rollback_error = NULL;
+        _cleanup_(nvml_snapshot_freep) NvmlSnapshot *devices = NULL;
+        bool derived = false;
         int r = 0, rr;
 
         if (job->journal && !job->read_only) {
@@ -403,7 +555,7 @@ int mig_gpu_steps_job(GpuNvml *n, void *userdata, struct WireBuf *out, char **re
             mig_state_after_steps(job->known, run.plan, run.next, run.created, r == MIG_GPU_RUN_NEEDS_RESET, &now) >= 0)
                 /* Every step succeeded: NVML answered each write (a create with the new instance's id), so
                  * the layout is known without reading the GPU again. */
-                rr = 0;
+                rr = 0, derived = true;
         else if (job->known && job->known->n_gi_profiles > 0) /* a full read (a journal's record has no table) */
                 rr = read_layout_after(n, job->known, run.plan, &now, &rollback_error);
         else
@@ -432,6 +584,15 @@ int mig_gpu_steps_job(GpuNvml *n, void *userdata, struct WireBuf *out, char **re
                 put_plan(out, &rollback);
         else
                 wire_put_str(out, rr < 0 ? rollback_error : NULL);
+
+        /* The steps are done: the new MIG devices for CDI and labels, while the handle is open. A failure
+         * here costs nothing but the daemon's re-read of the GPU. */
+        if (derived && r == 0 && job->memory_total_bytes > 0 &&
+            read_mig_devices_after(n, run.device, &now, job->memory_total_bytes, &devices) < 0)
+                devices = nvml_snapshot_free(devices);
+        wire_put_u32(out, !!devices);
+        if (devices)
+                wire_put_snapshot(out, devices);
         return 0;
 }
 
@@ -461,6 +622,8 @@ int mig_gpu_steps_job_result(MigGpuRun *run, const uint8_t *data, size_t len, Mi
                         goto bad;
         } else
                 ret->rollback_error = wire_get_str(&rd);
+        if (wire_get_u32(&rd) && (wire_get_snapshot(&rd, &ret->devices) < 0 || ret->devices->n_gpus != 1))
+                goto bad;
         if (rd.bad)
                 goto bad;
         run->next = (size_t) next;
@@ -481,6 +644,7 @@ void mig_gpu_steps_answer_done(MigGpuStepsAnswer *a) {
                 return;
         free(a->summary);
         free(a->rollback_error);
+        nvml_snapshot_free(a->devices);
         mig_gpu_plan_done(&a->rollback);
         *a = (MigGpuStepsAnswer) {};
 }

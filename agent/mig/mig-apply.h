@@ -62,6 +62,9 @@ typedef struct MigApplyOptions {
         const char *journal_path;   /* NULL: no journal */
         bool force;                 /* apply even while compute processes run */
         bool restore;               /* a return to recorded layouts: a failing GPU is not rolled back again */
+        /* The daemon's snapshot (read at each job's fork): the memory size of each GPU, which a job needs to
+         * name the MIG devices it reads after its steps. NULL: the jobs do not read them. */
+        NvmlSnapshot *const *snapshot;
         /* Called after a GPU reset the apply ran finished successfully (NULL: nobody is told). */
         void (*gpu_reset)(const char *pci_address, void *userdata);
         void *gpu_reset_userdata;
@@ -85,6 +88,12 @@ typedef void (*MigApplyFinished)(MigApply *a, const MigApplyResult *res, void *u
  * GPU of the plan has compute processes and o->force is false, or when the journal cannot be written. */
 int mig_apply_start(const MigApplyOptions *o, MigPlan *plan, MigGpuState *before, size_t n_before,
                     MigApplyFinished cb, void *userdata, MigApply **ret, char **ret_error);
+
+/* After the result: the MIG mode and MIG devices of every GPU the apply wrote to, as its jobs read them
+ * right after their steps (one GpuInfo per GPU, only those fields set), taken by the caller; NULL when a
+ * GPU's were not read (a failure, a rollback, a reset still pending, no snapshot to name them by): the
+ * caller then reads them. */
+NvmlSnapshot *mig_apply_take_mig_devices(MigApply *a);
 
 /* Cancels (kills a reset child, no callback; the journal stays for the next start) and frees. */
 MigApply *mig_apply_free(MigApply *a);
@@ -133,6 +142,8 @@ typedef struct MigGpuStepsJob {
         bool derive;                /* known is the state the run's plan starts from (not a rollback's): when
                                      * every step succeeds, the layout after is derived from known and the
                                      * steps' answers instead of read */
+        uint64_t memory_total_bytes;/* the GPU's memory (the nvml stage's snapshot), for the MIG device profile
+                                     * names; 0: the MIG devices are not read by the job */
 } MigGpuStepsJob;
 
 typedef struct MigGpuStepsAnswer {
@@ -140,6 +151,8 @@ typedef struct MigGpuStepsAnswer {
         int rollback_r;             /* 1: rollback is the plan back to restore_to; 0: none asked; < 0 failed */
         MigGpuPlan rollback;
         char *rollback_error;       /* why not (rollback_r < 0) */
+        NvmlSnapshot *devices;      /* after steps that all succeeded (and derive, memory_total_bytes): one
+                                     * GpuInfo with the GPU's MIG mode and MIG devices, else NULL */
 } MigGpuStepsAnswer;
 
 int mig_gpu_steps_job(GpuNvml *n, void *userdata, struct WireBuf *out, char **ret_error);

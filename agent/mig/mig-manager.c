@@ -255,6 +255,7 @@ static void on_apply_finished(MigApply *a, const MigApplyResult *res, void *user
 
         /* res belongs to a: done with it. The callback may start the next apply. */
         _cleanup_strv_free_ char **changed_gpus = strv_copy(res->changed_gpus);
+        _cleanup_(nvml_snapshot_freep) NvmlSnapshot *mig_devices = mig_apply_take_mig_devices(a);
         MigApplyOutcome o = {
                 .error = res->error,
                 .config = name,
@@ -262,6 +263,7 @@ static void on_apply_finished(MigApply *a, const MigApplyResult *res, void *user
                 .message = message,
                 .changed = res->changed,
                 .changed_gpus = changed_gpus, /* NULL (on OOM too): every GPU is re-read */
+                .mig_devices = changed_gpus ? mig_devices : NULL,
         };
         mm->apply = mig_apply_free(a);
         mm->cb = NULL;
@@ -291,6 +293,7 @@ static MigApplyOptions apply_options(MigManager *mm, const char *journal, bool f
                 .unit_timeout_usec = c->fabric.timeout_usec,
                 .journal_path = journal,
                 .force = force,
+                .snapshot = &mm->manager->nvml_snapshot,
                 .gpu_reset = on_gpu_reset,
                 .gpu_reset_userdata = mm,
         };

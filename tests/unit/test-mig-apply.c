@@ -43,7 +43,12 @@ typedef struct Done {
         int error;
         char *config, *state, *message;
         bool changed, refused;
+        bool had_mig_devices;       /* the outcome carried the MIG devices the apply's jobs read */
+        int published;              /* manager_nvml_refresh_async() with them (publish_mig_devices) */
 } Done;
+
+/* on_done puts the apply's MIG devices into the daemon's snapshot, as the mig stage does. */
+static bool publish_mig_devices;
 
 static char *lib_path, *ctl_path, *source_root, *nodes_dir;
 static struct Fix *current; /* torn down after each test, also a failed one */
@@ -157,6 +162,13 @@ static void done_clear(Done *d) {
         *d = (Done) {};
 }
 
+static void on_published(Manager *m, int r, const char *error, void *userdata) {
+        Done *d = userdata;
+
+        assert_int_equal(r, 0);
+        d->published = 1;
+}
+
 static void on_done(MigManager *mm, const MigApplyOutcome *o, void *userdata) {
         Done *d = userdata;
 
@@ -167,6 +179,14 @@ static void on_done(MigManager *mm, const MigApplyOutcome *o, void *userdata) {
         d->message = strdup(o->message);
         d->changed = o->changed;
         d->refused = o->refused;
+        d->had_mig_devices = o->mig_devices != NULL;
+        if (publish_mig_devices && o->changed && o->mig_devices) {
+                _cleanup_free_ char *error = NULL;
+                int r = manager_nvml_refresh_async(current->m, o->changed_gpus, o->mig_devices, on_published, d,
+                                                   &error);
+                if (r < 0)
+                        d->published = r;
+        }
 }
 
 static void run_until(Fix *f, Done *d) {
@@ -586,6 +606,60 @@ static void test_reader_seeded(void **state) {
         reopen_nvml(f);
         other_driver = apply_noop_calls(f, "all-balanced");
         assert_int_equal(other_driver, 1 + 1 + 17 + 46 + 8 * 15);
+        fix_teardown(f);
+}
+
+/* ---- after a change, the jobs' own reading of the new MIG devices is the snapshot's ---- */
+
+static void apply_published(Fix *f, const char *name) {
+        Done d = {};
+        unsigned calls;
+
+        (void) trace_calls(f);
+        publish_mig_devices = true;
+        apply_ok(f, name, &d);
+        publish_mig_devices = false;
+        calls = trace_calls(f);
+        printf("# %s: %u NVML calls, the new MIG devices included\n", name, calls);
+        assert_true(d.changed);
+        assert_true(d.had_mig_devices);
+        assert_int_equal(d.published, 1);
+        done_clear(&d);
+}
+
+static void test_mig_devices_from_jobs(void **state) {
+        _cleanup_free_ char *desc = node_description("a100-sxm");
+        Fix *f;
+
+        if (!available())
+                skip();
+        f = fix_setup(desc, NULL);
+        publish_snapshot(f);
+
+        /* From MIG disabled: every MIG device is new. What the jobs read after their steps, merged into
+         * the snapshot, is what a full read of NVML says (UUIDs, GI/CI ids and profiles, placements,
+         * attributes, profile names, MIG modes), without that read. */
+        apply_published(f, "all-balanced");
+        _cleanup_(nvml_snapshot_freep) NvmlSnapshot *fresh = NULL;
+        read_snapshot(f, &fresh);
+        assert_true(nvml_snapshot_equal(f->m->nvml_snapshot, fresh));
+        for (size_t i = 0; i < fresh->n_gpus; i++)
+                assert_int_equal(f->m->nvml_snapshot->gpus[i].n_mig_devices, 4);
+
+        /* Kept GPU instances (the two 1g.5gb) whose CIs the planning read counted without their ids, and
+         * new ones next to them. */
+        apply_published(f, "all-1g.5gb");
+        fresh = nvml_snapshot_free(fresh);
+        read_snapshot(f, &fresh);
+        assert_true(nvml_snapshot_equal(f->m->nvml_snapshot, fresh));
+        for (size_t i = 0; i < fresh->n_gpus; i++)
+                assert_int_equal(f->m->nvml_snapshot->gpus[i].n_mig_devices, 7);
+
+        /* Back to MIG disabled (a reset on the A100): no MIG devices, MIG mode disabled. */
+        apply_published(f, "all-disabled");
+        fresh = nvml_snapshot_free(fresh);
+        read_snapshot(f, &fresh);
+        assert_true(nvml_snapshot_equal(f->m->nvml_snapshot, fresh));
         fix_teardown(f);
 }
 
@@ -1196,6 +1270,7 @@ int main(void) {
                 TEST(test_model_facts_cached),
                 TEST(test_reader_seeded),
                 TEST(test_profile_cache_ignored),
+                TEST(test_mig_devices_from_jobs),
                 TEST(test_all_profiles_h100),
                 TEST(test_all_profiles_h200),
                 TEST(test_all_profiles_a30),
