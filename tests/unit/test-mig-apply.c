@@ -500,7 +500,9 @@ static void test_model_facts_cached(void **state) {
         printf("# 8xA100 disabled -> all-balanced: %u NVML calls\n", change);
 
         /* The NVML call budget (issue 14), counted in the fake's trace over every process (the MIG reader,
-         * the jobs' workers). From MIG disabled, all-balanced costs at most 443 calls (nvmlShutdown not counted): the planning read,
+         * the jobs' workers). From MIG disabled, all-balanced costs at most 251 calls (nvmlShutdown not
+         * counted; this fixture's snapshot is empty, so the jobs read no MIG devices — the budget with them
+         * is test_mig_devices_from_jobs'): the planning read,
          * and per GPU two jobs (the A100's mode change waits for a reset between them), each with its
          * nvmlInit/nvmlShutdown, its steps and a re-read of only what its steps can have changed.
          *
@@ -515,7 +517,7 @@ static void test_model_facts_cached(void **state) {
          * model's profile table once (46: 18 GI profile probes — 7 profiles, 10 indices the A100 lacks, the
          * end of the table —, 7 placement lists, 21 CI profile probes through the first GI of each of the 3
          * profiles in use). Before: 27 per GPU and the table per GPU (73, 584 a pass), then 17 per GPU. */
-        assert_true(change <= 443);
+        assert_true(change <= 251);
         reopen_nvml(f);
         first = apply_noop_calls(f, "all-balanced");
         second = apply_noop_calls(f, "all-balanced");
@@ -611,7 +613,7 @@ static void test_reader_seeded(void **state) {
 
 /* ---- after a change, the jobs' own reading of the new MIG devices is the snapshot's ---- */
 
-static void apply_published(Fix *f, const char *name) {
+static unsigned apply_published(Fix *f, const char *name) {
         Done d = {};
         unsigned calls;
 
@@ -625,6 +627,7 @@ static void apply_published(Fix *f, const char *name) {
         assert_true(d.had_mig_devices);
         assert_int_equal(d.published, 1);
         done_clear(&d);
+        return calls;
 }
 
 static void test_mig_devices_from_jobs(void **state) {
@@ -639,7 +642,15 @@ static void test_mig_devices_from_jobs(void **state) {
         /* From MIG disabled: every MIG device is new. What the jobs read after their steps, merged into
          * the snapshot, is what a full read of NVML says (UUIDs, GI/CI ids and profiles, placements,
          * attributes, profile names, MIG modes), without that read. */
-        apply_published(f, "all-balanced");
+        unsigned calls = apply_published(f, "all-balanced");
+        /* The NVML call budget of issue 14 for MIG off -> all-balanced on 8xA100, as the mig stage makes it
+         * (bench-mig.py case a), counted in the fake's trace of every process (nvmlShutdown not counted):
+         * the planning read with the model's profile table, the compute processes of the 8 GPUs, 16 job
+         * workers (nvmlInit and a handle each), 8 SetMigMode, 32 GI and 32 CI creates each with its info,
+         * and the new MIG devices (per device its handle, UUID and GI id; attributes once per profile and
+         * GPU). Was 773 with the MIG reader's re-read of the MIG devices, 583 before the jobs read them.
+         * The issue's goal, 288, is not reached: see docs/mig.md "NVML calls". */
+        assert_true(calls <= 356);
         _cleanup_(nvml_snapshot_freep) NvmlSnapshot *fresh = NULL;
         read_snapshot(f, &fresh);
         assert_true(nvml_snapshot_equal(f->m->nvml_snapshot, fresh));
