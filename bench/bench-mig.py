@@ -73,6 +73,9 @@ NO_OP = ("b", "f")
 GPU7 = ("c", "g")
 FITS = ("best", "first", "last")
 
+# Issue 14: 1/5 of mig-parted's calls for the same change on 8x A100 (1441 and 669).
+TARGET_CHANGE, TARGET_REAPPLY = 288, 134
+
 TRACE_RE = re.compile(r"^(nvml\w+) (-?\d+)$")
 STAGE_RE = re.compile(r"Stage mig: (\w+) → (\w+)")
 # Write classes, in the table's order; everything else the fake traces is a read.
@@ -364,6 +367,14 @@ def main():
                  o["writes"] + o["reset"]))
     print()
     print("Failed NVML writes under FAKE_NVML_FIT=%s: 0 (the bench stops at the first one)." % "/".join(FITS))
+    print()
+    for node, off, again in (("8× A100-40GB", "a", "b"), ("8× H100 80GB", "e", "f")):
+        calls = {k: traced[k][2][0]["reads"] + traced[k][2][0]["writes"] for k in (off, again)}
+        print("Targets (issue 14), %s: MIG off → all-balanced %d NVML calls in the mig stage (≤ %d: %s); "
+              "re-applied at a restart %d (≤ %d: %s)." % (node, calls[off], TARGET_CHANGE,
+                                                          "met" if calls[off] <= TARGET_CHANGE else "not met",
+                                                          calls[again], TARGET_REAPPLY,
+                                                          "met" if calls[again] <= TARGET_REAPPLY else "not met"))
     print()
     for key, *_ in CASES:
         print("- %s: %s" % (key, traced[key][3][:300]))
