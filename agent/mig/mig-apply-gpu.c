@@ -400,8 +400,27 @@ static const char *profile_suffix(const MigGpuState *now, unsigned gi_profile_id
  * GI of several CIs, or of CIs whose ids were not asked) —, its attributes once per (GI profile, CI
  * profile). The same MigDeviceInfo the snapshot read makes. -ENOENT when a device is not one of now's (the
  * caller reads the GPU instead). */
-static int read_mig_devices_after(GpuNvml *n, nvmlDevice_t d, const MigGpuState *now, uint64_t total_bytes,
+/* Attributes of a (GI profile, CI profile) that an earlier job of the apply read on a GPU of the same model
+ * (name and memory size). */
+static const MigDeviceInfo *seen_attributes(const MigGpuStepsJob *job, const MigGpuState *now, unsigned gi_profile_id,
+                                            unsigned ci_profile_id) {
+        for (size_t i = 0; job->seen && i < job->seen->n_gpus; i++) {
+                const GpuInfo *g = &job->seen->gpus[i];
+                const MigGpuState *b = mig_state_find(job->before, job->n_before, g->pci_address);
+
+                if (!b || !streq_ptr(b->model, now->model) || !b->model)
+                        continue;
+                for (size_t k = 0; k < g->n_mig_devices; k++)
+                        if (g->mig_devices[k].gi_profile_id == gi_profile_id &&
+                            g->mig_devices[k].ci_profile_id == ci_profile_id && g->mig_devices[k].memory_mib > 0)
+                                return &g->mig_devices[k];
+        }
+        return NULL;
+}
+
+static int read_mig_devices_after(GpuNvml *n, nvmlDevice_t d, const MigGpuStepsJob *job, const MigGpuState *now,
                                   NvmlSnapshot **ret) {
+        uint64_t total_bytes = job->memory_total_bytes;
         _cleanup_(nvml_snapshot_freep) NvmlSnapshot *s = calloc(1, sizeof *s);
         struct {
                 unsigned gi_profile_id, ci_profile_id;
@@ -491,6 +510,21 @@ static int read_mig_devices_after(GpuNvml *n, nvmlDevice_t d, const MigGpuState 
                 for (size_t q = 0; !a && q < n_seen; q++)
                         if (seen[q].gi_profile_id == m->gi_profile_id && seen[q].ci_profile_id == m->ci_profile_id)
                                 a = &seen[q].a;
+                const MigDeviceInfo *other = a ? NULL : seen_attributes(job, now, m->gi_profile_id, m->ci_profile_id);
+                if (other && n_seen < ELEMENTSOF(seen)) {
+                        /* Shown by another GPU of this model in this apply. */
+                        seen[n_seen] = (typeof(seen[0])) { m->gi_profile_id, m->ci_profile_id, {
+                                .multiprocessorCount = other->multiprocessors,
+                                .sharedCopyEngineCount = other->copy_engines,
+                                .sharedDecoderCount = other->decoders,
+                                .sharedEncoderCount = other->encoders,
+                                .sharedJpegCount = other->jpegs,
+                                .sharedOfaCount = other->ofas,
+                                .gpuInstanceSliceCount = other->gi_slices,
+                                .computeInstanceSliceCount = other->ci_slices,
+                                .memorySizeMB = other->memory_mib } };
+                        a = &seen[n_seen++].a;
+                }
                 if (!a) {
                         if (n_seen >= ELEMENTSOF(seen))
                                 return -ENOENT;
@@ -588,7 +622,7 @@ int mig_gpu_steps_job(GpuNvml *n, void *userdata, struct WireBuf *out, char **re
         /* The steps are done: the new MIG devices for CDI and labels, while the handle is open. A failure
          * here costs nothing but the daemon's re-read of the GPU. */
         if (derived && r == 0 && job->memory_total_bytes > 0 &&
-            read_mig_devices_after(n, run.device, &now, job->memory_total_bytes, &devices) < 0)
+            read_mig_devices_after(n, run.device, job, &now, &devices) < 0)
                 devices = nvml_snapshot_free(devices);
         wire_put_u32(out, !!devices);
         if (devices)

@@ -256,6 +256,9 @@ static int run_steps(MigApply *a, MigGpuRun *run, bool read_only, char **ret_err
                 .read_only = read_only,
                 .derive = !a->rolling_back,
                 .memory_total_bytes = memory_of(a, p->pci_address),
+                .seen = a->mig_devices,
+                .before = a->before,
+                .n_before = a->n_before,
         };
         r = start_job(a, mig_gpu_steps_job, &a->job, on_steps_done, (int) p->gpu);
         if (r < 0) {

@@ -144,6 +144,12 @@ typedef struct MigGpuStepsJob {
                                      * steps' answers instead of read */
         uint64_t memory_total_bytes;/* the GPU's memory (the nvml stage's snapshot), for the MIG device profile
                                      * names; 0: the MIG devices are not read by the job */
+        /* The MIG devices earlier jobs of the apply read (NULL: none), and the GPUs' states before it (for
+         * their models): a MIG device's attributes are those of its (GI, CI) profile on its GPU model, so
+         * a profile another GPU of the model has shown is not asked again. */
+        const NvmlSnapshot *seen;
+        const MigGpuState *before;
+        size_t n_before;
 } MigGpuStepsJob;
 
 typedef struct MigGpuStepsAnswer {
