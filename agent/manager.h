@@ -181,6 +181,9 @@ void manager_nvml_stop(Manager *m, const char *why);
  * nvml stage has not found NVML answering, -EBUSY while a read is in flight. */
 int manager_nvml_read_async(Manager *m, char *const *addresses, GpuNvmlJobFunc fn, GpuNvmlJobDone done,
                             void *userdata, char **ret_error);
+/* The same with input bytes for fn (gpu_nvml_worker_read_input()): the MIG steps of an apply. */
+int manager_nvml_read_input_async(Manager *m, const void *input, size_t len, GpuNvmlJobFunc fn, GpuNvmlJobDone done,
+                                  void *userdata, char **ret_error);
 
 /* Re-reads, on the MIG reader after a MIG change, only the GPUs a MIG write changed (pci_addresses; NULL:
  * every GPU) — a MIG write changes nothing else — and publishes the snapshot with them replaced (D-Bus,

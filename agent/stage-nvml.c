@@ -211,6 +211,22 @@ int manager_nvml_read_async(Manager *m, char *const *addresses, GpuNvmlJobFunc f
         return r;
 }
 
+int manager_nvml_read_input_async(Manager *m, const void *input, size_t len, GpuNvmlJobFunc fn, GpuNvmlJobDone done,
+                                  void *userdata, char **ret_error) {
+        int r;
+
+        *ret_error = NULL;
+        r = reader_get(m, ret_error);
+        if (r < 0)
+                return r;
+        r = gpu_nvml_worker_read_input(m->nvml_reader, m->config->nvml.library, input, len,
+                                       m->config->nvml.timeout_usec, m->inventory ? (unsigned) m->inventory->n_gpus : 1,
+                                       fn, done, userdata);
+        if (r < 0)
+                *ret_error = strprintf("Cannot start the NVML worker for the MIG change: %s", strerror(-r));
+        return r;
+}
+
 /* The published snapshot with the GPUs of fresh (a read of some of them) replaced; fresh is taken. The
  * GPUs keep the NVML index the full read gave them (a read of a few numbers them from 0 where the driver
  * has no nvmlDeviceGetIndex). NULL on OOM. */

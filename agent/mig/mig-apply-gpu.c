@@ -10,7 +10,9 @@
 
 #include "gpu-nvml-worker.h"
 #include "mig-apply.h"
+#include "mig-journal.h"
 #include "mig-state.h"
+#include "mig-wire.h"
 #include "strv.h"
 
 #define MAX_CIS 16
@@ -565,7 +567,7 @@ int mig_gpu_steps_job(GpuNvml *n, void *userdata, struct WireBuf *out, char **re
         bool derived = false;
         int r = 0, rr;
 
-        if (job->journal && !job->read_only) {
+        if (job->journal && !job->read_only && !job->journal_open) {
                 r = mig_journal_reopen(job->journal);
                 if (r < 0) {
                         *ret_error = strprintf("GPU %u (%s): cannot open the MIG journal to record the change: %s",
@@ -628,6 +630,127 @@ int mig_gpu_steps_job(GpuNvml *n, void *userdata, struct WireBuf *out, char **re
         if (devices)
                 wire_put_snapshot(out, devices);
         return 0;
+}
+
+int mig_gpu_steps_input(const MigGpuStepsJob *job, struct WireBuf *out) {
+        const MigGpuRun *run = job->run;
+
+        put_plan(out, run->plan);
+        wire_put_u64(out, run->next);
+        wire_put_u32(out, run->wrote);
+        wire_put_u32(out, run->mode_changed);
+        for (size_t i = 0; i < run->plan->n_steps; i++)
+                wire_put_u32(out, run->created[i]);
+        wire_put_str(out, mig_journal_path(job->journal));
+        wire_put_u32(out, job->read_only);
+        wire_put_u32(out, job->derive);
+        wire_put_u64(out, job->memory_total_bytes);
+        wire_put_u32(out, !!job->known);
+        if (job->known)
+                mig_wire_put_state(out, job->known);
+        wire_put_u32(out, !!job->restore_to);
+        if (job->restore_to)
+                mig_wire_put_state(out, job->restore_to);
+        /* The GPUs' models, for the attributes another GPU of the model showed; then those devices (a
+         * snapshot on the wire is the last thing in its frame). */
+        wire_put_u64(out, job->seen ? job->n_before : 0);
+        for (size_t i = 0; job->seen && i < job->n_before; i++) {
+                wire_put_str(out, job->before[i].pci_address);
+                wire_put_str(out, job->before[i].model);
+        }
+        wire_put_u32(out, !!job->seen);
+        if (job->seen)
+                wire_put_snapshot(out, job->seen);
+        return out->oom ? -ENOMEM : 0;
+}
+
+int mig_gpu_steps_read(GpuNvml *n, void *userdata, struct WireBuf *out, char **ret_error) {
+        const GpuNvmlInput *in = userdata;
+        WireReader rd = { .p = in->data, .left = in->len };
+        _cleanup_(mig_gpu_plan_done) MigGpuPlan plan = {};
+        _cleanup_(mig_gpu_state_done) MigGpuState known = {}, restore_to = {};
+        _cleanup_(nvml_snapshot_freep) NvmlSnapshot *seen = NULL;
+        _cleanup_(mig_journal_freep) MigJournal *journal = NULL;
+        _cleanup_free_ char *journal_path = NULL;
+        MigGpuState *before = NULL;
+        size_t n_before = 0;
+        MigGpuRun run = {};
+        MigGpuStepsJob job = {};
+        uint64_t count;
+        int r;
+
+        r = get_plan(&rd, &plan);
+        if (r < 0)
+                goto bad;
+        r = mig_gpu_run_prepare(&plan, &run);
+        if (r < 0)
+                return r;
+        run.next = (size_t) wire_get_u64(&rd);
+        run.wrote = wire_get_u32(&rd) != 0;
+        run.mode_changed = wire_get_u32(&rd) != 0;
+        for (size_t i = 0; i < plan.n_steps; i++)
+                run.created[i] = wire_get_u32(&rd);
+        journal_path = wire_get_str(&rd);
+        job.read_only = wire_get_u32(&rd) != 0;
+        job.derive = wire_get_u32(&rd) != 0;
+        job.memory_total_bytes = wire_get_u64(&rd);
+        if (rd.bad || run.next > plan.n_steps)
+                goto bad;
+        if (wire_get_u32(&rd)) {
+                if (mig_wire_get_state(&rd, &known) < 0)
+                        goto bad;
+                job.known = &known;
+        }
+        if (wire_get_u32(&rd)) {
+                if (mig_wire_get_state(&rd, &restore_to) < 0)
+                        goto bad;
+                job.restore_to = &restore_to;
+        }
+        count = wire_get_u64(&rd);
+        if (rd.bad || count > 4096)
+                goto bad;
+        before = calloc(count ?: 1, sizeof *before);
+        if (!before) {
+                r = -ENOMEM;
+                goto done;
+        }
+        for (; n_before < count; n_before++) {
+                _cleanup_free_ char *address = wire_get_str(&rd);
+                if (rd.bad || !address || strlen(address) >= sizeof before[n_before].pci_address)
+                        goto bad;
+                strcpy(before[n_before].pci_address, address);
+                before[n_before].model = wire_get_str(&rd);
+        }
+        if (wire_get_u32(&rd)) {
+                if (wire_get_snapshot(&rd, &seen) < 0) /* checks that it ends the input */
+                        goto bad;
+                job.seen = seen;
+        } else if (rd.bad || rd.left != 0)
+                goto bad;
+        job.before = before;
+        job.n_before = n_before;
+
+        if (journal_path && !job.read_only) {
+                r = mig_journal_open_append(journal_path, &journal);
+                if (r < 0) {
+                        *ret_error = strprintf("GPU %u (%s): cannot open the MIG journal to record the change: %s",
+                                               plan.gpu, plan.pci_address, strerror(-r));
+                        goto done;
+                }
+                job.journal = journal;
+                job.journal_open = true;
+        }
+        job.run = &run;
+        n->progress_gpu = (int) plan.gpu;
+        r = mig_gpu_steps_job(n, &job, out, ret_error);
+        goto done;
+bad:
+        r = -EBADMSG;
+        *ret_error = strdup("the MIG steps sent to the NVML worker are malformed");
+done:
+        mig_gpu_run_done(&run);
+        mig_gpu_states_free(before, n_before);
+        return r;
 }
 
 int mig_gpu_steps_job_result(MigGpuRun *run, const uint8_t *data, size_t len, MigGpuStepsAnswer *ret,

@@ -260,6 +260,14 @@ static int run_steps(MigApply *a, MigGpuRun *run, bool read_only, char **ret_err
                 .before = a->before,
                 .n_before = a->n_before,
         };
+        if (a->o.session_job) {
+                _cleanup_(wire_buf_done) WireBuf in = {};
+
+                if (mig_gpu_steps_input(&a->job, &in) >= 0 &&
+                    a->o.session_job(a->o.session_userdata, in.data, in.len, mig_gpu_steps_read, on_steps_done, a) >= 0)
+                        return 2;
+                /* Busy or not there: a worker of its own. */
+        }
         r = start_job(a, mig_gpu_steps_job, &a->job, on_steps_done, (int) p->gpu);
         if (r < 0) {
                 *ret_error = strprintf("GPU %u (%s): cannot start the NVML worker for the MIG change: %s", p->gpu,

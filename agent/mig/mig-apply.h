@@ -20,6 +20,7 @@
 #include <systemd/sd-event.h>
 
 #include "gpu-nvml-internal.h"
+#include "gpu-nvml-worker.h"
 #include "mig-journal.h"
 #include "mig-types.h"
 
@@ -62,6 +63,13 @@ typedef struct MigApplyOptions {
         const char *journal_path;   /* NULL: no journal */
         bool force;                 /* apply even while compute processes run */
         bool restore;               /* a return to recorded layouts: a failing GPU is not rolled back again */
+        /* With library: runs a MIG steps job (mig_gpu_steps_read() with its input bytes) on a worker whose
+         * NVML is open already — the MIG reader — so that an apply is one NVML session instead of an
+         * nvmlInit per job; < 0 (busy, no reader): the job gets a worker of its own, as without it. A
+         * hang or crash there fails the GPU as in a job's worker (the worker names the call). */
+        int (*session_job)(void *userdata, const void *input, size_t len, GpuNvmlJobFunc fn, GpuNvmlJobDone done,
+                           void *done_userdata);
+        void *session_userdata;
         /* The daemon's snapshot (read at each job's fork): the memory size of each GPU, which a job needs to
          * name the MIG devices it reads after its steps. NULL: the jobs do not read them. */
         NvmlSnapshot *const *snapshot;
@@ -150,6 +158,7 @@ typedef struct MigGpuStepsJob {
         const NvmlSnapshot *seen;
         const MigGpuState *before;
         size_t n_before;
+        bool journal_open;          /* journal is this process's own (not the fork's copy): no reopen */
 } MigGpuStepsJob;
 
 typedef struct MigGpuStepsAnswer {
@@ -162,6 +171,13 @@ typedef struct MigGpuStepsAnswer {
 } MigGpuStepsAnswer;
 
 int mig_gpu_steps_job(GpuNvml *n, void *userdata, struct WireBuf *out, char **ret_error);
+
+/* The same job sent to a worker forked earlier (the MIG reader, whose NVML handle is open already):
+ * mig_gpu_steps_input() writes job as bytes, mig_gpu_steps_read() (a read function of the worker,
+ * gpu_nvml_worker_read_input()) runs it from them, journaling to the same file, and answers as
+ * mig_gpu_steps_job() does. */
+int mig_gpu_steps_input(const MigGpuStepsJob *job, struct WireBuf *out);
+int mig_gpu_steps_read(GpuNvml *n, void *userdata, struct WireBuf *out, char **ret_error);
 int mig_gpu_steps_job_result(MigGpuRun *run, const uint8_t *data, size_t len, MigGpuStepsAnswer *ret,
                              char **ret_error);
 void mig_gpu_steps_answer_done(MigGpuStepsAnswer *a);

@@ -278,6 +278,15 @@ static void on_gpu_reset(const char *pci_address, void *userdata) {
         health_gpu_reset_by_agent(mm->manager->health, pci_address);
 }
 
+/* The apply's MIG steps on the MIG reader (one NVML session for the apply). */
+static int session_job(void *userdata, const void *input, size_t len, GpuNvmlJobFunc fn, GpuNvmlJobDone done,
+                       void *done_userdata) {
+        MigManager *mm = userdata;
+        _cleanup_free_ char *error = NULL;
+
+        return manager_nvml_read_input_async(mm->manager, input, len, fn, done, done_userdata, &error);
+}
+
 static MigApplyOptions apply_options(MigManager *mm, const char *journal, bool force) {
         const Config *c = mm->manager->config;
 
@@ -294,6 +303,8 @@ static MigApplyOptions apply_options(MigManager *mm, const char *journal, bool f
                 .journal_path = journal,
                 .force = force,
                 .snapshot = &mm->manager->nvml_snapshot,
+                .session_job = session_job,
+                .session_userdata = mm,
                 .gpu_reset = on_gpu_reset,
                 .gpu_reset_userdata = mm,
         };

@@ -34,7 +34,7 @@ static int get_u32s(WireReader *rd, unsigned **ret, size_t *ret_n) {
         return rd->bad ? -EBADMSG : 0;
 }
 
-static void put_state(WireBuf *b, const MigGpuState *g) {
+void mig_wire_put_state(WireBuf *b, const MigGpuState *g) {
         wire_put_u32(b, g->index);
         wire_put_str(b, g->pci_address);
         wire_put_str(b, g->model);
@@ -72,7 +72,7 @@ static void put_state(WireBuf *b, const MigGpuState *g) {
         }
 }
 
-static int get_state(WireReader *rd, MigGpuState *g) {
+int mig_wire_get_state(WireReader *rd, MigGpuState *g) {
         _cleanup_free_ char *pci = NULL;
         uint32_t flags;
         uint64_t n;
@@ -154,7 +154,7 @@ int mig_states_job(GpuNvml *n, void *userdata, struct WireBuf *out, char **ret_e
                 return r;
         wire_put_u64(out, n_states);
         for (size_t i = 0; i < n_states; i++)
-                put_state(out, &states[i]);
+                mig_wire_put_state(out, &states[i]);
         mig_gpu_states_free(states, n_states);
         return 0;
 }
@@ -173,7 +173,7 @@ int mig_states_job_result(const uint8_t *data, size_t len, MigGpuState **ret, si
         if (!states)
                 return -ENOMEM;
         for (; r >= 0 && k < n; k++)
-                r = get_state(&rd, &states[k]);
+                r = mig_wire_get_state(&rd, &states[k]);
         if (r < 0) {
                 mig_gpu_states_free(states, k);
                 return r;

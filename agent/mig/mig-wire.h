@@ -13,6 +13,11 @@
 struct WireBuf;
 
 int mig_states_job(GpuNvml *n, void *userdata, struct WireBuf *out, char **ret_error);
+
+/* One MigGpuState on the wire (the MIG steps sent to the MIG reader use it too). */
+struct WireReader;
+void mig_wire_put_state(struct WireBuf *b, const MigGpuState *g);
+int mig_wire_get_state(struct WireReader *rd, MigGpuState *g);
 /* -EBADMSG for a malformed answer. */
 int mig_states_job_result(const uint8_t *data, size_t len, MigGpuState **ret, size_t *ret_n);
 

@@ -108,6 +108,17 @@ typedef struct GpuNvmlSeed {
 } GpuNvmlSeed;
 void gpu_nvml_worker_set_seed(GpuNvmlWorker *w, GpuNvmlSeedFunc fn, void *userdata);
 
+/* A read on the long-lived worker with input bytes instead of addresses: fn gets a const GpuNvmlInput *
+ * (valid during the call) as its userdata. For work that must run on the worker's open handle but whose
+ * input the worker, forked earlier, cannot have in its memory (the MIG steps of an apply). */
+typedef struct GpuNvmlInput {
+        const uint8_t *data;
+        size_t len;
+} GpuNvmlInput;
+int gpu_nvml_worker_read_input(GpuNvmlWorker *w, const char *library, const void *data, size_t len,
+                               uint64_t timeout_usec, unsigned n_gpus, GpuNvmlJobFunc fn, GpuNvmlJobDone done,
+                               void *userdata);
+
 /* The worker's side: serves requests on fd until EOF. userdata: a GpuNvmlSeed or NULL. Returns the exit
  * status. */
 int gpu_nvml_worker_main(int fd, void *userdata);
