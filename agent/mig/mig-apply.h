@@ -11,7 +11,9 @@
  * A step that fails rolls that GPU back to the layout it had before (destroy what was created, re-create
  * what was destroyed, the MIG mode back) and the apply goes on with the other GPUs; the result reports
  * the failure and the rollback's outcome; a call that hangs past the deadline or crashes the worker is
- * such a failure. Library code: results are a negative errno plus sentences; the caller logs. */
+ * such a failure. With session_job the GPUs' steps run on one worker whose NVML is open already (the MIG
+ * reader), else in a worker forked per run of steps. Library code: results are a negative errno plus
+ * sentences; the caller logs. */
 #pragma once
 
 #include <stdbool.h>

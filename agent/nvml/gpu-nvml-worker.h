@@ -131,7 +131,8 @@ typedef enum GpuNvmlWireType {
         GPU_NVML_WIRE_ERROR,                /* i32 r, str message */
         GPU_NVML_WIRE_SNAPSHOT,             /* the NvmlSnapshot */
         GPU_NVML_WIRE_RESULT,               /* a job's or a read's answer: bytes only its caller reads */
-        GPU_NVML_WIRE_READ_REQUEST,         /* str library, u64 read function, then as SNAPSHOT_REQUEST */
+        GPU_NVML_WIRE_READ_REQUEST,         /* str library, u64 read function, u32 input length (0xffffffff:
+                                             * none, and the rest is as SNAPSHOT_REQUEST) or the input bytes */
 } GpuNvmlWireType;
 
 #define GPU_NVML_WIRE_MAX (64u << 20)
