@@ -143,7 +143,7 @@ static void on_applied(MigManager *mm, const MigApplyOutcome *o, void *userdata)
                              .state = strdup(strna(o->state)), .message = o->message ? strdup(o->message) : NULL };
         if (a->refused)
                 log_error("ApplyMigConfig(%s) refused: %s", strna(o->config), strna(o->message));
-        if (o->changed && manager_nvml_refresh_async(m, o->changed_gpus, on_refreshed, a, &error) >= 0)
+        if (o->changed && manager_nvml_refresh_async(m, o->changed_gpus, o->mig_devices, on_refreshed, a, &error) >= 0)
                 return;
         if (error)
                 log_warning("Re-reading NVML after the MIG change failed: %s", error);

@@ -19,6 +19,7 @@
 #include "health.h"
 #include "metrics.h"
 #include "manager.h"
+#include "mig-cache.h"
 #include "mig-manager.h"
 #include "string-table.h"
 #include "strv.h"
@@ -95,6 +96,7 @@ Manager *manager_free(Manager *m) {
         gpu_nvml_worker_free(m->nvml_worker);
         nvml_snapshot_free(m->nvml_snapshot);
         gpu_nvml_worker_free(m->nvml_reader);
+        mig_profile_cache_free(m->mig_profiles);
         free(m->cdi_spec_text);
         cdi_mig_minors_cache_free(m->cdi_minors);
         free(m->devices_mig);

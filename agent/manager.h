@@ -77,6 +77,7 @@ typedef struct Manager {
 
         Inventory *inventory;            /* last successful probe, NULL before */
         struct GpuNvmlWorker *nvml_worker; /* the process that runs NVML for the nvml stage (gpu-nvml-worker.h) */
+        struct MigProfileCache *mig_profiles; /* <paths.state>/mig-profiles as loaded for the MIG reader's fork */
         struct GpuNvmlWorker *nvml_reader; /* the MIG reads (before planning, after a change), a worker of
                                           * their own (stage-nvml.c); the daemon never loads NVML itself */
         void (*refresh_cb)(struct Manager *m, int r, const char *error, void *userdata);
@@ -195,13 +196,19 @@ void manager_nvml_stop(Manager *m, const char *why);
  * nvml stage has not found NVML answering, -EBUSY while a read is in flight. */
 int manager_nvml_read_async(Manager *m, char *const *addresses, GpuNvmlJobFunc fn, GpuNvmlJobDone done,
                             void *userdata, char **ret_error);
+/* The same with input bytes for fn (gpu_nvml_worker_read_input()): the MIG steps of an apply. */
+int manager_nvml_read_input_async(Manager *m, const void *input, size_t len, GpuNvmlJobFunc fn, GpuNvmlJobDone done,
+                                  void *userdata, char **ret_error);
 
 /* Re-reads, on the MIG reader after a MIG change, only the GPUs a MIG write changed (pci_addresses; NULL:
  * every GPU) — a MIG write changes nothing else — and publishes the snapshot with them replaced (D-Bus,
  * m->nvml_snapshot; on failure NVML counts as unavailable until the next nvml stage); then cb (from the
- * loop) with the result. Errors to start as manager_nvml_read_async(). */
+ * loop) with the result. With mig_devices (the apply's jobs read every changed GPU's MIG mode and
+ * devices right after their steps) nothing is read: those are put into the snapshot and cb is called
+ * before this returns. Errors to start as manager_nvml_read_async(). */
 typedef void (*ManagerRefreshDone)(Manager *m, int r, const char *error, void *userdata);
-int manager_nvml_refresh_async(Manager *m, char *const *pci_addresses, ManagerRefreshDone cb, void *userdata,
+int manager_nvml_refresh_async(Manager *m, char *const *pci_addresses, const NvmlSnapshot *mig_devices,
+                               ManagerRefreshDone cb, void *userdata,
                                char **ret_error);
 
 /* Name of the Stage property: "starting", the running stage's name, or "ready" between passes. */

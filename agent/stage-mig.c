@@ -65,7 +65,8 @@ static void on_refreshed(Manager *m, int r, const char *error, void *userdata) {
         after_change_finish(userdata, r < 0 ? strna(error) : NULL);
 }
 
-static void after_change(Manager *m, char *const *changed_gpus, bool recovered, int r, char *message) {
+static void after_change(Manager *m, char *const *changed_gpus, const NvmlSnapshot *mig_devices, bool recovered,
+                         int r, char *message) {
         _cleanup_free_ char *error = NULL;
         AfterChange *ac = calloc(1, sizeof *ac);
 
@@ -75,7 +76,7 @@ static void after_change(Manager *m, char *const *changed_gpus, bool recovered, 
                 return;
         }
         *ac = (AfterChange) { .m = m, .recovered = recovered, .r = r, .message = message };
-        if (manager_nvml_refresh_async(m, changed_gpus, on_refreshed, ac, &error) < 0)
+        if (manager_nvml_refresh_async(m, changed_gpus, mig_devices, on_refreshed, ac, &error) < 0)
                 after_change_finish(ac, strna(error));
 }
 
@@ -94,7 +95,7 @@ static void on_applied(MigManager *mm, const MigApplyOutcome *o, void *userdata)
                 r = -EIO;
         metrics_count_mig_apply(m, o->state, o->changed);
         if (o->changed) {
-                after_change(m, o->changed_gpus, false, r < 0 ? r : STAGE_DONE, TAKE_PTR(message));
+                after_change(m, o->changed_gpus, o->mig_devices, false, r < 0 ? r : STAGE_DONE, TAKE_PTR(message));
                 return;
         }
         message = with_recovery(m, TAKE_PTR(message));
@@ -135,7 +136,7 @@ static void on_recovered(MigManager *mm, const MigApplyOutcome *o, void *userdat
         int r;
 
         if (o->changed) {
-                after_change(m, o->changed_gpus, true, 0, NULL);
+                after_change(m, o->changed_gpus, o->mig_devices, true, 0, NULL);
                 return;
         }
         r = apply_selected(m, &message);

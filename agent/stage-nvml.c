@@ -10,6 +10,7 @@
 #include "gpu-nvml-worker.h"
 #include "log.h"
 #include "manager.h"
+#include "mig-cache.h"
 #include "mig-manager.h"
 #include "strv.h"
 
@@ -120,6 +121,46 @@ int stage_nvml_run(Manager *m, char **ret_message) {
 
 /* ---- the MIG reader: NVML reads the MIG code needs, in a long-lived worker of its own ---- */
 
+/* Runs in the MIG reader (a fork of the daemon) after it opened NVML: what this pass's snapshot and the PCI
+ * inventory already say about each GPU is not asked again there — its identity (name, memory, PCI ids),
+ * which the MIG reads need, and the static facts a re-read after a MIG change needs. Only when the
+ * reader's NVML is the driver the snapshot was read from (same version; a reload stops the reader). */
+static void reader_seed(GpuNvml *n, void *userdata) {
+        Manager *m = userdata;
+        const NvmlSnapshot *s = m->nvml_snapshot;
+
+        if (!s || !gpu_nvml_seed_system(n, s))
+                return;
+        for (size_t i = 0; i < s->n_gpus; i++) {
+                const GpuInfo *g = &s->gpus[i];
+                uint32_t pci_id = 0, subsystem_id = 0;
+
+                for (size_t k = 0; m->inventory && k < m->inventory->n_gpus; k++) {
+                        const PciDevice *p = &m->inventory->gpus[k];
+                        if (!streq(p->address, g->pci_address))
+                                continue;
+                        pci_id = (uint32_t) p->device_id << 16 | p->vendor_id;
+                        subsystem_id = (uint32_t) p->subsystem_device_id << 16 | p->subsystem_vendor_id;
+                }
+                if (gpu_nvml_seed_gpu(n, g, pci_id, subsystem_id) < 0)
+                        return;
+        }
+        /* The GI profile tables of earlier reads in this boot, with this driver and these GPUs. */
+        mig_profile_cache_seed(m->mig_profiles, n);
+}
+
+/* Before the MIG reader is forked (again): the profile tables it may take from the state directory. */
+static void reader_load_profiles(Manager *m) {
+        _cleanup_free_ char *why = NULL;
+
+        m->mig_profiles = mig_profile_cache_free(m->mig_profiles);
+        if (mig_profile_cache_load(m->config->paths.state, m->config->paths.proc, m->nvml_snapshot, &m->mig_profiles,
+                                   &why) < 0)
+                log_oom();
+        else if (why)
+                log_info("Not using the MIG profile cache: %s; NVML is asked (and the cache written again).", why);
+}
+
 static int reader_get(Manager *m, char **ret_error) {
         int r;
 
@@ -131,11 +172,14 @@ static int reader_get(Manager *m, char **ret_error) {
                 r = gpu_nvml_worker_new(m->event, &m->nvml_reader);
                 if (r < 0)
                         return r;
+                gpu_nvml_worker_set_seed(m->nvml_reader, reader_seed, m);
         }
         if (gpu_nvml_worker_busy(m->nvml_reader)) {
                 *ret_error = strdup("A MIG read is already running; try again when it has finished.");
                 return -EBUSY;
         }
+        if (gpu_nvml_worker_pid(m->nvml_reader) == 0)
+                reader_load_profiles(m); /* the request forks a new reader */
         return 0;
 }
 
@@ -163,6 +207,22 @@ int manager_nvml_read_async(Manager *m, char *const *addresses, GpuNvmlJobFunc f
                                  m->inventory ? (unsigned) m->inventory->n_gpus : 1, fn, done, userdata);
         if (r < 0)
                 *ret_error = strprintf("Cannot start the NVML worker for the MIG read: %s", strerror(-r));
+        return r;
+}
+
+int manager_nvml_read_input_async(Manager *m, const void *input, size_t len, GpuNvmlJobFunc fn, GpuNvmlJobDone done,
+                                  void *userdata, char **ret_error) {
+        int r;
+
+        *ret_error = NULL;
+        r = reader_get(m, ret_error);
+        if (r < 0)
+                return r;
+        r = gpu_nvml_worker_read_input(m->nvml_reader, m->config->nvml.library, input, len,
+                                       m->config->nvml.timeout_usec, m->inventory ? (unsigned) m->inventory->n_gpus : 1,
+                                       fn, done, userdata);
+        if (r < 0)
+                *ret_error = strprintf("Cannot start the NVML worker for the MIG change: %s", strerror(-r));
         return r;
 }
 
@@ -223,12 +283,64 @@ static void on_refreshed(GpuNvmlWorker *w, int r, NvmlSnapshot *snap, const char
 
 /* After a MIG change (the writes ran in NVML workers): the new layout for cdi and labels, read by the MIG
  * reader — which keeps its handle and caches — never in this process. */
-int manager_nvml_refresh_async(Manager *m, char *const *pci_addresses, ManagerRefreshDone cb, void *userdata,
-                               char **ret_error) {
+/* The published snapshot with the MIG mode and devices of the GPUs in fresh replaced (taken from fresh).
+ * NULL on OOM, or when a GPU of fresh is not in it. */
+static NvmlSnapshot *snapshot_with_mig(const NvmlSnapshot *old, NvmlSnapshot *fresh) {
+        _cleanup_(nvml_snapshot_freep) NvmlSnapshot *copy = NULL;
+        _cleanup_(wire_buf_done) WireBuf b = {};
+        WireReader rd;
+
+        wire_put_snapshot(&b, old);
+        if (b.oom)
+                return NULL;
+        rd = (WireReader) { .p = b.data, .left = b.len };
+        if (wire_get_snapshot(&rd, &copy) < 0)
+                return NULL;
+        for (size_t i = 0; i < fresh->n_gpus; i++) {
+                GpuInfo *in = &fresh->gpus[i], *g = NULL;
+
+                for (size_t k = 0; !g && k < copy->n_gpus; k++)
+                        if (streq(copy->gpus[k].pci_address, in->pci_address))
+                                g = &copy->gpus[k];
+                if (!g)
+                        return NULL;
+                g->mig_current = in->mig_current;
+                g->mig_pending = in->mig_pending;
+                for (size_t k = 0; k < g->n_mig_devices; k++)
+                        gpu_nvml_mig_device_done(&g->mig_devices[k]);
+                free(g->mig_devices);
+                g->mig_devices = TAKE_PTR(in->mig_devices);
+                g->n_mig_devices = in->n_mig_devices;
+                in->n_mig_devices = 0;
+        }
+        return TAKE_PTR(copy);
+}
+
+int manager_nvml_refresh_async(Manager *m, char *const *pci_addresses, const NvmlSnapshot *mig_devices,
+                               ManagerRefreshDone cb, void *userdata, char **ret_error) {
         _cleanup_strv_free_ char **addresses = NULL;
         int r;
 
         *ret_error = NULL;
+        if (mig_devices && m->nvml_snapshot && !m->refresh_cb) {
+                /* Read by the apply's own jobs, after their steps: nothing to ask NVML again. A copy of
+                 * theirs, so that the caller's stays whole. */
+                _cleanup_(wire_buf_done) WireBuf b = {};
+                _cleanup_(nvml_snapshot_freep) NvmlSnapshot *fresh = NULL;
+                NvmlSnapshot *snap = NULL;
+                WireReader rd;
+
+                wire_put_snapshot(&b, mig_devices);
+                rd = (WireReader) { .p = b.data, .left = b.len };
+                if (!b.oom && wire_get_snapshot(&rd, &fresh) >= 0)
+                        snap = snapshot_with_mig(m->nvml_snapshot, fresh);
+                if (snap) {
+                        nvml_publish(m, snap);
+                        cb(m, 0, NULL, userdata);
+                        return 0;
+                }
+                /* Out of memory, or a GPU the snapshot lacks: read as before. */
+        }
         r = reader_get(m, ret_error);
         if (r < 0)
                 return r;

@@ -96,6 +96,8 @@ struct MigApply {
         char *reset_output;           /* the last non-empty line it printed */
 
         char **changed_gpus;          /* PCI addresses of the GPUs written to */
+        NvmlSnapshot *mig_devices;    /* their MIG devices as the jobs read them after the steps */
+        bool mig_devices_incomplete;  /* a GPU written to has none there: the caller reads them */
         char **lines;                 /* per GPU and per problem: the result message */
         char **log;
         int error;
@@ -221,6 +223,16 @@ static int start_job(MigApply *a, GpuNvmlJobFunc fn, void *input, GpuNvmlJobDone
         return gpu_nvml_worker_job(a->worker, a->o.library, gpu, a->o.call_timeout_usec, fn, input, done, a);
 }
 
+/* The GPU's memory size in the daemon's snapshot (0: unknown). */
+static uint64_t memory_of(MigApply *a, const char *pci_address) {
+        const NvmlSnapshot *s = a->o.snapshot ? *a->o.snapshot : NULL;
+
+        for (size_t i = 0; s && i < s->n_gpus; i++)
+                if (streq(s->gpus[i].pci_address, pci_address))
+                        return s->gpus[i].memory_total_bytes;
+        return 0;
+}
+
 /* The steps of run from run->next (none when read_only): like mig_gpu_run_steps(), or 2 when a worker
  * runs them (on_steps_done() schedules us again; a->answer then holds what it read after them). */
 static int run_steps(MigApply *a, MigGpuRun *run, bool read_only, char **ret_error) {
@@ -242,7 +254,20 @@ static int run_steps(MigApply *a, MigGpuRun *run, bool read_only, char **ret_err
                 .restore_to = !a->rolling_back && !a->o.restore ? before_of(a, p) : NULL,
                 .known = before_of(a, p),
                 .read_only = read_only,
+                .derive = !a->rolling_back,
+                .memory_total_bytes = memory_of(a, p->pci_address),
+                .seen = a->mig_devices,
+                .before = a->before,
+                .n_before = a->n_before,
         };
+        if (a->o.session_job) {
+                _cleanup_(wire_buf_done) WireBuf in = {};
+
+                if (mig_gpu_steps_input(&a->job, &in) >= 0 &&
+                    a->o.session_job(a->o.session_userdata, in.data, in.len, mig_gpu_steps_read, on_steps_done, a) >= 0)
+                        return 2;
+                /* Busy or not there: a worker of its own. */
+        }
         r = start_job(a, mig_gpu_steps_job, &a->job, on_steps_done, (int) p->gpu);
         if (r < 0) {
                 *ret_error = strprintf("GPU %u (%s): cannot start the NVML worker for the MIG change: %s", p->gpu,
@@ -296,6 +321,31 @@ static void on_busy_done(GpuNvmlWorker *w, int r, const uint8_t *data, size_t le
 
 /* ---- one GPU ---- */
 
+/* Moves the one GpuInfo of devices into a->mig_devices. */
+static void mig_devices_add(MigApply *a, NvmlSnapshot *devices) {
+        GpuInfo *l;
+
+        if (!a->mig_devices && !(a->mig_devices = calloc(1, sizeof *a->mig_devices))) {
+                a->mig_devices_incomplete = true;
+                return;
+        }
+        l = realloc(a->mig_devices->gpus, (a->mig_devices->n_gpus + 1) * sizeof *l);
+        if (!l) {
+                a->mig_devices_incomplete = true;
+                return;
+        }
+        a->mig_devices->gpus = l;
+        l[a->mig_devices->n_gpus++] = devices->gpus[0];
+        devices->gpus[0] = (GpuInfo) {};
+        devices->n_gpus = 0;
+}
+
+NvmlSnapshot *mig_apply_take_mig_devices(MigApply *a) {
+        if (!a || a->mig_devices_incomplete || !a->changed)
+                return NULL;
+        return TAKE_PTR(a->mig_devices);
+}
+
 static void gpu_finish(MigApply *a, const char *result) {
         const MigGpuPlan *p = &a->plan->gpus[a->gpu];
 
@@ -304,6 +354,11 @@ static void gpu_finish(MigApply *a, const char *result) {
         if (a->run.wrote || a->rollback_run.wrote) {
                 a->changed = true;
                 (void) strv_extend(&a->changed_gpus, p->pci_address);
+                /* The job of the last steps read the GPU's MIG devices when all of them succeeded. */
+                if (streq(result, "done") && !a->rollback_run.wrote && a->answer.devices)
+                        mig_devices_add(a, a->answer.devices);
+                else
+                        a->mig_devices_incomplete = true;
         }
         mig_gpu_run_done(&a->run);
         mig_gpu_run_done(&a->rollback_run);
@@ -806,6 +861,7 @@ MigApply *mig_apply_free(MigApply *a) {
         free(a->gpu_error);
         strv_free(a->lines);
         strv_free(a->changed_gpus);
+        nvml_snapshot_free(a->mig_devices);
         strv_free(a->log);
         return mfree(a);
 }

@@ -11,7 +11,9 @@
  * A step that fails rolls that GPU back to the layout it had before (destroy what was created, re-create
  * what was destroyed, the MIG mode back) and the apply goes on with the other GPUs; the result reports
  * the failure and the rollback's outcome; a call that hangs past the deadline or crashes the worker is
- * such a failure. Library code: results are a negative errno plus sentences; the caller logs. */
+ * such a failure. With session_job the GPUs' steps run on one worker whose NVML is open already (the MIG
+ * reader), else in a worker forked per run of steps. Library code: results are a negative errno plus
+ * sentences; the caller logs. */
 #pragma once
 
 #include <stdbool.h>
@@ -20,6 +22,7 @@
 #include <systemd/sd-event.h>
 
 #include "gpu-nvml-internal.h"
+#include "gpu-nvml-worker.h"
 #include "mig-journal.h"
 #include "mig-types.h"
 
@@ -62,6 +65,16 @@ typedef struct MigApplyOptions {
         const char *journal_path;   /* NULL: no journal */
         bool force;                 /* apply even while compute processes run */
         bool restore;               /* a return to recorded layouts: a failing GPU is not rolled back again */
+        /* With library: runs a MIG steps job (mig_gpu_steps_read() with its input bytes) on a worker whose
+         * NVML is open already — the MIG reader — so that an apply is one NVML session instead of an
+         * nvmlInit per job; < 0 (busy, no reader): the job gets a worker of its own, as without it. A
+         * hang or crash there fails the GPU as in a job's worker (the worker names the call). */
+        int (*session_job)(void *userdata, const void *input, size_t len, GpuNvmlJobFunc fn, GpuNvmlJobDone done,
+                           void *done_userdata);
+        void *session_userdata;
+        /* The daemon's snapshot (read at each job's fork): the memory size of each GPU, which a job needs to
+         * name the MIG devices it reads after its steps. NULL: the jobs do not read them. */
+        NvmlSnapshot *const *snapshot;
         /* Called after a GPU reset the apply ran finished successfully (NULL: nobody is told). */
         void (*gpu_reset)(const char *pci_address, void *userdata);
         void *gpu_reset_userdata;
@@ -86,6 +99,12 @@ typedef void (*MigApplyFinished)(MigApply *a, const MigApplyResult *res, void *u
 int mig_apply_start(const MigApplyOptions *o, MigPlan *plan, MigGpuState *before, size_t n_before,
                     MigApplyFinished cb, void *userdata, MigApply **ret, char **ret_error);
 
+/* After the result: the MIG mode and MIG devices of every GPU the apply wrote to, as its jobs read them
+ * right after their steps (one GpuInfo per GPU, only those fields set), taken by the caller; NULL when a
+ * GPU's were not read (a failure, a rollback, a reset still pending, no snapshot to name them by): the
+ * caller then reads them. */
+NvmlSnapshot *mig_apply_take_mig_devices(MigApply *a);
+
 /* Cancels (kills a reset child, no callback; the journal stays for the next start) and frees. */
 MigApply *mig_apply_free(MigApply *a);
 DEFINE_CLEANUP_FUNC(MigApply *, mig_apply_free);
@@ -97,6 +116,8 @@ typedef struct MigGpuRun {
         nvmlDevice_t device;
         size_t next;                /* the next step */
         unsigned *created;          /* per step: id of the GI (CREATE_GI) or CI (CREATE_CI) it created */
+        nvmlGpuInstance_t *gi_handles; /* per CREATE_GI step: the handle NVML gave, for the CIs created in it by
+                                     * the same process (NULL when made elsewhere: looked up by id) */
         bool wrote;                 /* an NVML write succeeded */
         bool mode_changed;
 } MigGpuRun;
@@ -128,6 +149,18 @@ typedef struct MigGpuStepsJob {
         const MigGpuState *known;   /* the GPU as read before the apply (NULL: unknown): the read after the
                                      * steps then covers only what they can have changed */
         bool read_only;
+        bool derive;                /* known is the state the run's plan starts from (not a rollback's): when
+                                     * every step succeeds, the layout after is derived from known and the
+                                     * steps' answers instead of read */
+        uint64_t memory_total_bytes;/* the GPU's memory (the nvml stage's snapshot), for the MIG device profile
+                                     * names; 0: the MIG devices are not read by the job */
+        /* The MIG devices earlier jobs of the apply read (NULL: none), and the GPUs' states before it (for
+         * their models): a MIG device's attributes are those of its (GI, CI) profile on its GPU model, so
+         * a profile another GPU of the model has shown is not asked again. */
+        const NvmlSnapshot *seen;
+        const MigGpuState *before;
+        size_t n_before;
+        bool journal_open;          /* journal is this process's own (not the fork's copy): no reopen */
 } MigGpuStepsJob;
 
 typedef struct MigGpuStepsAnswer {
@@ -135,9 +168,18 @@ typedef struct MigGpuStepsAnswer {
         int rollback_r;             /* 1: rollback is the plan back to restore_to; 0: none asked; < 0 failed */
         MigGpuPlan rollback;
         char *rollback_error;       /* why not (rollback_r < 0) */
+        NvmlSnapshot *devices;      /* after steps that all succeeded (and derive, memory_total_bytes): one
+                                     * GpuInfo with the GPU's MIG mode and MIG devices, else NULL */
 } MigGpuStepsAnswer;
 
 int mig_gpu_steps_job(GpuNvml *n, void *userdata, struct WireBuf *out, char **ret_error);
+
+/* The same job sent to a worker forked earlier (the MIG reader, whose NVML handle is open already):
+ * mig_gpu_steps_input() writes job as bytes, mig_gpu_steps_read() (a read function of the worker,
+ * gpu_nvml_worker_read_input()) runs it from them, journaling to the same file, and answers as
+ * mig_gpu_steps_job() does. */
+int mig_gpu_steps_input(const MigGpuStepsJob *job, struct WireBuf *out);
+int mig_gpu_steps_read(GpuNvml *n, void *userdata, struct WireBuf *out, char **ret_error);
 int mig_gpu_steps_job_result(MigGpuRun *run, const uint8_t *data, size_t len, MigGpuStepsAnswer *ret,
                              char **ret_error);
 void mig_gpu_steps_answer_done(MigGpuStepsAnswer *a);

@@ -204,6 +204,28 @@ int mig_journal_reopen(MigJournal *j) {
         return 0;
 }
 
+int mig_journal_open_append(const char *path, MigJournal **ret) {
+        MigJournal *j = calloc(1, sizeof *j);
+
+        if (!j || !(j->path = strdup(path))) {
+                free(j);
+                return -ENOMEM;
+        }
+        j->fd = open(path, O_WRONLY | O_APPEND | O_CLOEXEC | O_NOFOLLOW);
+        if (j->fd < 0) {
+                int r = negative_errno();
+                free(j->path);
+                free(j);
+                return r;
+        }
+        *ret = j;
+        return 0;
+}
+
+const char *mig_journal_path(const MigJournal *j) {
+        return j ? j->path : NULL;
+}
+
 MigJournal *mig_journal_free(MigJournal *j) {
         if (!j)
                 return NULL;

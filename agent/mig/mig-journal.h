@@ -47,6 +47,12 @@ int mig_journal_end(MigJournal *j, const char *state);
  * old descriptor is forgotten, not closed: call it only in such a worker. */
 int mig_journal_reopen(MigJournal *j);
 
+/* Opens an existing journal for appending (an NVML worker that records the steps it runs for the
+ * daemon, which began the journal). */
+int mig_journal_open_append(const char *path, MigJournal **ret);
+/* The journal's file. */
+const char *mig_journal_path(const MigJournal *j);
+
 /* Closes without finishing (the file stays for the next start). NULL-safe. */
 MigJournal *mig_journal_free(MigJournal *j);
 DEFINE_CLEANUP_FUNC(MigJournal *, mig_journal_free);

@@ -7,6 +7,7 @@
 #include "fileio.h"
 #include "log.h"
 #include "manager.h"
+#include "mig-cache.h"
 #include "mig-config.h"
 #include "mig-manager.h"
 #include "mig-plan.h"
@@ -52,6 +53,9 @@ struct MigManager {
                 const MigConfig *config;
                 MigJournalContents *journal;
                 char **addresses;         /* what is read (index = position) */
+                MigPlan *built;           /* the plan, while the GPUs it changes are checked for processes */
+                MigGpuState *states;      /* the states it was made from (the apply takes them) */
+                size_t n_states;
                 sd_event_source *defer;   /* delivers a refusal from the next iteration */
                 MigApplyOutcome refusal;
                 char *refusal_message;
@@ -94,6 +98,8 @@ static void plan_done(MigManager *mm) {
         mig_config_file_free(mm->plan.cf);
         mig_journal_contents_free(mm->plan.journal);
         strv_free(mm->plan.addresses);
+        mig_plan_free(mm->plan.built);
+        mig_gpu_states_free(mm->plan.states, mm->plan.n_states);
         sd_event_source_disable_unref(mm->plan.defer);
         free(mm->plan.refusal_message);
         free(mm->plan.prev_name);
@@ -249,6 +255,7 @@ static void on_apply_finished(MigApply *a, const MigApplyResult *res, void *user
 
         /* res belongs to a: done with it. The callback may start the next apply. */
         _cleanup_strv_free_ char **changed_gpus = strv_copy(res->changed_gpus);
+        _cleanup_(nvml_snapshot_freep) NvmlSnapshot *mig_devices = mig_apply_take_mig_devices(a);
         MigApplyOutcome o = {
                 .error = res->error,
                 .config = name,
@@ -256,6 +263,7 @@ static void on_apply_finished(MigApply *a, const MigApplyResult *res, void *user
                 .message = message,
                 .changed = res->changed,
                 .changed_gpus = changed_gpus, /* NULL (on OOM too): every GPU is re-read */
+                .mig_devices = changed_gpus ? mig_devices : NULL,
         };
         mm->apply = mig_apply_free(a);
         mm->cb = NULL;
@@ -268,6 +276,15 @@ static void on_gpu_reset(const char *pci_address, void *userdata) {
         MigManager *mm = userdata;
         /* The reset is the remedy for a fatal fault too: health forgets it and re-checks the GPU. */
         health_gpu_reset_by_agent(mm->manager->health, pci_address);
+}
+
+/* The apply's MIG steps on the MIG reader (one NVML session for the apply). */
+static int session_job(void *userdata, const void *input, size_t len, GpuNvmlJobFunc fn, GpuNvmlJobDone done,
+                       void *done_userdata) {
+        MigManager *mm = userdata;
+        _cleanup_free_ char *error = NULL;
+
+        return manager_nvml_read_input_async(mm->manager, input, len, fn, done, done_userdata, &error);
 }
 
 static MigApplyOptions apply_options(MigManager *mm, const char *journal, bool force) {
@@ -285,6 +302,9 @@ static MigApplyOptions apply_options(MigManager *mm, const char *journal, bool f
                 .unit_timeout_usec = c->fabric.timeout_usec,
                 .journal_path = journal,
                 .force = force,
+                .snapshot = &mm->manager->nvml_snapshot,
+                .session_job = session_job,
+                .session_userdata = mm,
                 .gpu_reset = on_gpu_reset,
                 .gpu_reset_userdata = mm,
         };
@@ -350,8 +370,79 @@ static void plan_refuse(MigManager *mm, int r, char *message) {
         plan_deliver(mm, (MigApplyOutcome) { .error = r, .state = "failed", .refused = true }, message);
 }
 
+static void plan_start(MigManager *mm, MigPlan *plan_in, MigGpuState *states, size_t n_states);
+
+static void on_busy_read(GpuNvmlWorker *w, int r, const uint8_t *data, size_t len, const char *error,
+                         void *userdata) {
+        MigManager *mm = userdata;
+        MigPlan *plan = TAKE_PTR(mm->plan.built);
+        MigGpuState *states = TAKE_PTR(mm->plan.states);
+        size_t n_states = mm->plan.n_states;
+        _cleanup_free_ unsigned *procs = NULL;
+
+        mm->plan.n_states = 0;
+        if (!mm->plan.active || mm->plan.defer || !plan) {
+                mig_plan_free(plan);
+                mig_gpu_states_free(states, n_states);
+                return;
+        }
+        if (r >= 0 && (r = mig_busy_job_result(data, len, plan->n_gpus, &procs)) < 0)
+                error = "the NVML worker sent a malformed answer";
+        if (r < 0) {
+                mig_plan_free(plan);
+                mig_gpu_states_free(states, n_states);
+                plan_refuse(mm, r, strprintf("Checking the GPUs for compute processes before the MIG change failed: "
+                                             "%s; nothing was changed", strna(error)));
+                return;
+        }
+        for (size_t i = 0; i < plan->n_gpus; i++) {
+                MigGpuState *g = (MigGpuState *) mig_state_find(states, n_states, plan->gpus[i].pci_address);
+                if (g)
+                        g->busy = procs[i] > 0;
+        }
+        plan_start(mm, plan, states, n_states);
+}
+
 static void plan_with_states(MigManager *mm, MigGpuState *states, size_t n_states) {
         _cleanup_(mig_plan_freep) MigPlan *plan = NULL;
+        _cleanup_free_ char *error = NULL;
+        _cleanup_strv_free_ char **busy_addresses = NULL;
+        int r;
+
+        r = mig_plan_build(mm->plan.config, states, n_states, &plan, &error);
+        if (r < 0) {
+                mig_gpu_states_free(states, n_states);
+                plan_refuse(mm, r, TAKE_PTR(error));
+                return;
+        }
+        if (mm->plan.force || plan->n_gpus == 0) {
+                plan_start(mm, TAKE_PTR(plan), states, n_states);
+                return;
+        }
+        /* Compute processes matter only on the GPUs the plan changes: asked for those alone, now, on the
+         * MIG reader (a re-apply that changes nothing asks none). */
+        for (size_t i = 0; i < plan->n_gpus; i++)
+                if (strv_extend(&busy_addresses, plan->gpus[i].pci_address) < 0) {
+                        mig_gpu_states_free(states, n_states);
+                        plan_refuse(mm, -ENOMEM, NULL);
+                        return;
+                }
+        mm->plan.built = TAKE_PTR(plan);
+        mm->plan.states = states;
+        mm->plan.n_states = n_states;
+        r = manager_nvml_read_async(mm->manager, busy_addresses, mig_busy_job, on_busy_read, mm, &error);
+        if (r < 0) {
+                mm->plan.built = mig_plan_free(mm->plan.built);
+                mig_gpu_states_free(mm->plan.states, mm->plan.n_states);
+                mm->plan.states = NULL;
+                mm->plan.n_states = 0;
+                plan_refuse(mm, r, strprintf("Checking the GPUs for compute processes before the MIG change failed: "
+                                             "%s; nothing was changed", strna(error)));
+        }
+}
+
+static void plan_start(MigManager *mm, MigPlan *plan_in, MigGpuState *states, size_t n_states) {
+        _cleanup_(mig_plan_freep) MigPlan *plan = plan_in;
         _cleanup_free_ char *journal = NULL, *error = NULL;
         _cleanup_free_ char *name = strdup(mm->plan.name);
         bool force = mm->plan.force, request = mm->plan.request;
@@ -360,12 +451,6 @@ static void plan_with_states(MigManager *mm, MigGpuState *states, size_t n_state
         if (!name) {
                 mig_gpu_states_free(states, n_states);
                 plan_refuse(mm, -ENOMEM, NULL);
-                return;
-        }
-        r = mig_plan_build(mm->plan.config, states, n_states, &plan, &error);
-        if (r < 0) {
-                mig_gpu_states_free(states, n_states);
-                plan_refuse(mm, r, TAKE_PTR(error));
                 return;
         }
         free(mm->unmanaged);
@@ -419,6 +504,11 @@ static void on_plan_read(GpuNvmlWorker *w, int r, const uint8_t *data, size_t le
                                              : "Reading the MIG layout before the apply failed: %s", strna(error)));
                 return;
         }
+        /* The profile tables for the next start of the MIG reader (written only when they differ). */
+        r = mig_profile_cache_save(mm->manager->config->paths.state, mm->manager->config->paths.proc,
+                                   mm->manager->nvml_snapshot, states, n);
+        if (r < 0)
+                log_debug("Cannot write the MIG profile cache: %s", strerror(-r));
         if (mm->plan.recovery)
                 recover_with_states(mm, states, n);
         else

@@ -24,6 +24,8 @@ typedef struct MigApplyOutcome {
         const char *message;        /* what happened, one line */
         bool changed;               /* MIG devices changed: CDI, device nodes and labels need a refresh */
         char *const *changed_gpus;  /* the PCI addresses of the GPUs that changed (valid during the call) */
+        const NvmlSnapshot *mig_devices; /* their MIG mode and devices as the apply read them after its steps
+                                     * (valid during the call); NULL: they need a re-read */
         bool refused;               /* nothing was started: the GPUs could not be read, the planner rejected
                                      * the config (-EINVAL), a GPU has compute processes (-EBUSY) */
 } MigApplyOutcome;

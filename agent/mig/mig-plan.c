@@ -456,6 +456,7 @@ static int add_destroy_cis(MigGpuPlan *p, const MigGpuState *g, const MigGiState
                         continue;
                 }
                 int k = step_add(p, (MigStep) { .kind = MIG_STEP_DESTROY_CI, .gi_id = gi->id, .ci_id = gi->ci_ids[c],
+                                                .profile_id = gi->ci_profile_ids ? gi->ci_profile_ids[c] : 0,
                                                 .gi_step = -1 },
                                  existing_ci_name(g, gi, gi->ci_profile_ids ? gi->ci_profile_ids[c] : UINT32_MAX));
                 if (k < 0)
@@ -858,6 +859,8 @@ char *mig_step_to_string(const MigStep *s) {
         case MIG_STEP_RESET_GPU:
                 return strdup("reset-gpu");
         case MIG_STEP_DESTROY_CI:
+                if (s->ci_id == MIG_CI_ID_UNKNOWN)
+                        return strprintf("destroy-ci gi=%u ci-profile=%u (%s)", s->gi_id, s->profile_id, strna(s->profile));
                 return strprintf("destroy-ci gi=%u ci=%u (%s)", s->gi_id, s->ci_id, strna(s->profile));
         case MIG_STEP_DESTROY_GI:
                 return strprintf("destroy-gi gi=%u (%s)", s->gi_id, strna(s->profile));

@@ -388,18 +388,15 @@ static int read_cis(GpuNvml *n, nvmlGpuInstance_t handle, MigModelFacts *facts, 
                         continue;
                 if (r < 0)
                         return r;
+                /* The planner needs each CI's profile (the one asked for), not its id: only a destroy does,
+                 * and it takes any CI of the profile (mig-apply-gpu.c). One call per CI saved. */
                 for (unsigned k = 0; k < count && gi->n_cis < MAX_INSTANCES; k++) {
-                        nvmlComputeInstanceInfo_t info = {};
-
-                        r = gpu_nvml_compute_instance_get_info(n, cis[k], &info);
-                        if (r < 0)
-                                return r;
-                        gi->ci_ids[gi->n_cis] = info.id;
-                        gi->ci_profile_ids[gi->n_cis++] = info.profileId;
+                        gi->ci_ids[gi->n_cis] = MIG_CI_ID_UNKNOWN;
+                        gi->ci_profile_ids[gi->n_cis++] = p->ci_profiles[i].id;
                         used += p->ci_profiles[i].slices;
                 }
         }
-        /* By CI id, as nvidia-smi lists them. */
+        /* By CI id, as nvidia-smi lists them (when known). */
         for (size_t i = 1; i < gi->n_cis; i++)
                 for (size_t k = i; k > 0 && gi->ci_ids[k - 1] > gi->ci_ids[k]; k--) {
                         unsigned t = gi->ci_ids[k];
@@ -477,7 +474,7 @@ int mig_state_read_gpu(GpuNvml *n, const char *pci_address, unsigned index, MigG
         nvmlDevice_t d = NULL;
         GpuNvmlCached *c;
         MigModelFacts *facts;
-        unsigned current = 0, pending = 0, procs = 0;
+        unsigned current = 0, pending = 0;
         int r;
 
         assert(n);
@@ -525,10 +522,8 @@ int mig_state_read_gpu(GpuNvml *n, const char *pci_address, unsigned index, MigG
         if (!g.model)
                 return -ENOMEM;
 
-        r = mig_state_processes(n, d, &procs);
-        if (r < 0)
-                return failed(n, pci_address, r, ret_error);
-        g.busy = procs > 0;
+        /* Compute processes are not asked here: only the GPUs a plan changes are asked, just before the
+         * apply (mig_busy_job()); a read that plans nothing (or only shows) does not need them. */
 
         r = gpu_nvml_device_get_mig_mode(n, d, &current, &pending);
         if (r == -EOPNOTSUPP) {
@@ -825,5 +820,148 @@ int mig_state_read_layout(GpuNvml *n, const MigGpuState *known, const unsigned *
                 qsort(g.gis, g.n_gis, sizeof *g.gis, gi_compare);
         *ret = g;
         g = (MigGpuState) {};
+        return 0;
+}
+
+/* One more CI on gi (its arrays are sized n_cis: grown by one). */
+static int gi_add_ci(MigGiState *gi, unsigned ci_id, unsigned profile_id) {
+        unsigned *ids = realloc(gi->ci_ids, (gi->n_cis + 1) * sizeof *ids), *profiles;
+
+        if (!ids)
+                return -ENOMEM;
+        gi->ci_ids = ids;
+        profiles = realloc(gi->ci_profile_ids, (gi->n_cis + 1) * sizeof *profiles);
+        if (!profiles)
+                return -ENOMEM;
+        gi->ci_profile_ids = profiles;
+        ids[gi->n_cis] = ci_id;
+        profiles[gi->n_cis++] = profile_id;
+        return 0;
+}
+
+static MigGiState *gi_find_id(MigGpuState *g, unsigned id) {
+        for (size_t i = 0; i < g->n_gis; i++)
+                if (g->gis[i].id == id)
+                        return &g->gis[i];
+        return NULL;
+}
+
+int mig_state_after_steps(const MigGpuState *known, const MigGpuPlan *plan, size_t n_done, const unsigned *created,
+                          bool mode_waits_for_reset, MigGpuState *ret) {
+        _cleanup_(mig_gpu_state_done) MigGpuState g = {};
+        int r;
+
+        assert(known && plan && ret);
+        assert(n_done <= plan->n_steps);
+
+        r = mig_state_copy_layout(known, &g);
+        if (r < 0)
+                return r;
+        g.busy = false;
+        if (known->n_gi_profiles > 0) {
+                r = gi_profiles_copy(known->gi_profiles, known->n_gi_profiles, &g.gi_profiles, &g.n_gi_profiles);
+                if (r < 0)
+                        return r;
+        }
+
+        for (size_t i = 0; i < n_done; i++) {
+                const MigStep *s = &plan->steps[i];
+                unsigned gi_id = s->gi_step >= 0 && (size_t) s->gi_step < plan->n_steps ? created[s->gi_step] : s->gi_id;
+                MigGiState *gi;
+
+                switch (s->kind) {
+                case MIG_STEP_SET_MODE:
+                        g.mig_pending = s->enable;
+                        /* Active at once unless the run stopped right here to wait for the reset. */
+                        if (!(mode_waits_for_reset && i + 1 == n_done))
+                                g.mig_current = s->enable;
+                        break;
+                case MIG_STEP_RESET_GPU:
+                        g.mig_current = g.mig_pending;
+                        break;
+                case MIG_STEP_DESTROY_CI:
+                        gi = gi_find_id(&g, s->gi_id);
+                        for (size_t k = 0; gi && k < gi->n_cis; k++)
+                                if (gi->ci_ids[k] == s->ci_id) {
+                                        memmove(&gi->ci_ids[k], &gi->ci_ids[k + 1], (gi->n_cis - k - 1) * sizeof *gi->ci_ids);
+                                        memmove(&gi->ci_profile_ids[k], &gi->ci_profile_ids[k + 1],
+                                                (gi->n_cis - k - 1) * sizeof *gi->ci_profile_ids);
+                                        gi->n_cis--;
+                                        break;
+                                }
+                        break;
+                case MIG_STEP_DESTROY_GI:
+                        gi = gi_find_id(&g, s->gi_id);
+                        if (gi) {
+                                size_t k = (size_t) (gi - g.gis);
+                                mig_gi_state_done(gi);
+                                memmove(&g.gis[k], &g.gis[k + 1], (g.n_gis - k - 1) * sizeof *g.gis);
+                                g.n_gis--;
+                        }
+                        break;
+                case MIG_STEP_CREATE_GI:
+                        gi = realloc(g.gis, (g.n_gis + 1) * sizeof *gi);
+                        if (!gi)
+                                return -ENOMEM;
+                        g.gis = gi;
+                        g.gis[g.n_gis++] = (MigGiState) { .id = created[i], .profile_id = s->profile_id,
+                                                          .start = s->start, .size = s->size };
+                        break;
+                case MIG_STEP_CREATE_CI:
+                        gi = gi_find_id(&g, gi_id);
+                        if (!gi)
+                                return -ENOENT; /* a CI in a GI the steps neither found nor made: read instead */
+                        r = gi_add_ci(gi, created[i], s->profile_id);
+                        if (r < 0)
+                                return r;
+                        break;
+                case _MIG_STEP_KIND_MAX:
+                case _MIG_STEP_KIND_INVALID:
+                        return -EINVAL;
+                }
+        }
+        if (!g.mig_current)
+                for (size_t i = 0; i < g.n_gis; i++)
+                        mig_gi_state_done(&g.gis[i]);
+        if (!g.mig_current) {
+                g.gis = mfree(g.gis);
+                g.n_gis = 0;
+        }
+        if (g.n_gis > 1)
+                qsort(g.gis, g.n_gis, sizeof *g.gis, gi_compare);
+        *ret = g;
+        g = (MigGpuState) {};
+        return 0;
+}
+
+int mig_state_seed_model(GpuNvml *n, const char *model, uint32_t pci_id, uint64_t total_bytes,
+                         const MigGiProfile *profiles, size_t n_profiles) {
+        _cleanup_(mig_gpu_state_done) MigGpuState g = { .pci_id = pci_id };
+        MigModelFacts *facts;
+        int r;
+
+        if (!model || n_profiles == 0)
+                return -EINVAL;
+        g.model = strdup(model);
+        if (!g.model)
+                return -ENOMEM;
+        if (model_facts_find(n, &g, total_bytes))
+                return 0; /* read already: NVML's answer stays */
+        r = gi_profiles_copy(profiles, n_profiles, &g.gi_profiles, &g.n_gi_profiles);
+        if (r < 0)
+                return r;
+        /* The table keeps the CI profiles by NVML's numbering, as read_gi_profiles() leaves them; those
+         * NVML reported through a GI of a profile are its asked lists. */
+        for (size_t i = 0; i < g.n_gi_profiles; i++) {
+                r = read_ci_profiles(n, NULL, &g.gi_profiles[i]);
+                if (r < 0)
+                        return r;
+        }
+        facts = model_facts_add(n, &g, total_bytes);
+        if (!facts)
+                return -ENOMEM;
+        for (size_t i = 0; i < n_profiles; i++)
+                if (profiles[i].n_ci_profiles > 0 && !ci_asked_find(facts, profiles[i].id))
+                        ci_asked_add(facts, &profiles[i]);
         return 0;
 }

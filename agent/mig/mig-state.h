@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* Owns reading the MIG state of GPUs through NVML into MigGpuState (mig-types.h): MIG mode current and
  * pending, the GPU and compute instances that exist, the GPU instance profiles each GPU reports (ids,
- * canonical names, possible placements, instance limits, compute instance profiles), and whether compute
- * processes run; the GI profile table is kept per GPU model for the life of the NVML handle. Also the
+ * canonical names, possible placements, instance limits, compute instance profiles) — not whether compute
+ * processes run (mig_state_processes(), asked only for the GPUs a plan changes); the GI profile table is kept per GPU model for the life of the NVML handle. Also the
  * layout helpers the applier and the journal share: copying and comparing the part of a state that an
  * apply changes. Library code: negative errno plus a sentence, no logging. */
 #pragma once
@@ -34,6 +34,22 @@ int mig_state_read(GpuNvml *n, char *const *pci_addresses, MigGpuState **ret, si
  * calls for G profiles, I GIs and C CIs, instead of the whole GPU with its profile table. */
 int mig_state_read_layout(GpuNvml *n, const MigGpuState *known, const unsigned *gi_profile_ids, size_t n_gi_profile_ids,
                           const unsigned *ci_profile_ids, size_t n_ci_profile_ids, MigGpuState *ret, char **ret_error);
+
+/* The GPU as known was before the first n_done steps of plan ran, all of them successfully: derived, no
+ * NVML call. created[i] is the id NVML gave the GI (CREATE_GI) or CI (CREATE_CI) of step i;
+ * mode_waits_for_reset: the run stopped after its SET_MODE because the change waits for a GPU reset.
+ * What the steps wrote is what NVML answered for (a create answers the new instance's id with its info), so
+ * the applier need not read the GPU again to report it. -ENOENT when a step names a GI neither known nor
+ * created (the caller reads the GPU instead). */
+int mig_state_after_steps(const MigGpuState *known, const MigGpuPlan *plan, size_t n_done, const unsigned *created,
+                          bool mode_waits_for_reset, MigGpuState *ret);
+
+/* Puts a model's GI profile table, as a cache of facts NVML reported before (mig-cache.c), into n's per-model
+ * cache, so that reads on n do not ask NVML for it: profiles with the CI profiles NVML reported through a
+ * GI of each (n_ci_profiles 0: none was asked; NVML's numbering stands in until one is). A model n has
+ * read already keeps NVML's answer. */
+int mig_state_seed_model(GpuNvml *n, const char *model, uint32_t pci_id, uint64_t total_bytes,
+                         const MigGiProfile *profiles, size_t n_profiles);
 
 /* Number of compute processes on the GPU. */
 int mig_state_processes(GpuNvml *n, nvmlDevice_t d, unsigned *ret);

@@ -64,11 +64,15 @@ typedef struct MigGiProfile {       /* one GPU instance profile the GPU reports 
         size_t n_ci_profiles;
 } MigGiProfile;
 
+/* A compute instance whose id was not asked (the planning read counts a GI's CIs per CI profile and does
+ * not ask each one's info): destroying it takes any CI of its profile in its GI. */
+#define MIG_CI_ID_UNKNOWN UINT32_MAX
+
 typedef struct MigGiState {         /* an existing GPU instance */
         unsigned id;
         unsigned profile_id;
         unsigned start, size;       /* placement */
-        unsigned *ci_ids;           /* its compute instances */
+        unsigned *ci_ids;           /* its compute instances (MIG_CI_ID_UNKNOWN: not asked) */
         unsigned *ci_profile_ids;
         size_t n_cis;
 } MigGiState;
@@ -93,7 +97,7 @@ typedef struct MigGpuState {
 typedef enum MigStepKind {
         MIG_STEP_SET_MODE,          /* arg: enable (0/1) */
         MIG_STEP_RESET_GPU,         /* the mode change is pending until reset */
-        MIG_STEP_DESTROY_CI,        /* gi_id, ci_id */
+        MIG_STEP_DESTROY_CI,        /* gi_id, ci_id (or MIG_CI_ID_UNKNOWN), profile_id: its CI profile id */
         MIG_STEP_DESTROY_GI,        /* gi_id */
         MIG_STEP_CREATE_GI,         /* profile_id, start, size; the created id is recorded by the applier */
         MIG_STEP_CREATE_CI,         /* on the GI created by step `gi_step` (or an existing gi_id), ci profile id */

@@ -8,6 +8,7 @@
 #include "gpu-nvml-worker.h"
 #include "mig-state.h"
 #include "mig-wire.h"
+#include "strv.h"
 
 #define WIRE_MAX_ITEMS 4096u
 
@@ -33,7 +34,7 @@ static int get_u32s(WireReader *rd, unsigned **ret, size_t *ret_n) {
         return rd->bad ? -EBADMSG : 0;
 }
 
-static void put_state(WireBuf *b, const MigGpuState *g) {
+void mig_wire_put_state(WireBuf *b, const MigGpuState *g) {
         wire_put_u32(b, g->index);
         wire_put_str(b, g->pci_address);
         wire_put_str(b, g->model);
@@ -71,7 +72,7 @@ static void put_state(WireBuf *b, const MigGpuState *g) {
         }
 }
 
-static int get_state(WireReader *rd, MigGpuState *g) {
+int mig_wire_get_state(WireReader *rd, MigGpuState *g) {
         _cleanup_free_ char *pci = NULL;
         uint32_t flags;
         uint64_t n;
@@ -153,7 +154,7 @@ int mig_states_job(GpuNvml *n, void *userdata, struct WireBuf *out, char **ret_e
                 return r;
         wire_put_u64(out, n_states);
         for (size_t i = 0; i < n_states; i++)
-                put_state(out, &states[i]);
+                mig_wire_put_state(out, &states[i]);
         mig_gpu_states_free(states, n_states);
         return 0;
 }
@@ -172,12 +173,58 @@ int mig_states_job_result(const uint8_t *data, size_t len, MigGpuState **ret, si
         if (!states)
                 return -ENOMEM;
         for (; r >= 0 && k < n; k++)
-                r = get_state(&rd, &states[k]);
+                r = mig_wire_get_state(&rd, &states[k]);
         if (r < 0) {
                 mig_gpu_states_free(states, k);
                 return r;
         }
         *ret = states;
         *ret_n = (size_t) n;
+        return 0;
+}
+
+int mig_busy_job(GpuNvml *n, void *userdata, struct WireBuf *out, char **ret_error) {
+        char *const *addresses = userdata;
+        size_t count = strv_length(addresses);
+        int progress_gpu = n->progress_gpu;
+
+        wire_put_u64(out, count);
+        for (size_t i = 0; i < count; i++) {
+                nvmlDevice_t d;
+                unsigned procs = 0;
+                int r;
+
+                n->progress_gpu = (int) i;
+                r = mig_state_device(n, addresses[i], &d);
+                if (r >= 0)
+                        r = mig_state_processes(n, d, &procs);
+                n->progress_gpu = progress_gpu;
+                if (r == -ENODEV)
+                        procs = 0;
+                else if (r < 0) {
+                        *ret_error = strprintf("Cannot count the compute processes on GPU %s: %s", addresses[i],
+                                               gpu_nvml_last_error(n));
+                        return r;
+                }
+                wire_put_u32(out, procs);
+        }
+        return 0;
+}
+
+int mig_busy_job_result(const uint8_t *data, size_t len, size_t n_expected, unsigned **ret) {
+        WireReader rd = { .p = data, .left = len };
+        _cleanup_free_ unsigned *procs = NULL;
+        uint64_t n = wire_get_u64(&rd);
+
+        if (rd.bad || n != n_expected)
+                return -EBADMSG;
+        procs = calloc(n ?: 1, sizeof *procs);
+        if (!procs)
+                return -ENOMEM;
+        for (size_t i = 0; i < n; i++)
+                procs[i] = wire_get_u32(&rd);
+        if (rd.bad || rd.left != 0)
+                return -EBADMSG;
+        *ret = TAKE_PTR(procs);
         return 0;
 }

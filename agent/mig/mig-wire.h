@@ -13,5 +13,16 @@
 struct WireBuf;
 
 int mig_states_job(GpuNvml *n, void *userdata, struct WireBuf *out, char **ret_error);
+
+/* One MigGpuState on the wire (the MIG steps sent to the MIG reader use it too). */
+struct WireReader;
+void mig_wire_put_state(struct WireBuf *b, const MigGpuState *g);
+int mig_wire_get_state(struct WireReader *rd, MigGpuState *g);
 /* -EBADMSG for a malformed answer. */
 int mig_states_job_result(const uint8_t *data, size_t len, MigGpuState **ret, size_t *ret_n);
+
+/* The compute processes on the GPUs at the PCI addresses userdata names (a strv, in order): asked only for
+ * the GPUs a plan changes, just before the apply, on the MIG reader. mig_busy_job_result() checks that
+ * there is one count per address. A GPU NVML does not list counts 0 (the apply names it). */
+int mig_busy_job(GpuNvml *n, void *userdata, struct WireBuf *out, char **ret_error);
+int mig_busy_job_result(const uint8_t *data, size_t len, size_t n_expected, unsigned **ret);

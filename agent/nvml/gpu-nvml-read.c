@@ -799,3 +799,79 @@ fail:
                                        gpu_nvml_last_error(n));
         return r;
 }
+
+bool gpu_nvml_seed_system(GpuNvml *n, const NvmlSnapshot *s) {
+        char buf[NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE] = "";
+
+        if (!s || !s->driver_version)
+                return false;
+        if (!(n->system_facts & GPU_SYSTEM_DRIVER)) {
+                if (gpu_nvml_system_get_driver_version(n, buf, sizeof buf) < 0 || !*buf ||
+                    !(n->driver_version = strdup(buf)))
+                        return false;
+                n->system_facts |= GPU_SYSTEM_DRIVER;
+        }
+        if (!streq(n->driver_version, s->driver_version))
+                return false;
+        if (!(n->system_facts & GPU_SYSTEM_NVML)) {
+                if (s->nvml_version && !(n->nvml_version = strdup(s->nvml_version)))
+                        return false;
+                /* Unknown there: asked again (as a read would). */
+                if (n->nvml_version)
+                        n->system_facts |= GPU_SYSTEM_NVML;
+        }
+        if (!(n->system_facts & GPU_SYSTEM_CUDA) && s->cuda_version > 0) {
+                n->cuda_version = s->cuda_version;
+                n->system_facts |= GPU_SYSTEM_CUDA;
+        }
+        return true;
+}
+
+int gpu_nvml_seed_gpu(GpuNvml *n, const GpuInfo *g, uint32_t pci_device_id, uint32_t pci_subsystem_id) {
+        GpuNvmlCached *c = gpu_nvml_cached(n, g->pci_address);
+
+        if (!c)
+                return -ENOMEM;
+        if (!(c->facts & GPU_FACT_INDEX)) {
+                c->nvml_index = g->nvml_index;
+                c->facts |= GPU_FACT_INDEX;
+        }
+        if (!(c->facts & GPU_FACT_NAME) && g->name && *g->name) {
+                if (!(c->name = strdup(g->name)))
+                        return -ENOMEM;
+                c->facts |= GPU_FACT_NAME;
+        }
+        if (!(c->facts & GPU_FACT_UUID) && g->uuid && *g->uuid) {
+                if (!(c->uuid = strdup(g->uuid)))
+                        return -ENOMEM;
+                c->facts |= GPU_FACT_UUID;
+        }
+        if (!(c->facts & GPU_FACT_MEMORY) && g->memory_total_bytes > 0) {
+                c->memory_total_bytes = g->memory_total_bytes;
+                c->facts |= GPU_FACT_MEMORY;
+        }
+        if (!(c->facts & GPU_FACT_CC) && g->cc_major > 0 && g->cc_minor >= 0) {
+                c->cc_major = g->cc_major;
+                c->cc_minor = g->cc_minor;
+                c->facts |= GPU_FACT_CC;
+        }
+        if (!(c->facts & GPU_FACT_MINOR) && g->minor >= 0) {
+                c->minor = g->minor;
+                c->facts |= GPU_FACT_MINOR;
+        }
+        if (g->mig_current == GPU_MIG_UNSUPPORTED)
+                c->facts |= GPU_FACT_NO_MIG;
+        /* NVLink topology is fixed while the driver is loaded: what the snapshot says (also "not known"). */
+        if (!(c->facts & GPU_FACT_NVLINK)) {
+                if (g->nvlink_remotes && !(c->nvlink_remotes = strv_copy(g->nvlink_remotes)))
+                        return -ENOMEM;
+                c->nvlink_known = g->nvlink_known;
+                c->facts |= GPU_FACT_NVLINK;
+        }
+        if (!(c->facts & GPU_FACT_PCI_IDS) && pci_device_id != 0) {
+                c->pci_device_id = pci_device_id;
+                c->pci_subsystem_id = pci_subsystem_id;
+                c->facts |= GPU_FACT_PCI_IDS;
+        }
+        return 0;
+}

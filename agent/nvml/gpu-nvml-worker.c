@@ -80,8 +80,10 @@ static int send_error(int fd, int r, const char *message) {
 
 int gpu_nvml_worker_main(int fd, void *userdata) {
         WorkerCtx ctx = { .fd = fd };
+        const GpuNvmlSeed *seed = userdata;
         GpuNvml *n = NULL;
         char *library = NULL;
+        bool opened_once = false;
 
         for (;;) {
                 _cleanup_(wire_buf_done) WireBuf out = {};
@@ -107,7 +109,23 @@ int gpu_nvml_worker_main(int fd, void *userdata) {
                 want = wire_get_str(&rd);
                 /* A read function of this very program image: the worker is a fork, never an exec. */
                 fn = head[1] == GPU_NVML_WIRE_READ_REQUEST ? (GpuNvmlJobFunc) (uintptr_t) wire_get_u64(&rd) : NULL;
-                count = wire_get_u32(&rd);
+                /* A read with input bytes (gpu_nvml_worker_read_input()) instead of addresses. */
+                GpuNvmlInput input = {};
+                bool has_input = false;
+                if (fn) {
+                        uint32_t in_len = wire_get_u32(&rd);
+                        if (in_len != UINT32_MAX && !rd.bad) {
+                                if (in_len > rd.left)
+                                        rd.bad = true;
+                                else {
+                                        input = (GpuNvmlInput) { .data = rd.p, .len = in_len };
+                                        rd.p += in_len;
+                                        rd.left -= in_len;
+                                        has_input = true;
+                                }
+                        }
+                }
+                count = has_input ? 0 : wire_get_u32(&rd);
                 all = count == UINT32_MAX;
                 for (uint32_t i = 0; !all && i < count && !rd.bad; i++)
                         if (strv_consume(&addresses, wire_get_str(&rd)) < 0 && !rd.bad)
@@ -131,12 +149,15 @@ int gpu_nvml_worker_main(int fd, void *userdata) {
                                 continue;
                         }
                         library = TAKE_PTR(want);
+                        if (!opened_once && seed && seed->fn)
+                                seed->fn(n, seed->userdata);
+                        opened_once = true;
                 }
 
                 if (fn) {
                         /* A read of the caller's (the MIG states): its answer is raw bytes, as a job's. */
                         wire_begin(&out, GPU_NVML_WIRE_RESULT);
-                        r = fn(n, all ? NULL : addresses, &out, &error);
+                        r = fn(n, has_input ? (void *) &input : all ? NULL : addresses, &out, &error);
                         n->progress_gpu = -1;
                         if (r >= 0) {
                                 r = send_frame(fd, &out);
@@ -199,7 +220,13 @@ struct GpuNvmlWorker {
         int job_gpu;
         GpuNvmlJobDone job_done;
         bool job_stays;           /* a read on the long-lived worker (gpu_nvml_worker_read()): it goes on */
+
+        GpuNvmlSeed seed;         /* for the long-lived worker, read there from its copy of us */
 };
+
+void gpu_nvml_worker_set_seed(GpuNvmlWorker *w, GpuNvmlSeedFunc fn, void *userdata) {
+        w->seed = (GpuNvmlSeed) { .fn = fn, .userdata = userdata };
+}
 
 /* The worker of a job: open, run, answer, exit. */
 static int job_main(int fd, void *userdata) {
@@ -571,33 +598,54 @@ pid_t gpu_nvml_worker_pid(const GpuNvmlWorker *w) {
 }
 
 /* Sends a request to the long-lived worker (started when none runs). */
-static int send_request(GpuNvmlWorker *w, const char *library, GpuNvmlJobFunc fn, char *const *pci_addresses) {
+static int send_request(GpuNvmlWorker *w, const char *library, GpuNvmlJobFunc fn, char *const *pci_addresses,
+                        const GpuNvmlInput *input) {
         _cleanup_(wire_buf_done) WireBuf b = {};
         int r;
 
         if (!spawn_is_running(w->child) || w->fd < 0) {
                 stop_worker(w);
-                r = start_worker(w, gpu_nvml_worker_main, NULL);
+                r = start_worker(w, gpu_nvml_worker_main, w->seed.fn ? &w->seed : NULL);
                 if (r < 0)
                         return r;
         }
 
         wire_begin(&b, fn ? GPU_NVML_WIRE_READ_REQUEST : GPU_NVML_WIRE_SNAPSHOT_REQUEST);
         wire_put_str(&b, library);
-        if (fn)
+        if (fn) {
                 wire_put_u64(&b, (uint64_t) (uintptr_t) fn);
-        wire_put_u32(&b, pci_addresses ? (uint32_t) strv_length(pci_addresses) : UINT32_MAX);
-        STRV_FOREACH(a, pci_addresses)
-                wire_put_str(&b, *a);
+                wire_put_u32(&b, input ? (uint32_t) input->len : UINT32_MAX);
+                if (input && input->len > 0) {
+                        if (b.len + input->len > b.cap) {
+                                uint8_t *p = realloc(b.data, b.len + input->len);
+                                if (!p)
+                                        return -ENOMEM;
+                                b.data = p;
+                                b.cap = b.len + input->len;
+                        }
+                        memcpy(b.data + b.len, input->data, input->len);
+                        b.len += input->len;
+                }
+        }
+        if (!input) {
+                wire_put_u32(&b, pci_addresses ? (uint32_t) strv_length(pci_addresses) : UINT32_MAX);
+                STRV_FOREACH(a, pci_addresses)
+                        wire_put_str(&b, *a);
+        }
         r = wire_end(&b);
         if (r < 0)
                 return r;
-        /* A few hundred bytes into an idle socket: it fits, or the worker is broken. */
-        ssize_t k = write(w->fd, b.data, b.len);
-        if (k != (ssize_t) b.len) {
-                r = k < 0 ? negative_errno() : -EIO;
-                stop_worker(w);
-                return r;
+        /* Into an idle socket (a job's input: a few KiB): all of it, or the worker is broken. */
+        for (size_t done = 0; done < b.len;) {
+                ssize_t k = write(w->fd, b.data + done, b.len - done);
+                if (k < 0 && errno == EINTR)
+                        continue;
+                if (k <= 0) {
+                        r = k < 0 ? negative_errno() : -EIO;
+                        stop_worker(w);
+                        return r;
+                }
+                done += (size_t) k;
         }
         return 0;
 }
@@ -612,7 +660,7 @@ int gpu_nvml_worker_snapshot(GpuNvmlWorker *w, const char *library, char *const 
         assert(library);
         if (w->busy)
                 return -EBUSY;
-        r = send_request(w, library, NULL, pci_addresses);
+        r = send_request(w, library, NULL, pci_addresses, NULL);
         if (r < 0)
                 return r;
         w->done = done;
@@ -632,7 +680,32 @@ int gpu_nvml_worker_read(GpuNvmlWorker *w, const char *library, char *const *pci
         assert(done);
         if (w->busy)
                 return -EBUSY;
-        r = send_request(w, library, fn, pci_addresses);
+        r = send_request(w, library, fn, pci_addresses, NULL);
+        if (r < 0)
+                return r;
+        w->done = NULL;
+        w->job_done = done;
+        w->job_stays = true;
+        w->userdata = userdata;
+        arm_request(w, timeout_usec, n_gpus);
+        return 0;
+}
+
+int gpu_nvml_worker_read_input(GpuNvmlWorker *w, const char *library, const void *data, size_t len,
+                               uint64_t timeout_usec, unsigned n_gpus, GpuNvmlJobFunc fn, GpuNvmlJobDone done,
+                               void *userdata) {
+        GpuNvmlInput input = { .data = data, .len = len };
+        int r;
+
+        assert(w);
+        assert(library);
+        assert(fn);
+        assert(done);
+        if (w->busy)
+                return -EBUSY;
+        if (len >= GPU_NVML_WIRE_MAX / 2)
+                return -EMSGSIZE;
+        r = send_request(w, library, fn, NULL, &input);
         if (r < 0)
                 return r;
         w->done = NULL;

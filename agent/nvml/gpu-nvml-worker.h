@@ -97,7 +97,30 @@ int gpu_nvml_worker_job(GpuNvmlWorker *w, const char *library, int gpu, uint64_t
 int gpu_nvml_worker_read(GpuNvmlWorker *w, const char *library, char *const *pci_addresses, uint64_t timeout_usec,
                          unsigned n_gpus, GpuNvmlJobFunc fn, GpuNvmlJobDone done, void *userdata);
 
-/* The worker's side: serves requests on fd until EOF. Returns the exit status. */
+/* Facts the daemon already holds, for the long-lived worker: fn runs in the worker (a fork of the daemon,
+ * so it sees the daemon's memory as it was at the fork) right after the worker opened NVML for the first
+ * time — never after a reopen, whose driver may be another — and puts them into n's caches
+ * (gpu_nvml_seed_*()), so that NVML is not asked for them again. */
+typedef void (*GpuNvmlSeedFunc)(GpuNvml *n, void *userdata);
+typedef struct GpuNvmlSeed {
+        GpuNvmlSeedFunc fn;
+        void *userdata;
+} GpuNvmlSeed;
+void gpu_nvml_worker_set_seed(GpuNvmlWorker *w, GpuNvmlSeedFunc fn, void *userdata);
+
+/* A read on the long-lived worker with input bytes instead of addresses: fn gets a const GpuNvmlInput *
+ * (valid during the call) as its userdata. For work that must run on the worker's open handle but whose
+ * input the worker, forked earlier, cannot have in its memory (the MIG steps of an apply). */
+typedef struct GpuNvmlInput {
+        const uint8_t *data;
+        size_t len;
+} GpuNvmlInput;
+int gpu_nvml_worker_read_input(GpuNvmlWorker *w, const char *library, const void *data, size_t len,
+                               uint64_t timeout_usec, unsigned n_gpus, GpuNvmlJobFunc fn, GpuNvmlJobDone done,
+                               void *userdata);
+
+/* The worker's side: serves requests on fd until EOF. userdata: a GpuNvmlSeed or NULL. Returns the exit
+ * status. */
 int gpu_nvml_worker_main(int fd, void *userdata);
 
 /* ---- the wire, shared by both sides (gpu-nvml-wire.c) ---- */
@@ -108,7 +131,8 @@ typedef enum GpuNvmlWireType {
         GPU_NVML_WIRE_ERROR,                /* i32 r, str message */
         GPU_NVML_WIRE_SNAPSHOT,             /* the NvmlSnapshot */
         GPU_NVML_WIRE_RESULT,               /* a job's or a read's answer: bytes only its caller reads */
-        GPU_NVML_WIRE_READ_REQUEST,         /* str library, u64 read function, then as SNAPSHOT_REQUEST */
+        GPU_NVML_WIRE_READ_REQUEST,         /* str library, u64 read function, u32 input length (0xffffffff:
+                                             * none, and the rest is as SNAPSHOT_REQUEST) or the input bytes */
 } GpuNvmlWireType;
 
 #define GPU_NVML_WIRE_MAX (64u << 20)

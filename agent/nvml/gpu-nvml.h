@@ -102,6 +102,15 @@ DEFINE_CLEANUP_FUNC(GpuNvml *, gpu_nvml_close);
  * field with a warning; only a failure that leaves nothing usable (e.g. GetCount) fails the read. */
 int gpu_nvml_read(GpuNvml *n, char *const *pci_addresses, NvmlSnapshot **ret, char **ret_error);
 
+/* Seeding a worker's caches with facts the daemon already read (gpu_nvml_worker_set_seed()): true when
+ * NVML's driver version (one call, kept) is s's — the facts are then of this driver load's GPUs (a GPU is
+ * at its PCI address until the driver is reloaded) — and takes s's NVML and CUDA versions. */
+bool gpu_nvml_seed_system(GpuNvml *n, const NvmlSnapshot *s);
+/* g's static facts (NVML index, name, UUID, memory size, compute capability, minor, NVLink topology, not
+ * MIG capable) into the cache of its address, and the PCI ids (nvmlPciInfo_t's pciDeviceId and
+ * pciSubSystemId) when pci_device_id is not 0. Only what s says is known is taken. */
+int gpu_nvml_seed_gpu(GpuNvml *n, const GpuInfo *g, uint32_t pci_device_id, uint32_t pci_subsystem_id);
+
 /* Forgets cached static facts (after a driver reload or a GPU reset). */
 void gpu_nvml_invalidate(GpuNvml *n);
 

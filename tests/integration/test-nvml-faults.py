@@ -386,7 +386,8 @@ def test_hang_in_mig_read_assert_export():
     meanwhile; once the library answers again both work."""
     with TempDir() as tmp:
         hang = os.path.join(tmp, "hang")
-        call_name = "nvmlDeviceGetComputeRunningProcesses_v3"
+        # The first call of the MIG read of every GPU (compute processes are asked only before an apply).
+        call_name = "nvmlDeviceGetMigMode"
         d = Daemon(tmp, "h200", dropin=mig_dropin(selected=False),
                    env=fault_env(tmp, FAKE_NVML_HANG=call_name + ":1", FAKE_NVML_HANG_FILE=hang))
         try:
@@ -414,6 +415,8 @@ def test_hang_in_mig_read_assert_export():
             d.close()
 
 
+# Asked on the MIG reader right before an apply, for the GPUs the plan changes (after the read of the
+# layout the plan comes from): the last MIG read before the writes.
 PROCS = "nvmlDeviceGetComputeRunningProcesses_v3"
 
 
