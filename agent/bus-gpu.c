@@ -103,7 +103,7 @@ static int property_get_string_or_empty(sd_bus *bus, const char *path, const cha
 }
 
 static const GpuInfo *snapshot_find(const NvmlSnapshot *s, const char *address) {
-        return s ? nvml_snapshot_find(s, address) : NULL;
+        return s ? gpu_nvml_snapshot_find(s, address) : NULL;
 }
 
 /* The object's userdata is its PciDevice (so the PCI properties can be plain offsets); the NVML

@@ -132,7 +132,7 @@ static void unload_forget_nvml(Manager *m) {
                 return;
         m->nvml_snapshot = NULL;
         manager_nvml_changed(m, old);
-        nvml_snapshot_free(old);
+        gpu_nvml_snapshot_free(old);
 }
 
 /* Whether a module holding nvidia is one we remove anyway (as the kernel names it: '_'). */

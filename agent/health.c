@@ -445,7 +445,7 @@ static void run_hook(Health *h, const HealthGpu *g, GpuHealthState s, const char
         _cleanup_strv_free_ char **env = NULL;
         char host[256] = "";
         int idx = inventory_index(h->m, g->pci_address);
-        const GpuInfo *info = h->m->nvml_snapshot ? nvml_snapshot_find(h->m->nvml_snapshot, g->pci_address) : NULL;
+        const GpuInfo *info = h->m->nvml_snapshot ? gpu_nvml_snapshot_find(h->m->nvml_snapshot, g->pci_address) : NULL;
         Spawn *child = NULL;
         int r;
 
@@ -941,7 +941,7 @@ static void health_set_gpus(Health *h, char **addresses) {
                         gpus[n] = *old;
                         *old = (HealthGpu) {};
                 } else {
-                        const GpuInfo *info = h->m->nvml_snapshot ? nvml_snapshot_find(h->m->nvml_snapshot, *a) : NULL;
+                        const GpuInfo *info = h->m->nvml_snapshot ? gpu_nvml_snapshot_find(h->m->nvml_snapshot, *a) : NULL;
                         snprintf(gpus[n].pci_address, sizeof gpus[n].pci_address, "%s", *a);
                         gpus[n].uuid = info && info->uuid ? strdup(info->uuid) : NULL;
                         state_restore(h, &gpus[n]);

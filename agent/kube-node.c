@@ -11,7 +11,7 @@
 #include "kube-node.h"
 #include "strv.h"
 
-DEFINE_CLEANUP_FUNC(json_object *, json_object_put);
+DEFINE_CLEANUP_FUNC_NAMED(kube_json_object_putp, json_object *, json_object_put);
 
 /* The watch asks the server to end it after this long (it is resumed at once): a connection that died
  * silently is noticed within that time. */
@@ -203,7 +203,7 @@ static void schedule_retry(KubeNode *k) {
 
 /* One watch event per line. */
 static int watch_line(KubeNode *k, const char *line) {
-        _cleanup_(json_object_putp) json_object *ev = json_tokener_parse(line);
+        _cleanup_(kube_json_object_putp) json_object *ev = json_tokener_parse(line);
         json_object *type = NULL, *obj = NULL, *code = NULL;
 
         if (!ev || !json_object_object_get_ex(ev, "type", &type) || !json_object_object_get_ex(ev, "object", &obj))
@@ -296,7 +296,7 @@ static void on_done(ConfigRemoteFetcher *f, const ConfigRemoteResult *res, void 
         if (!was_watch)
                 k->retry_next = 0;
         if (!was_watch) {
-                _cleanup_(json_object_putp) json_object *node = json_tokener_parse(res->body);
+                _cleanup_(kube_json_object_putp) json_object *node = json_tokener_parse(res->body);
                 if (!node) {
                         emit_error(k, -EBADMSG, "the API server %s sent a node object that is not JSON", k->server);
                         schedule_retry(k);

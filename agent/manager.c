@@ -94,7 +94,7 @@ Manager *manager_free(Manager *m) {
         free(m->config_error);
         inventory_free(m->inventory);
         gpu_nvml_worker_free(m->nvml_worker);
-        nvml_snapshot_free(m->nvml_snapshot);
+        gpu_nvml_snapshot_free(m->nvml_snapshot);
         gpu_nvml_worker_free(m->nvml_reader);
         mig_profile_cache_free(m->mig_profiles);
         free(m->cdi_spec_text);

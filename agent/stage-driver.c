@@ -607,7 +607,7 @@ static int driver_unload_for_reload(Manager *m, ModuleContext *ctx, char **ret_m
         if (old) {
                 m->nvml_snapshot = NULL;
                 manager_nvml_changed(m, old);
-                nvml_snapshot_free(old);
+                gpu_nvml_snapshot_free(old);
         }
         /* We take it out ourselves: not an administrator's modprobe -r (driver_admin_unload_check()). */
         m->driver_was_live = false;

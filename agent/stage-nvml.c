@@ -17,13 +17,13 @@
 static void nvml_publish(Manager *m, NvmlSnapshot *snap) {
         NvmlSnapshot *old = m->nvml_snapshot;
 
-        if (nvml_snapshot_equal(old, snap)) {
-                nvml_snapshot_free(snap);
+        if (gpu_nvml_snapshot_equal(old, snap)) {
+                gpu_nvml_snapshot_free(snap);
                 return;
         }
         m->nvml_snapshot = snap;
         manager_nvml_changed(m, old);
-        nvml_snapshot_free(old);
+        gpu_nvml_snapshot_free(old);
         /* The devices stage ran before this snapshot: MIG devices new in it get their nodes now. */
         manager_devices_sync_mig(m);
 }
@@ -64,7 +64,7 @@ static void on_snapshot(GpuNvmlWorker *worker, int r, NvmlSnapshot *snap, const 
                 manager_stage_complete(m, STAGE_NVML, r, error);
                 return;
         }
-        if (!nvml_snapshot_equal(m->nvml_snapshot, snap))
+        if (!gpu_nvml_snapshot_equal(m->nvml_snapshot, snap))
                 STRV_FOREACH(w, snap->warnings)
                         log_warning("%s", *w);
         if (first)
@@ -230,7 +230,7 @@ int manager_nvml_read_input_async(Manager *m, const void *input, size_t len, Gpu
  * GPUs keep the NVML index the full read gave them (a read of a few numbers them from 0 where the driver
  * has no nvmlDeviceGetIndex). NULL on OOM. */
 static NvmlSnapshot *snapshot_merge(const NvmlSnapshot *old, NvmlSnapshot *fresh) {
-        _cleanup_(nvml_snapshot_freep) NvmlSnapshot *in = fresh, *copy = NULL;
+        _cleanup_(gpu_nvml_snapshot_freep) NvmlSnapshot *in = fresh, *copy = NULL;
         _cleanup_(wire_buf_done) WireBuf b = {};
         WireReader rd;
 
@@ -272,7 +272,7 @@ static void on_refreshed(GpuNvmlWorker *w, int r, NvmlSnapshot *snap, const char
                 /* Start from scratch: the driver may have been unloaded or reset. The next nvml stage reads. */
                 nvml_publish(m, NULL);
         else {
-                if (!nvml_snapshot_equal(m->nvml_snapshot, snap))
+                if (!gpu_nvml_snapshot_equal(m->nvml_snapshot, snap))
                         STRV_FOREACH(warning, snap->warnings)
                                 log_warning("%s", *warning);
                 nvml_publish(m, snap);
@@ -286,7 +286,7 @@ static void on_refreshed(GpuNvmlWorker *w, int r, NvmlSnapshot *snap, const char
 /* The published snapshot with the MIG mode and devices of the GPUs in fresh replaced (taken from fresh).
  * NULL on OOM, or when a GPU of fresh is not in it. */
 static NvmlSnapshot *snapshot_with_mig(const NvmlSnapshot *old, NvmlSnapshot *fresh) {
-        _cleanup_(nvml_snapshot_freep) NvmlSnapshot *copy = NULL;
+        _cleanup_(gpu_nvml_snapshot_freep) NvmlSnapshot *copy = NULL;
         _cleanup_(wire_buf_done) WireBuf b = {};
         WireReader rd;
 
@@ -326,7 +326,7 @@ int manager_nvml_refresh_async(Manager *m, char *const *pci_addresses, const Nvm
                 /* Read by the apply's own jobs, after their steps: nothing to ask NVML again. A copy of
                  * theirs, so that the caller's stays whole. */
                 _cleanup_(wire_buf_done) WireBuf b = {};
-                _cleanup_(nvml_snapshot_freep) NvmlSnapshot *fresh = NULL;
+                _cleanup_(gpu_nvml_snapshot_freep) NvmlSnapshot *fresh = NULL;
                 NvmlSnapshot *snap = NULL;
                 WireReader rd;
 

@@ -26,9 +26,9 @@ struct ModuleContext {
         char **failed_messages;
 };
 
-DEFINE_CLEANUP_FUNC(struct kmod_module *, kmod_module_unref);
-DEFINE_CLEANUP_FUNC(struct kmod_list *, kmod_module_unref_list);
-DEFINE_CLEANUP_FUNC(struct kmod_list *, kmod_module_info_free_list);
+DEFINE_CLEANUP_FUNC_NAMED(module_kmod_unrefp, struct kmod_module *, kmod_module_unref);
+DEFINE_CLEANUP_FUNC_NAMED(module_kmod_unref_listp, struct kmod_list *, kmod_module_unref_list);
+DEFINE_CLEANUP_FUNC_NAMED(module_kmod_info_free_listp, struct kmod_list *, kmod_module_info_free_list);
 
 void module_debug(ModuleContext *c, const char *fmt, ...) _printf_(2, 3);
 

@@ -241,7 +241,7 @@ char *module_load_error_message(ModuleContext *c, const ModuleInfo *info, int er
 /* Options as the kernel will see them: modprobe.d's for the module file, those modprobe.d gives the
  * kernel name when the file is a packaged variant, then the caller's. */
 static char *combine_options(ModuleContext *c, const ModuleInfo *info, const char *extra) {
-        _cleanup_(kmod_module_unrefp) struct kmod_module *byname = NULL;
+        _cleanup_(module_kmod_unrefp) struct kmod_module *byname = NULL;
         _cleanup_strv_free_ char **parts = NULL;
 
         if (!streq(info->index_name, info->kernel_name) &&
@@ -255,7 +255,7 @@ static char *combine_options(ModuleContext *c, const ModuleInfo *info, const cha
 }
 
 char *module_effective_options(ModuleContext *c, const ModuleInfo *info, const char *extra) {
-        _cleanup_(kmod_module_unrefp) struct kmod_module *mod = NULL;
+        _cleanup_(module_kmod_unrefp) struct kmod_module *mod = NULL;
         _cleanup_free_ char *rest = combine_options(c, info, extra);
         const char *file_options = NULL;
 
@@ -280,7 +280,7 @@ static int load_failed(ModuleContext *c, const char *name, int r, char *message,
 /* The kernel name of the module a modprobe.d name (either naming style, e.g. "nvidia-current-uvm" or
  * "nvidia-uvm") means: its file's name=, else the name itself. NULL on OOM. */
 static char *kernel_name_of(ModuleContext *c, const char *name) {
-        _cleanup_(kmod_module_unrefp) struct kmod_module *mod = NULL;
+        _cleanup_(module_kmod_unrefp) struct kmod_module *mod = NULL;
         _cleanup_module_info_free_ ModuleInfo *info = NULL;
 
         if (kmod_module_new_from_name(c->kmod, name, &mod) >= 0 && kmod_module_get_path(mod) &&
@@ -295,7 +295,7 @@ static const char *config_command(ModuleContext *c, const ModuleInfo *info, bool
         const char *names[] = { info->kernel_name, info->index_name };
 
         for (size_t i = 0; i < ELEMENTSOF(names); i++) {
-                _cleanup_(kmod_module_unrefp) struct kmod_module *mod = NULL;
+                _cleanup_(module_kmod_unrefp) struct kmod_module *mod = NULL;
                 const char *cmd;
 
                 if (!names[i] || (i > 0 && streq(names[i], names[0])))
@@ -452,7 +452,7 @@ static int load_list(ModuleContext *c, struct kmod_list *list, const char *displ
         struct kmod_list *l;
 
         kmod_list_foreach(l, list) {
-                _cleanup_(kmod_module_unrefp) struct kmod_module *dep = kmod_module_get_module(l);
+                _cleanup_(module_kmod_unrefp) struct kmod_module *dep = kmod_module_get_module(l);
                 _cleanup_free_ char *kname = NULL, *inner = NULL, *ddisplay = NULL;
                 int r;
 
@@ -481,8 +481,8 @@ static int load_softdeps(ModuleContext *c, const ModuleInfo *info, bool pre, con
         const char *names[] = { info->kernel_name, info->index_name };
 
         for (size_t i = 0; i < ELEMENTSOF(names); i++) {
-                _cleanup_(kmod_module_unrefp) struct kmod_module *mod = NULL;
-                _cleanup_(kmod_module_unref_listp) struct kmod_list *pre_l = NULL, *post_l = NULL;
+                _cleanup_(module_kmod_unrefp) struct kmod_module *mod = NULL;
+                _cleanup_(module_kmod_unref_listp) struct kmod_list *pre_l = NULL, *post_l = NULL;
                 int r;
 
                 if (i > 0 && streq(names[i], names[0]))
@@ -502,7 +502,7 @@ static int load_softdeps(ModuleContext *c, const ModuleInfo *info, bool pre, con
  * modprobe.d rules apply too). 1 loaded now, 0 already there. */
 static int insert_file(ModuleContext *c, const ModuleInfo *info, const char *options, const char *display,
                        unsigned depth, char **ret_message) {
-        _cleanup_(kmod_module_unrefp) struct kmod_module *mod = NULL;
+        _cleanup_(module_kmod_unrefp) struct kmod_module *mod = NULL;
         _cleanup_free_ char *effective = NULL;
         int r;
 
@@ -592,7 +592,7 @@ static int run_install(ModuleContext *c, const ModuleInfo *info, const char *key
                         continue;
                 }
                 /* The module itself, from the file the command names (nvidia-current.ko). */
-                _cleanup_(kmod_module_unrefp) struct kmod_module *mod = NULL;
+                _cleanup_(module_kmod_unrefp) struct kmod_module *mod = NULL;
                 _cleanup_module_info_free_ ModuleInfo *target = NULL;
                 if (kmod_module_new_from_name(c->kmod, calls[i][0], &mod) >= 0 && kmod_module_get_path(mod) &&
                     module_info_from_kmod(c, mod, &target) >= 0)
@@ -848,7 +848,7 @@ int module_unload(ModuleContext *c, char *const *names, char **ret_message) {
                 bool progress = false;
 
                 for (size_t i = 0; todo[i];) {
-                        _cleanup_(kmod_module_unrefp) struct kmod_module *mod = NULL;
+                        _cleanup_(module_kmod_unrefp) struct kmod_module *mod = NULL;
                         _cleanup_strv_free_ char **holders = NULL, **now = NULL;
                         _cleanup_free_ char *display = module_name_display(todo[i]), *why = NULL, *what = NULL;
                         bool held = false;

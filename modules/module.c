@@ -230,7 +230,7 @@ static int split_depends(ModuleInfo *info, const char *value) {
 }
 
 int module_info_from_kmod(ModuleContext *c, struct kmod_module *mod, ModuleInfo **ret) {
-        _cleanup_(kmod_module_info_free_listp) struct kmod_list *list = NULL;
+        _cleanup_(module_kmod_info_free_listp) struct kmod_list *list = NULL;
         _cleanup_module_info_free_ ModuleInfo *info = NULL;
         struct kmod_list *l;
         const char *path = kmod_module_get_path(mod);
@@ -297,7 +297,7 @@ int module_info_from_kmod(ModuleContext *c, struct kmod_module *mod, ModuleInfo 
 
 /* modinfo of a module file. */
 static int module_info_from_path(ModuleContext *c, const char *path, ModuleInfo **ret) {
-        _cleanup_(kmod_module_unrefp) struct kmod_module *mod = NULL;
+        _cleanup_(module_kmod_unrefp) struct kmod_module *mod = NULL;
         int r;
 
         r = kmod_module_new_from_path(c->kmod, path, &mod);
@@ -406,7 +406,7 @@ int module_lookup(ModuleContext *c, const char *name, ModuleInfo **ret, char **r
         if (r < 0)
                 return r;
         STRV_FOREACH(cand, candidates) {
-                _cleanup_(kmod_module_unrefp) struct kmod_module *mod = NULL;
+                _cleanup_(module_kmod_unrefp) struct kmod_module *mod = NULL;
                 _cleanup_module_info_free_ ModuleInfo *info = NULL;
 
                 r = kmod_module_new_from_name(c->kmod, *cand, &mod);

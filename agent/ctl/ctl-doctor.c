@@ -92,7 +92,7 @@ static char *under(const char *dir, const char *rel) {
 
 static void nvml_child(int fd, const char *library) {
         _cleanup_(gpu_nvml_closep) GpuNvml *n = NULL;
-        _cleanup_(nvml_snapshot_freep) NvmlSnapshot *s = NULL;
+        _cleanup_(gpu_nvml_snapshot_freep) NvmlSnapshot *s = NULL;
         _cleanup_free_ char *error = NULL;
         FILE *f = fdopen(fd, "w");
 

@@ -423,7 +423,7 @@ static const MigDeviceInfo *seen_attributes(const MigGpuStepsJob *job, const Mig
 static int read_mig_devices_after(GpuNvml *n, nvmlDevice_t d, const MigGpuStepsJob *job, const MigGpuState *now,
                                   NvmlSnapshot **ret) {
         uint64_t total_bytes = job->memory_total_bytes;
-        _cleanup_(nvml_snapshot_freep) NvmlSnapshot *s = calloc(1, sizeof *s);
+        _cleanup_(gpu_nvml_snapshot_freep) NvmlSnapshot *s = calloc(1, sizeof *s);
         struct {
                 unsigned gi_profile_id, ci_profile_id;
                 nvmlDeviceAttributes_t a;
@@ -563,7 +563,7 @@ int mig_gpu_steps_job(GpuNvml *n, void *userdata, struct WireBuf *out, char **re
         _cleanup_(mig_gpu_state_done) MigGpuState now = {};
         _cleanup_(mig_gpu_plan_done) MigGpuPlan rollback = {};
         _cleanup_free_ char *err = NULL, *summary = NULL, *rollback_error = NULL;
-        _cleanup_(nvml_snapshot_freep) NvmlSnapshot *devices = NULL;
+        _cleanup_(gpu_nvml_snapshot_freep) NvmlSnapshot *devices = NULL;
         bool derived = false;
         int r = 0, rr;
 
@@ -625,7 +625,7 @@ int mig_gpu_steps_job(GpuNvml *n, void *userdata, struct WireBuf *out, char **re
          * here costs nothing but the daemon's re-read of the GPU. */
         if (derived && r == 0 && job->memory_total_bytes > 0 &&
             read_mig_devices_after(n, run.device, job, &now, &devices) < 0)
-                devices = nvml_snapshot_free(devices);
+                devices = gpu_nvml_snapshot_free(devices);
         wire_put_u32(out, !!devices);
         if (devices)
                 wire_put_snapshot(out, devices);
@@ -669,7 +669,7 @@ int mig_gpu_steps_read(GpuNvml *n, void *userdata, struct WireBuf *out, char **r
         WireReader rd = { .p = in->data, .left = in->len };
         _cleanup_(mig_gpu_plan_done) MigGpuPlan plan = {};
         _cleanup_(mig_gpu_state_done) MigGpuState known = {}, restore_to = {};
-        _cleanup_(nvml_snapshot_freep) NvmlSnapshot *seen = NULL;
+        _cleanup_(gpu_nvml_snapshot_freep) NvmlSnapshot *seen = NULL;
         _cleanup_(mig_journal_freep) MigJournal *journal = NULL;
         _cleanup_free_ char *journal_path = NULL;
         MigGpuState *before = NULL;
@@ -801,7 +801,7 @@ void mig_gpu_steps_answer_done(MigGpuStepsAnswer *a) {
                 return;
         free(a->summary);
         free(a->rollback_error);
-        nvml_snapshot_free(a->devices);
+        gpu_nvml_snapshot_free(a->devices);
         mig_gpu_plan_done(&a->rollback);
         *a = (MigGpuStepsAnswer) {};
 }

@@ -861,7 +861,7 @@ MigApply *mig_apply_free(MigApply *a) {
         free(a->gpu_error);
         strv_free(a->lines);
         strv_free(a->changed_gpus);
-        nvml_snapshot_free(a->mig_devices);
+        gpu_nvml_snapshot_free(a->mig_devices);
         strv_free(a->log);
         return mfree(a);
 }

@@ -255,7 +255,7 @@ static void on_apply_finished(MigApply *a, const MigApplyResult *res, void *user
 
         /* res belongs to a: done with it. The callback may start the next apply. */
         _cleanup_strv_free_ char **changed_gpus = strv_copy(res->changed_gpus);
-        _cleanup_(nvml_snapshot_freep) NvmlSnapshot *mig_devices = mig_apply_take_mig_devices(a);
+        _cleanup_(gpu_nvml_snapshot_freep) NvmlSnapshot *mig_devices = mig_apply_take_mig_devices(a);
         MigApplyOutcome o = {
                 .error = res->error,
                 .config = name,

@@ -741,7 +741,7 @@ static int read_gpu(GpuNvml *n, NvmlSnapshot *s, const char *address, unsigned p
 }
 
 int gpu_nvml_read(GpuNvml *n, char *const *pci_addresses, NvmlSnapshot **ret, char **ret_error) {
-        _cleanup_(nvml_snapshot_freep) NvmlSnapshot *s = NULL;
+        _cleanup_(gpu_nvml_snapshot_freep) NvmlSnapshot *s = NULL;
         char **all = NULL;
         size_t n_addresses;
         int r;

@@ -27,7 +27,7 @@ void gpu_info_done(GpuInfo *g) {
         g->n_mig_devices = 0;
 }
 
-NvmlSnapshot *nvml_snapshot_free(NvmlSnapshot *s) {
+NvmlSnapshot *gpu_nvml_snapshot_free(NvmlSnapshot *s) {
         if (!s)
                 return NULL;
         for (size_t i = 0; i < s->n_gpus; i++)
@@ -40,7 +40,7 @@ NvmlSnapshot *nvml_snapshot_free(NvmlSnapshot *s) {
         return NULL;
 }
 
-const GpuInfo *nvml_snapshot_find(const NvmlSnapshot *s, const char *pci_address) {
+const GpuInfo *gpu_nvml_snapshot_find(const NvmlSnapshot *s, const char *pci_address) {
         if (!s || !pci_address)
                 return NULL;
         for (size_t i = 0; i < s->n_gpus; i++)
@@ -75,7 +75,7 @@ static bool gpu_info_equal(const GpuInfo *a, const GpuInfo *b) {
         return true;
 }
 
-bool nvml_snapshot_equal(const NvmlSnapshot *a, const NvmlSnapshot *b) {
+bool gpu_nvml_snapshot_equal(const NvmlSnapshot *a, const NvmlSnapshot *b) {
         if (!a || !b)
                 return a == b;
         if (!streq_ptr(a->driver_version, b->driver_version) || a->cuda_version != b->cuda_version ||

@@ -191,7 +191,7 @@ static bool mig_mode_ok(int32_t v) {
 }
 
 int wire_get_snapshot(WireReader *r, NvmlSnapshot **ret) {
-        _cleanup_(nvml_snapshot_freep) NvmlSnapshot *s = calloc(1, sizeof *s);
+        _cleanup_(gpu_nvml_snapshot_freep) NvmlSnapshot *s = calloc(1, sizeof *s);
         uint32_t n;
 
         if (!s)

@@ -87,7 +87,7 @@ int gpu_nvml_worker_main(int fd, void *userdata) {
 
         for (;;) {
                 _cleanup_(wire_buf_done) WireBuf out = {};
-                _cleanup_(nvml_snapshot_freep) NvmlSnapshot *snap = NULL;
+                _cleanup_(gpu_nvml_snapshot_freep) NvmlSnapshot *snap = NULL;
                 _cleanup_strv_free_ char **addresses = NULL;
                 _cleanup_free_ char *want = NULL, *error = NULL;
                 _cleanup_free_ uint8_t *payload = NULL;
@@ -295,13 +295,13 @@ static void finish(GpuNvmlWorker *w, int r, NvmlSnapshot *snap, const char *mess
         w->deadline = sd_event_source_disable_unref(w->deadline);
         w->tick = sd_event_source_disable_unref(w->tick);
         if (job_done) {
-                nvml_snapshot_free(snap);
+                gpu_nvml_snapshot_free(snap);
                 job_done(w, r < 0 ? r : -EBADMSG, NULL, 0, r < 0 ? message : "NVML job answered with a snapshot",
                          w->userdata);
         } else if (done)
                 done(w, r, snap, message, w->userdata);
         else
-                nvml_snapshot_free(snap);
+                gpu_nvml_snapshot_free(snap);
 }
 
 /* A job's answer: the worker is done (it exits after one job). */

@@ -117,15 +117,15 @@ void gpu_nvml_invalidate(GpuNvml *n);
 /* Number of NVML entry-point calls made so far (for the benchmarks and the no-re-read tests). */
 uint64_t gpu_nvml_calls(const GpuNvml *n);
 
-NvmlSnapshot *nvml_snapshot_free(NvmlSnapshot *s);
-DEFINE_CLEANUP_FUNC(NvmlSnapshot *, nvml_snapshot_free);
+NvmlSnapshot *gpu_nvml_snapshot_free(NvmlSnapshot *s);
+DEFINE_CLEANUP_FUNC(NvmlSnapshot *, gpu_nvml_snapshot_free);
 void gpu_info_done(GpuInfo *g);
 
-const GpuInfo *nvml_snapshot_find(const NvmlSnapshot *s, const char *pci_address);
+const GpuInfo *gpu_nvml_snapshot_find(const NvmlSnapshot *s, const char *pci_address);
 
 /* Same versions, GPUs and MIG devices with the same attributes (warnings ignored). NULLs compare equal
  * only to NULL. */
-bool nvml_snapshot_equal(const NvmlSnapshot *a, const NvmlSnapshot *b);
+bool gpu_nvml_snapshot_equal(const NvmlSnapshot *a, const NvmlSnapshot *b);
 
 /* The canonical MIG profile name from a device's attributes, the parent's total memory, and the GI
  * profile's attribute suffix ("" "+me" "+me.all" "+gfx" "-me"): "<G>g.<GB>gb" or "<C>c.<G>g.<GB>gb"

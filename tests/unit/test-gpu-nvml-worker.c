@@ -131,7 +131,7 @@ static int on_beat(sd_event_source *s, uint64_t usec, void *userdata) {
 }
 
 static void answer_clear(Answer *a) {
-        nvml_snapshot_free(a->snap);
+        gpu_nvml_snapshot_free(a->snap);
         free(a->error);
         strv_free(a->progress);
         *a = (Answer) {};
@@ -180,7 +180,7 @@ static void test_wire_round_trip(void **state) {
         assert_return_code(wire_end(&b), 0);
         rd = (WireReader) { .p = b.data + 8, .left = b.len - 8 };
         assert_return_code(wire_get_snapshot(&rd, &back), 0);
-        assert_true(nvml_snapshot_equal(&s, back));
+        assert_true(gpu_nvml_snapshot_equal(&s, back));
         assert_null(back->nvml_version);
         assert_null(back->gpus[1].name);
         assert_string_equal(back->gpus[1].uuid, "");
@@ -191,7 +191,7 @@ static void test_wire_round_trip(void **state) {
         assert_string_equal(back->gpus[0].nvlink_remotes[1], "0000:05:00.0");
         assert_false(back->gpus[1].nvlink_known);
         assert_null(back->gpus[1].nvlink_remotes);
-        nvml_snapshot_free(back);
+        gpu_nvml_snapshot_free(back);
 
         /* Every truncation is refused, and nothing is read past the end (ASan watches). */
         for (size_t len = 0; len < b.len - 8; len++) {

@@ -248,38 +248,38 @@ static NvmlSnapshot *make_snapshot(void) {
 }
 
 static void test_snapshot_equal_find(void **state) {
-        _cleanup_(nvml_snapshot_freep) NvmlSnapshot *a = make_snapshot(), *b = make_snapshot();
+        _cleanup_(gpu_nvml_snapshot_freep) NvmlSnapshot *a = make_snapshot(), *b = make_snapshot();
 
-        assert_true(nvml_snapshot_equal(NULL, NULL));
-        assert_false(nvml_snapshot_equal(a, NULL));
-        assert_false(nvml_snapshot_equal(NULL, b));
-        assert_true(nvml_snapshot_equal(a, b));
+        assert_true(gpu_nvml_snapshot_equal(NULL, NULL));
+        assert_false(gpu_nvml_snapshot_equal(a, NULL));
+        assert_false(gpu_nvml_snapshot_equal(NULL, b));
+        assert_true(gpu_nvml_snapshot_equal(a, b));
 
         /* Warnings do not count; everything a label or CDI spec is made from does. */
         b->warnings = strv_free(b->warnings);
-        assert_true(nvml_snapshot_equal(a, b));
+        assert_true(gpu_nvml_snapshot_equal(a, b));
         free(b->gpus[0].mig_devices[0].uuid);
         b->gpus[0].mig_devices[0].uuid = strdup("MIG-2"); /* an instance re-created */
-        assert_false(nvml_snapshot_equal(a, b));
+        assert_false(gpu_nvml_snapshot_equal(a, b));
         free(b->gpus[0].mig_devices[0].uuid);
         b->gpus[0].mig_devices[0].uuid = strdup("MIG-1");
         b->gpus[0].mig_pending = GPU_MIG_DISABLED;
-        assert_false(nvml_snapshot_equal(a, b));
+        assert_false(gpu_nvml_snapshot_equal(a, b));
         b->gpus[0].mig_pending = GPU_MIG_ENABLED;
         b->gpus[1].clique = strdup("x.1");
-        assert_false(nvml_snapshot_equal(a, b));
+        assert_false(gpu_nvml_snapshot_equal(a, b));
         free(b->gpus[1].clique);
         b->gpus[1].clique = NULL;
         b->gpus[1].nvlink_known = !a->gpus[1].nvlink_known; /* NVLink topology is compared */
-        assert_false(nvml_snapshot_equal(a, b));
+        assert_false(gpu_nvml_snapshot_equal(a, b));
         b->gpus[1].nvlink_known = a->gpus[1].nvlink_known;
         assert_int_equal(strv_extend(&b->gpus[1].nvlink_remotes, "0000:05:00.0"), 0);
-        assert_false(nvml_snapshot_equal(a, b));
+        assert_false(gpu_nvml_snapshot_equal(a, b));
 
-        assert_ptr_equal(nvml_snapshot_find(a, "0000:5e:00.0"), &a->gpus[1]);
-        assert_ptr_equal(nvml_snapshot_find(a, "0000:5E:00.0"), &a->gpus[1]);
-        assert_null(nvml_snapshot_find(a, "0000:af:00.0"));
-        assert_null(nvml_snapshot_find(NULL, "0000:5e:00.0"));
+        assert_ptr_equal(gpu_nvml_snapshot_find(a, "0000:5e:00.0"), &a->gpus[1]);
+        assert_ptr_equal(gpu_nvml_snapshot_find(a, "0000:5E:00.0"), &a->gpus[1]);
+        assert_null(gpu_nvml_snapshot_find(a, "0000:af:00.0"));
+        assert_null(gpu_nvml_snapshot_find(NULL, "0000:5e:00.0"));
 }
 
 /* ---- Against the fake NVML ------------------------------------------------------------------------------ */
@@ -447,7 +447,7 @@ static void assert_no_warnings(const NvmlSnapshot *s) {
 static void test_fake_read(void **state) {
         Fake *f = fake_or_skip(state);
         GpuNvml *n = fake_open(f);
-        _cleanup_(nvml_snapshot_freep) NvmlSnapshot *s = fake_read(n, fake_addresses);
+        _cleanup_(gpu_nvml_snapshot_freep) NvmlSnapshot *s = fake_read(n, fake_addresses);
         const GpuInfo *g;
         const MigDeviceInfo *m;
 
@@ -462,7 +462,7 @@ static void test_fake_read(void **state) {
         assert_string_equal(s->gpus[1].pci_address, "0000:5e:00.0");
         assert_string_equal(s->gpus[2].pci_address, "0000:86:00.0");
         assert_string_equal(s->gpus[3].pci_address, "0000:87:00.0");
-        assert_null(nvml_snapshot_find(s, "0000:af:00.0"));
+        assert_null(gpu_nvml_snapshot_find(s, "0000:af:00.0"));
 
         g = &s->gpus[0];
         assert_int_equal(g->nvml_index, 0);
@@ -536,7 +536,7 @@ static void test_fake_read(void **state) {
 static void test_fake_call_counts(void **state) {
         Fake *f = fake_or_skip(state);
         GpuNvml *n = fake_open(f);
-        _cleanup_(nvml_snapshot_freep) NvmlSnapshot *a = NULL, *b = NULL, *c = NULL;
+        _cleanup_(gpu_nvml_snapshot_freep) NvmlSnapshot *a = NULL, *b = NULL, *c = NULL;
         char *const no_mig[] = { "0000:5e:00.0", "0000:af:00.0", NULL };
         uint64_t before, first, second;
 
@@ -552,7 +552,7 @@ static void test_fake_call_counts(void **state) {
         b = fake_read(n, fake_addresses);
         second = gpu_nvml_calls(n) - before - first;
         assert_int_equal(gpu_nvml_calls(n), trace_lines(f));
-        assert_true(nvml_snapshot_equal(a, b));
+        assert_true(gpu_nvml_snapshot_equal(a, b));
         assert_true(second < first);
         /* What is read again (gpu-nvml-read.c's table): the A100 in MIG mode: mode 1 + 7 slots + the UUID
          * of each of its 4 MIG devices, whose other facts are known by that UUID; each H100: mode 1 +
@@ -573,11 +573,11 @@ static void test_fake_call_counts(void **state) {
 
         /* After invalidate everything is read again. */
         gpu_nvml_invalidate(n);
-        c = nvml_snapshot_free(c);
+        c = gpu_nvml_snapshot_free(c);
         before = gpu_nvml_calls(n);
         c = fake_read(n, fake_addresses);
         assert_int_equal(gpu_nvml_calls(n) - before, first);
-        assert_true(nvml_snapshot_equal(a, c));
+        assert_true(gpu_nvml_snapshot_equal(a, c));
 }
 
 static const MigDeviceInfo *mig_by_gi(const GpuInfo *g, unsigned gi_id) {
@@ -591,7 +591,7 @@ static const MigDeviceInfo *mig_by_gi(const GpuInfo *g, unsigned gi_id) {
 static void test_fake_mig_recreated(void **state) {
         Fake *f = fake_or_skip(state);
         GpuNvml *n = fake_open(f);
-        _cleanup_(nvml_snapshot_freep) NvmlSnapshot *a = NULL, *b = NULL, *c = NULL;
+        _cleanup_(gpu_nvml_snapshot_freep) NvmlSnapshot *a = NULL, *b = NULL, *c = NULL;
         nvmlGpuInstancePlacement_t placement = { .start = 2, .size = 1 };
         nvmlGpuInstance_t gi = NULL;
         nvmlComputeInstance_t ci = NULL;
@@ -600,7 +600,7 @@ static void test_fake_mig_recreated(void **state) {
 
         a = fake_read(n, fake_addresses);
         b = fake_read(n, fake_addresses);
-        assert_true(nvml_snapshot_equal(a, b));
+        assert_true(gpu_nvml_snapshot_equal(a, b));
         _cleanup_free_ char *old_uuid = strdup(mig_by_gi(&a->gpus[0], 9)->uuid);
         assert_string_equal(mig_by_gi(&a->gpus[0], 9)->profile, "1g.5gb+me");
 
@@ -643,10 +643,10 @@ static void test_fake_mig_recreated(void **state) {
                 assert_string_equal(x->uuid, y->uuid);
                 assert_string_equal(x->profile, y->profile);
         }
-        assert_false(nvml_snapshot_equal(b, c));
+        assert_false(gpu_nvml_snapshot_equal(b, c));
 
         /* And from then on it is known too. */
-        c = nvml_snapshot_free(c);
+        c = gpu_nvml_snapshot_free(c);
         before = gpu_nvml_calls(n);
         c = fake_read(n, fake_addresses);
         assert_int_equal(gpu_nvml_calls(n) - before, 1 + 7 + 4 + 2 + 2);
@@ -656,7 +656,7 @@ static void test_fake_mig_recreated(void **state) {
 static void test_fake_enumerate(void **state) {
         Fake *f = fake_or_skip(state);
         GpuNvml *n = fake_open(f);
-        _cleanup_(nvml_snapshot_freep) NvmlSnapshot *s = fake_read(n, NULL);
+        _cleanup_(gpu_nvml_snapshot_freep) NvmlSnapshot *s = fake_read(n, NULL);
 
         /* Without a list: every GPU NVML has, in PCI order, with NVML's bus id spelled our way. */
         assert_no_warnings(s);
@@ -701,7 +701,7 @@ static bool has_warning(const NvmlSnapshot *s, const char *needle) {
 static void test_fake_single_call_fails(void **state) {
         Fake *f = fake_or_skip(state);
         GpuNvml *n = NULL;
-        _cleanup_(nvml_snapshot_freep) NvmlSnapshot *a = NULL, *b = NULL;
+        _cleanup_(gpu_nvml_snapshot_freep) NvmlSnapshot *a = NULL, *b = NULL;
 
         /* The first UUID read fails (GPU 0): that field is unknown, with a warning naming GPU, call and
          * NVML's error; everything else is there. The fact is not cached, so the next read gets it. */
@@ -720,14 +720,14 @@ static void test_fake_single_call_fails(void **state) {
         b = fake_read(n, fake_addresses);
         assert_no_warnings(b);
         assert_string_equal(b->gpus[0].uuid, "GPU-3b000000-0000-0000-0000-000000000001");
-        assert_false(nvml_snapshot_equal(a, b));
+        assert_false(gpu_nvml_snapshot_equal(a, b));
         unsetenv("FAKE_NVML_FAIL");
 }
 
 static void test_fake_nvlink_call_fails(void **state) {
         Fake *f = fake_or_skip(state);
         GpuNvml *n = NULL;
-        _cleanup_(nvml_snapshot_freep) NvmlSnapshot *a = NULL, *b = NULL;
+        _cleanup_(gpu_nvml_snapshot_freep) NvmlSnapshot *a = NULL, *b = NULL;
 
         /* A failing remote look-up (not NOT_SUPPORTED) leaves that GPU's topology unknown, with a warning,
          * never the read failed; the next read asks again and gets it. */
@@ -750,9 +750,9 @@ static void test_fake_nvlink_call_fails(void **state) {
 static void test_fake_mig_call_fails(void **state) {
         Fake *f = fake_or_skip(state);
         GpuNvml *n = NULL;
-        _cleanup_(nvml_snapshot_freep) NvmlSnapshot *a = NULL;
+        _cleanup_(gpu_nvml_snapshot_freep) NvmlSnapshot *a = NULL;
 
-        _cleanup_(nvml_snapshot_freep) NvmlSnapshot *b = NULL;
+        _cleanup_(gpu_nvml_snapshot_freep) NvmlSnapshot *b = NULL;
 
         /* A MIG device whose attributes cannot be read: listed, unnamed, warned about. */
         setenv("FAKE_NVML_FAIL", "nvmlDeviceGetAttributes_v2:2:UNKNOWN", 1);
@@ -773,7 +773,7 @@ static void test_fake_mig_call_fails(void **state) {
 static void test_fake_driver_gone(void **state) {
         Fake *f = fake_or_skip(state);
         GpuNvml *n = NULL;
-        _cleanup_(nvml_snapshot_freep) NvmlSnapshot *s = NULL;
+        _cleanup_(gpu_nvml_snapshot_freep) NvmlSnapshot *s = NULL;
         _cleanup_free_ char *error = NULL;
 
         /* NVML answering "driver not loaded" mid-read: the read fails as a whole, so the stage reopens. */
@@ -789,7 +789,7 @@ static void test_fake_driver_gone(void **state) {
 static void test_fake_garbage(void **state) {
         Fake *f = fake_or_skip(state);
         GpuNvml *n = NULL;
-        _cleanup_(nvml_snapshot_freep) NvmlSnapshot *s = NULL;
+        _cleanup_(gpu_nvml_snapshot_freep) NvmlSnapshot *s = NULL;
 
         /* Nonsense answers become unknown fields with warnings, never values. */
         setenv("FAKE_NVML_GARBAGE", "1:name,1:memory,1:cc,1:minor,2:mig", 1);

@@ -561,7 +561,7 @@ static void publish_snapshot(Fix *f) {
                 assert_true(sd_event_run(f->m->event, 10 * USEC_PER_MSEC) >= 0);
         assert_non_null(snap);
         assert_non_null(snap->driver_version);
-        nvml_snapshot_free(f->m->nvml_snapshot);
+        gpu_nvml_snapshot_free(f->m->nvml_snapshot);
         f->m->nvml_snapshot = snap;
 }
 
@@ -653,26 +653,26 @@ static void test_mig_devices_from_jobs(void **state) {
          * 583 before the jobs read them, 356 with the attributes asked per GPU, 335 with a worker per job
          * (16 nvmlInit and handles). The issue's goal, 288, is not quite reached: see docs/mig.md. */
         assert_true(calls <= 303);
-        _cleanup_(nvml_snapshot_freep) NvmlSnapshot *fresh = NULL;
+        _cleanup_(gpu_nvml_snapshot_freep) NvmlSnapshot *fresh = NULL;
         read_snapshot(f, &fresh);
-        assert_true(nvml_snapshot_equal(f->m->nvml_snapshot, fresh));
+        assert_true(gpu_nvml_snapshot_equal(f->m->nvml_snapshot, fresh));
         for (size_t i = 0; i < fresh->n_gpus; i++)
                 assert_int_equal(f->m->nvml_snapshot->gpus[i].n_mig_devices, 4);
 
         /* Kept GPU instances (the two 1g.5gb) whose CIs the planning read counted without their ids, and
          * new ones next to them. */
         apply_published(f, "all-1g.5gb");
-        fresh = nvml_snapshot_free(fresh);
+        fresh = gpu_nvml_snapshot_free(fresh);
         read_snapshot(f, &fresh);
-        assert_true(nvml_snapshot_equal(f->m->nvml_snapshot, fresh));
+        assert_true(gpu_nvml_snapshot_equal(f->m->nvml_snapshot, fresh));
         for (size_t i = 0; i < fresh->n_gpus; i++)
                 assert_int_equal(f->m->nvml_snapshot->gpus[i].n_mig_devices, 7);
 
         /* Back to MIG disabled (a reset on the A100): no MIG devices, MIG mode disabled. */
         apply_published(f, "all-disabled");
-        fresh = nvml_snapshot_free(fresh);
+        fresh = gpu_nvml_snapshot_free(fresh);
         read_snapshot(f, &fresh);
-        assert_true(nvml_snapshot_equal(f->m->nvml_snapshot, fresh));
+        assert_true(gpu_nvml_snapshot_equal(f->m->nvml_snapshot, fresh));
         fix_teardown(f);
 }
 
@@ -841,7 +841,7 @@ static void test_all_profiles_a30(void **state) {
 
 static void test_one_gpu_changed(void **state) {
         _cleanup_free_ char *desc = node_description("dgx-h100"), *mig = NULL, *yaml = NULL, *error = NULL;
-        _cleanup_(nvml_snapshot_freep) NvmlSnapshot *before = NULL, *after = NULL;
+        _cleanup_(gpu_nvml_snapshot_freep) NvmlSnapshot *before = NULL, *after = NULL;
         Done d = {};
         Fix *f;
 
