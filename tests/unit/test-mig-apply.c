@@ -31,6 +31,7 @@
 #include "mig-state.h"
 #include "mig-wire.h"
 #include "strv.h"
+#include "test-load.h"
 
 typedef struct Fix {
         char *dir, *description, *trace, *agent_yaml, *journal;
@@ -1147,7 +1148,9 @@ static void test_reset_hangs(void **state) {
         assert_non_null(strstr(d.message, " -r -i) did not finish within"));
         printf("# longest gap between 10 ms ticks during the apply with a hung reset: %.1f ms\n",
                beat.max_gap / 1000.0);
-        assert_true(beat.max_gap < 100 * USEC_PER_MSEC);
+        /* 100 ms, stretched on a busy machine up to 200 ms: below the 300 ms reset timeout a blocked loop
+         * would sit through. */
+        assert_true(beat.max_gap < test_scaled_usec(100 * USEC_PER_MSEC, 200 * USEC_PER_MSEC));
 
         if (read_one_line_file(gc_file, &gc) >= 0 && atoi(gc) > 0)
                 (void) kill(atoi(gc), SIGKILL);
