@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "fileio.h"
+#include "hash.h"
 #include "label-internal.h"
 #include "strv.h"
 
@@ -228,15 +229,6 @@ int label_read_machine(const char *sys_dir, char **ret) {
         return 0;
 }
 
-static uint32_t fnv1a32(const char *s) {
-        uint32_t h = 2166136261u;
-        for (; *s; s++) {
-                h ^= (uint8_t) *s;
-                h *= 16777619u;
-        }
-        return h;
-}
-
 /* Makes "<model><suffix>" fit the 63-character value limit. Kubernetes rejects longer values and NFD
  * drops such a label silently (GFD issue #1876); we keep a prefix of the model and append "-" plus 6
  * hex digits of an FNV-1a hash of the full value, so that two long names still differ. suffix (e.g.
@@ -265,7 +257,7 @@ static int label_value_fit(const char *model, const char *suffix, char **ret, bo
                 keep--;
         if (keep == 0)
                 return -EINVAL;
-        if (asprintf(&r, "%.*s-%06x%s", (int) keep, model, fnv1a32(full) & 0xffffffu, suffix) < 0)
+        if (asprintf(&r, "%.*s-%06x%s", (int) keep, model, fnv1a32_string(full) & 0xffffffu, suffix) < 0)
                 return -ENOMEM;
         *ret = r;
         *ret_shortened = true;

@@ -13,18 +13,9 @@
 
 #include "driver-state.h"
 #include "fileio.h"
+#include "hash.h"
 #include "macro.h"
 #include "strv.h"
-
-/* FNV-1a, 64 bit: stable across builds and architectures, which is all the digest needs — it only
- * tells "the options changed since the last load", nobody forges it. */
-static uint64_t fnv1a64(uint64_t h, const char *s, size_t n) {
-        for (size_t i = 0; i < n; i++) {
-                h ^= (unsigned char) s[i];
-                h *= UINT64_C(0x100000001b3);
-        }
-        return h;
-}
 
 static char *normalize_entry(const char *e) {
         _cleanup_free_ char *out = malloc(strlen(e) + 1);
@@ -49,7 +40,7 @@ static char *normalize_entry(const char *e) {
 
 int driver_options_digest(char *const *entries, char **ret) {
         _cleanup_strv_free_ char **l = NULL;
-        uint64_t h = UINT64_C(0xcbf29ce484222325);
+        uint64_t h = FNV1A64_INIT;
 
         assert(ret);
 

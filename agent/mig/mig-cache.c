@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "fileio.h"
+#include "hash.h"
 #include "mig-cache.h"
 #include "mig-state.h"
 #include "strv.h"
@@ -60,13 +61,7 @@ MigProfileCache *mig_profile_cache_free(MigProfileCache *c) {
 }
 
 static uint64_t fnv1a(const char *p, size_t n) {
-        uint64_t h = UINT64_C(14695981039346656037);
-
-        for (size_t i = 0; i < n; i++) {
-                h ^= (uint8_t) p[i];
-                h *= UINT64_C(1099511628211);
-        }
-        return h;
+        return fnv1a64(FNV1A64_INIT, p, n);
 }
 
 static int boot_id(const char *proc_dir, char **ret) {
