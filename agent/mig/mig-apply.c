@@ -14,6 +14,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "string-table.h"
 #include "fabric.h"
 #include "fileio.h"
 #include "gpu-nvml-worker.h"
@@ -34,18 +35,8 @@ static const char *const config_state_table[_MIG_CONFIG_STATE_MAX] = {
         [MIG_CONFIG_FAILED] = "failed",
 };
 
-const char *mig_config_state_to_string(MigConfigState s) {
-        if (s < 0 || s >= _MIG_CONFIG_STATE_MAX)
-                return NULL;
-        return config_state_table[s];
-}
-
-MigConfigState mig_config_state_from_string(const char *s) {
-        for (int i = 0; s && i < _MIG_CONFIG_STATE_MAX; i++)
-                if (streq(config_state_table[i], s))
-                        return (MigConfigState) i;
-        return _MIG_CONFIG_STATE_INVALID;
-}
+DEFINE_STRING_TABLE_LOOKUP(mig_config_state, MigConfigState, config_state_table, _MIG_CONFIG_STATE_MAX,
+                           _MIG_CONFIG_STATE_INVALID)
 
 typedef enum Phase {
         PHASE_STOP_UNITS,

@@ -139,10 +139,6 @@ const char *mig_manager_state(const MigManager *mm) {
         return mm && mm->config_name ? mig_config_state_to_string(mm->state) : NULL;
 }
 
-const char *mig_manager_message(const MigManager *mm) {
-        return mm ? mm->message : NULL;
-}
-
 bool mig_manager_busy(const MigManager *mm) {
         return mm && (mm->apply || mm->plan.active);
 }

@@ -47,8 +47,6 @@ void mig_manager_set_changed_callback(MigManager *mm, MigChanged cb, void *userd
 const char *mig_manager_config(const MigManager *mm);
 /* nvidia.com/mig.config.state: "success", "pending", "rebooting", "failed"; NULL when not managed. */
 const char *mig_manager_state(const MigManager *mm);
-/* The last apply's one-line result (for D-Bus and `gpunodectl mig show`); NULL before any. */
-const char *mig_manager_message(const MigManager *mm);
 bool mig_manager_busy(const MigManager *mm);
 
 /* The selection the mig stage keeps the node at: the last mig_manager_apply() request while the config's

@@ -2,6 +2,7 @@
 /* Owns the lifetime of the MIG data model (mig-types.h): the free functions of configs, GPU states and
  * plans, and the step kind string table used by logs, the journal and the tests. */
 #include "mig-types.h"
+#include "string-table.h"
 
 static const char *const step_kind_table[_MIG_STEP_KIND_MAX] = {
         [MIG_STEP_SET_MODE] = "set-mode",
@@ -12,20 +13,7 @@ static const char *const step_kind_table[_MIG_STEP_KIND_MAX] = {
         [MIG_STEP_CREATE_CI] = "create-ci",
 };
 
-const char *mig_step_kind_to_string(MigStepKind k) {
-        if (k < 0 || k >= _MIG_STEP_KIND_MAX)
-                return NULL;
-        return step_kind_table[k];
-}
-
-MigStepKind mig_step_kind_from_string(const char *s) {
-        if (!s)
-                return _MIG_STEP_KIND_INVALID;
-        for (int k = 0; k < _MIG_STEP_KIND_MAX; k++)
-                if (streq(step_kind_table[k], s))
-                        return (MigStepKind) k;
-        return _MIG_STEP_KIND_INVALID;
-}
+DEFINE_STRING_TABLE_LOOKUP(mig_step_kind, MigStepKind, step_kind_table, _MIG_STEP_KIND_MAX, _MIG_STEP_KIND_INVALID)
 
 void mig_config_entry_done(MigConfigEntry *e) {
         if (!e)

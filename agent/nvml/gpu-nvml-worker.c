@@ -589,10 +589,6 @@ bool gpu_nvml_worker_busy(const GpuNvmlWorker *w) {
         return w && w->busy;
 }
 
-const char *gpu_nvml_worker_current_call(const GpuNvmlWorker *w) {
-        return w && w->busy ? w->call : NULL;
-}
-
 pid_t gpu_nvml_worker_pid(const GpuNvmlWorker *w) {
         return w ? spawn_pid(w->child) : 0;
 }

@@ -67,8 +67,6 @@ void gpu_nvml_worker_cancel(GpuNvmlWorker *w);
 /* Kills the worker; a request in flight is answered with r (< 0) and message, from here. */
 void gpu_nvml_worker_abort(GpuNvmlWorker *w, int r, const char *message);
 
-/* The call the worker is in now ("nvmlInit_v2", "nvmlDeviceGetMemoryInfo on GPU 3"), NULL when idle. */
-const char *gpu_nvml_worker_current_call(const GpuNvmlWorker *w);
 pid_t gpu_nvml_worker_pid(const GpuNvmlWorker *w);
 
 /* A job: a function that runs in a worker forked for it alone (so its input is whatever the daemon's

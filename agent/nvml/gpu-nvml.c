@@ -7,6 +7,7 @@
 #include <stdio.h>
 
 #include "gpu-nvml-internal.h"
+#include "string-table.h"
 #include "strv.h"
 
 /* What each NVML return code means to a caller that only sees an errno. Chosen so that the cases the
@@ -408,11 +409,7 @@ static const char *const mig_mode_table[_GPU_MIG_MODE_MAX] = {
         [GPU_MIG_ENABLED] = "enabled",
 };
 
-const char *gpu_mig_mode_to_string(GpuMigMode m) {
-        if (m < 0 || m >= _GPU_MIG_MODE_MAX)
-                return NULL;
-        return mig_mode_table[m];
-}
+DEFINE_STRING_TABLE_LOOKUP_TO_STRING(gpu_mig_mode, GpuMigMode, mig_mode_table, _GPU_MIG_MODE_MAX)
 
 /* ---- One wrapper per entry point -------------------------------------------------------------------------- */
 
