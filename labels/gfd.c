@@ -223,7 +223,7 @@ static GfdSharing gfd_sharing(const LabelInput *in) {
         return (GfdSharing) {
                 .replicas = in->replicas,
                 .strategy = strategy,
-                .suffix = !in->rename_by_default,
+                .suffix = label_sharing_renames(in),
         };
 }
 

@@ -3,6 +3,7 @@
  * share; not part of the labels API. */
 #pragma once
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -32,7 +33,13 @@ size_t label_models_choose(const LabelModel *m, size_t n);
 /* Appends the "more than one model" warning when n > 1. */
 int label_models_warn(const LabelModel *m, size_t n, size_t chosen, char ***warnings);
 
-/* gpu.count and gpu.product from the PCI inventory alone. */
+/* Whether shared GPUs are renamed "<product>-SHARED": sharing on with more than one replica and
+ * renameByDefault off, as in GFD. Both label sets follow it, so that gpu.product does not change
+ * with NVML's state. */
+bool label_sharing_renames(const LabelInput *in);
+
+/* gpu.count and gpu.product (with the -SHARED suffix where label_sharing_renames()) from the PCI
+ * inventory alone. */
 int label_put_pci_models(LabelSet *s, const LabelInput *in, char ***warnings);
 
 /* The NVML-backed GFD labels (gfd.c): versions, the chosen model's resource labels, MIG strategy

@@ -455,6 +455,11 @@ fail:
         return r;
 }
 
+bool label_sharing_renames(const LabelInput *in) {
+        return in->sharing > LABEL_SHARING_NONE && in->sharing < _LABEL_SHARING_MAX && in->replicas > 1 &&
+               !in->rename_by_default;
+}
+
 int label_put_pci_models(LabelSet *s, const LabelInput *in, char ***warnings) {
         _cleanup_strv_free_ char **products = NULL;
         _cleanup_free_ const char **addresses = calloc(in->n_pci_gpus ?: 1, sizeof(char *));
@@ -482,7 +487,8 @@ int label_put_pci_models(LabelSet *s, const LabelInput *in, char ***warnings) {
         if (r >= 0)
                 r = label_put_uint(s, LABEL_PREFIX "gpu.count", models[chosen].count);
         if (r >= 0)
-                r = label_put_checked(s, LABEL_PREFIX "gpu.product", models[chosen].product, NULL, warnings);
+                r = label_put_checked(s, LABEL_PREFIX "gpu.product", models[chosen].product,
+                                      label_sharing_renames(in) ? "-SHARED" : NULL, warnings);
         label_models_free(models, n_models);
         return r;
 }

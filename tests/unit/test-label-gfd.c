@@ -521,7 +521,9 @@ static void test_nvml_down(void **state) {
         Node *n = hgx_h100(LABEL_MIG_DISABLED);
         n->in.nvml = NULL;
         n->in.agent_state = "degraded";
-        /* None of these needs NVML, so they are written anyway; MIG strategy and sharing are not. */
+        /* None of these needs NVML, so they are written anyway; MIG strategy and the sharing labels are
+         * not, but gpu.product keeps the -SHARED suffix (it comes from the config: the product must not
+         * change with NVML's state). */
         n->in.mig_strategy = LABEL_MIG_STRATEGY_MIXED;
         n->in.sharing = LABEL_SHARING_TIME_SLICING;
         n->in.replicas = 4;

@@ -235,6 +235,28 @@ static void test_compute_hgx(void **state) {
         }
 }
 
+/* Without NVML the product keeps the -SHARED suffix that the GFD set gives shared GPUs (no flapping
+ * nodeSelector when NVML goes away), and only where GFD would add it. */
+static void check_shared(LabelSharing sharing, unsigned replicas, bool rename_by_default, const char *want) {
+        LabelPciGpu g[1] = { gpu("0000:18:00.0", 0x2330, 0x030200, "GH100 [H100 SXM5 80GB]") };
+        LabelInput in = {
+                .pci_gpus = g, .n_pci_gpus = 1, .sharing = sharing, .replicas = replicas,
+                .rename_by_default = rename_by_default,
+        };
+        _cleanup_(label_set_freep) LabelSet *s = NULL;
+
+        assert_int_equal(labels_compute(&in, &s, NULL), 0);
+        assert_string_equal(label_set_get(s, "nvidia.com/gpu.product"), want);
+}
+
+static void test_shared_without_nvml(void **state) {
+        check_shared(LABEL_SHARING_TIME_SLICING, 4, false, "NVIDIA-H100-SXM5-80GB-SHARED");
+        check_shared(LABEL_SHARING_MPS, 2, false, "NVIDIA-H100-SXM5-80GB-SHARED");
+        check_shared(LABEL_SHARING_TIME_SLICING, 4, true, "NVIDIA-H100-SXM5-80GB");
+        check_shared(LABEL_SHARING_TIME_SLICING, 1, false, "NVIDIA-H100-SXM5-80GB");
+        check_shared(LABEL_SHARING_NONE, 4, false, "NVIDIA-H100-SXM5-80GB");
+}
+
 static void check_mode(uint32_t c1, uint32_t c2, const char *want) {
         LabelPciGpu g[2] = {
                 gpu("0000:01:00.0", 0x26b9, c1, "AD102GL [L40S]"),
@@ -430,6 +452,7 @@ int main(void) {
                 cmocka_unit_test(test_key_validation),
                 cmocka_unit_test(test_value_validation),
                 cmocka_unit_test(test_set),
+                cmocka_unit_test(test_shared_without_nvml),
                 cmocka_unit_test(test_sanitize),
                 cmocka_unit_test(test_product_from_pci),
                 cmocka_unit_test(test_compute_hgx),
