@@ -226,19 +226,29 @@ int manager_nvml_read_input_async(Manager *m, const void *input, size_t len, Gpu
         return r;
 }
 
-/* The published snapshot with the GPUs of fresh (a read of some of them) replaced; fresh is taken. The
- * GPUs keep the NVML index the full read gave them (a read of a few numbers them from 0 where the driver
- * has no nvmlDeviceGetIndex). NULL on OOM. */
-static NvmlSnapshot *snapshot_merge(const NvmlSnapshot *old, NvmlSnapshot *fresh) {
-        _cleanup_(gpu_nvml_snapshot_freep) NvmlSnapshot *in = fresh, *copy = NULL;
+/* A deep copy of a snapshot, through its wire encoding (one definition of what a snapshot holds). NULL on
+ * OOM. */
+static NvmlSnapshot *snapshot_copy(const NvmlSnapshot *s) {
         _cleanup_(wire_buf_done) WireBuf b = {};
+        NvmlSnapshot *copy = NULL;
         WireReader rd;
 
-        wire_put_snapshot(&b, old);
+        wire_put_snapshot(&b, s);
         if (b.oom)
                 return NULL;
         rd = (WireReader) { .p = b.data, .left = b.len };
         if (wire_get_snapshot(&rd, &copy) < 0)
+                return NULL;
+        return copy;
+}
+
+/* The published snapshot with the GPUs of fresh (a read of some of them) replaced; fresh is taken. The
+ * GPUs keep the NVML index the full read gave them (a read of a few numbers them from 0 where the driver
+ * has no nvmlDeviceGetIndex). NULL on OOM. */
+static NvmlSnapshot *snapshot_merge(const NvmlSnapshot *old, NvmlSnapshot *fresh) {
+        _cleanup_(gpu_nvml_snapshot_freep) NvmlSnapshot *in = fresh, *copy = snapshot_copy(old);
+
+        if (!copy)
                 return NULL;
         for (size_t i = 0; i < in->n_gpus; i++)
                 for (size_t k = 0; k < copy->n_gpus; k++) {
@@ -281,20 +291,12 @@ static void on_refreshed(GpuNvmlWorker *w, int r, NvmlSnapshot *snap, const char
                 cb(m, r, error, ud);
 }
 
-/* After a MIG change (the writes ran in NVML workers): the new layout for cdi and labels, read by the MIG
- * reader — which keeps its handle and caches — never in this process. */
 /* The published snapshot with the MIG mode and devices of the GPUs in fresh replaced (taken from fresh).
  * NULL on OOM, or when a GPU of fresh is not in it. */
 static NvmlSnapshot *snapshot_with_mig(const NvmlSnapshot *old, NvmlSnapshot *fresh) {
-        _cleanup_(gpu_nvml_snapshot_freep) NvmlSnapshot *copy = NULL;
-        _cleanup_(wire_buf_done) WireBuf b = {};
-        WireReader rd;
+        _cleanup_(gpu_nvml_snapshot_freep) NvmlSnapshot *copy = snapshot_copy(old);
 
-        wire_put_snapshot(&b, old);
-        if (b.oom)
-                return NULL;
-        rd = (WireReader) { .p = b.data, .left = b.len };
-        if (wire_get_snapshot(&rd, &copy) < 0)
+        if (!copy)
                 return NULL;
         for (size_t i = 0; i < fresh->n_gpus; i++) {
                 GpuInfo *in = &fresh->gpus[i], *g = NULL;
@@ -325,14 +327,10 @@ int manager_nvml_refresh_async(Manager *m, char *const *pci_addresses, const Nvm
         if (mig_devices && m->nvml_snapshot && !m->refresh_cb) {
                 /* Read by the apply's own jobs, after their steps: nothing to ask NVML again. A copy of
                  * theirs, so that the caller's stays whole. */
-                _cleanup_(wire_buf_done) WireBuf b = {};
-                _cleanup_(gpu_nvml_snapshot_freep) NvmlSnapshot *fresh = NULL;
+                _cleanup_(gpu_nvml_snapshot_freep) NvmlSnapshot *fresh = snapshot_copy(mig_devices);
                 NvmlSnapshot *snap = NULL;
-                WireReader rd;
 
-                wire_put_snapshot(&b, mig_devices);
-                rd = (WireReader) { .p = b.data, .left = b.len };
-                if (!b.oom && wire_get_snapshot(&rd, &fresh) >= 0)
+                if (fresh)
                         snap = snapshot_with_mig(m->nvml_snapshot, fresh);
                 if (snap) {
                         nvml_publish(m, snap);

@@ -647,6 +647,7 @@ static int send_request(GpuNvmlWorker *w, const char *library, GpuNvmlJobFunc fn
 }
 
 static void arm_request(GpuNvmlWorker *w, uint64_t timeout_usec, unsigned n_gpus);
+static void arm_job(GpuNvmlWorker *w, GpuNvmlJobDone done, void *userdata, uint64_t timeout_usec, unsigned n_gpus);
 
 int gpu_nvml_worker_snapshot(GpuNvmlWorker *w, const char *library, char *const *pci_addresses,
                              uint64_t timeout_usec, unsigned n_gpus, GpuNvmlWorkerDone done, void *userdata) {
@@ -679,11 +680,7 @@ int gpu_nvml_worker_read(GpuNvmlWorker *w, const char *library, char *const *pci
         r = send_request(w, library, fn, pci_addresses, NULL);
         if (r < 0)
                 return r;
-        w->done = NULL;
-        w->job_done = done;
-        w->job_stays = true;
-        w->userdata = userdata;
-        arm_request(w, timeout_usec, n_gpus);
+        arm_job(w, done, userdata, timeout_usec, n_gpus);
         return 0;
 }
 
@@ -704,12 +701,17 @@ int gpu_nvml_worker_read_input(GpuNvmlWorker *w, const char *library, const void
         r = send_request(w, library, fn, NULL, &input);
         if (r < 0)
                 return r;
+        arm_job(w, done, userdata, timeout_usec, n_gpus);
+        return 0;
+}
+
+/* A job request is on its way: its answer goes to done, and the worker stays for the next one. */
+static void arm_job(GpuNvmlWorker *w, GpuNvmlJobDone done, void *userdata, uint64_t timeout_usec, unsigned n_gpus) {
         w->done = NULL;
         w->job_done = done;
         w->job_stays = true;
         w->userdata = userdata;
         arm_request(w, timeout_usec, n_gpus);
-        return 0;
 }
 
 static void arm_request(GpuNvmlWorker *w, uint64_t timeout_usec, unsigned n_gpus) {
