@@ -43,7 +43,7 @@ eval "$setup_out"
 # (setup-nvidia.sh, cached in CACHE_DIR/nvidia-open-K): the 'open' boot. Without the archive and
 # without a cache it is left out and the test ends as skipped (77) with the reason, once the other
 # boots passed. GNA_VM_REAL_NVIDIA=0 leaves it out as it does the proprietary one.
-OPEN= open_skip=
+OPEN='' open_skip=''
 if [ "${GNA_VM_REAL_NVIDIA:-1}" != 0 ]; then
         open_out=$(bash "$src/setup-nvidia.sh" "$cache" "$K" open 2>"$work/setup-open.log")
         rc=$?

@@ -25,7 +25,7 @@ cache=${1:?usage: setup-nvidia.sh CACHE_DIR K [proprietary|open]}
 K=${2:?usage: setup-nvidia.sh CACHE_DIR K [proprietary|open]}
 flavour=${3:-proprietary}
 case $flavour in
-proprietary) sfx= pkgs=(nvidia-kernel-dkms nvidia-kernel-support firmware-nvidia-gsp) ;;
+proprietary) sfx='' pkgs=(nvidia-kernel-dkms nvidia-kernel-support firmware-nvidia-gsp) ;;
 open) sfx=-open pkgs=(nvidia-open-kernel-dkms nvidia-open-kernel-support firmware-nvidia-gsp) ;;
 *) echo "setup-nvidia.sh: unknown flavour '$flavour': proprietary or open" >&2; exit 2 ;;
 esac
