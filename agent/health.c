@@ -913,6 +913,14 @@ static int on_recheck(sd_event_source *s, uint64_t usec, void *userdata) {
         return 0;
 }
 
+void health_release_driver(Health *h) {
+        if (!h || !h->worker)
+                return;
+        log_debug("Health event worker stopped: the driver is being removed.");
+        worker_stop(h);
+        h->restart_timer = sd_event_source_disable_unref(h->restart_timer);
+}
+
 void health_check_now(Health *h) {
         uint64_t delay = h->m->config->health.recheck_delay_usec;
         int r;

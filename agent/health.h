@@ -47,6 +47,11 @@ DEFINE_CLEANUP_FUNC(Health *, health_free);
  * and runs a health check. */
 void health_pass_done(Health *h);
 
+/* The driver is about to be taken out (a when-idle reload, Unload()): the event worker, whose NVML
+ * handle holds /dev/nvidia*, is stopped (SIGTERM; reaped from the loop). The next pass with NVML
+ * answering starts it again (health_pass_done()). */
+void health_release_driver(Health *h);
+
 /* Runs a health check now (coalesced with one in flight). */
 void health_check_now(Health *h);
 

@@ -8,8 +8,10 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <libkmod.h>
+#include <signal.h>
 #include <stdio.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "driver-state.h"
@@ -18,6 +20,7 @@
 #include "metrics.h"
 #include "fileio.h"
 #include "gpu-holders.h"
+#include "health.h"
 #include "log.h"
 #include "module-child.h"
 #include "spawn-child.h"
@@ -553,56 +556,118 @@ static VersionVerdict versions_verdict(const Manager *m, const DriverVersions *v
         return VERSIONS_OK;
 }
 
-/* driver.reload-on-mismatch: when-idle: whether anything but us and the driver's own modules holds the
- * GPU. 1 idle, 0 busy with *ret_who, negative errno. */
-static int driver_idle(Manager *m, char **ret_who) {
-        GpuHolders h = {};
-        static const char *const ours[] = { "nvidia_uvm", "nvidia_modeset", "nvidia_peermem", NULL };
-        _cleanup_strv_free_ char **foreign = NULL;
-        int r;
+/* Whether pid is a child of ours: the NVML worker, the MIG reader, the health event worker (spawn_fork()
+ * children; their NVML handles hold /dev/nvidia*). Read from <proc_dir>/<pid>/stat's PPID. */
+static bool own_child(const char *proc_dir, pid_t pid) {
+        _cleanup_free_ char *sp = strprintf("%s/%d/stat", proc_dir, (int) pid), *stat = NULL;
+        const char *rp;
 
-        r = gpu_holders_collect(m->config->paths.proc, m->config->paths.sys, m->config->paths.dev, getpid(), &h);
+        return sp && read_one_line_file(sp, &stat) >= 0 && (rp = strrchr(stat, ')')) &&
+               atoi(rp + 4) == (int) getpid(); /* ") S PPID" */
+}
+
+/* The GPU holders other than ourselves and our children (own_child()); h->procs keeps the others. */
+static int holders_foreign(Manager *m, GpuHolders *h) {
+        int r = gpu_holders_collect(m->config->paths.proc, m->config->paths.sys, m->config->paths.dev, getpid(), h);
         if (r < 0 && r != -ENOENT)
                 return r;
-        /* Our own NVML worker (a child of ours) holds /dev/nvidia* too; it is stopped before the reload. */
-        for (size_t i = 0; i < h.n_procs;) {
-                _cleanup_free_ char *sp = strprintf("%s/%d/stat", m->config->paths.proc, (int) h.procs[i].pid),
-                                    *stat = NULL;
-                const char *rp = NULL;
-                if (sp && read_one_line_file(sp, &stat) >= 0 && (rp = strrchr(stat, ')')) &&
-                    atoi(rp + 4) == (int) getpid()) { /* ") S PPID" */
-                        free(h.procs[i].comm);
-                        free(h.procs[i].node);
-                        memmove(h.procs + i, h.procs + i + 1, (h.n_procs - i - 1) * sizeof(GpuHolder));
-                        h.n_procs--;
+        for (size_t i = 0; i < h->n_procs;) {
+                if (own_child(m->config->paths.proc, h->procs[i].pid)) {
+                        free(h->procs[i].comm);
+                        free(h->procs[i].node);
+                        memmove(h->procs + i, h->procs + i + 1, (h->n_procs - i - 1) * sizeof(GpuHolder));
+                        h->n_procs--;
                         continue;
                 }
                 i++;
         }
-        STRV_FOREACH(mod, h.modules)
-                if (!strv_contains((char **) ours, *mod) && strv_extend(&foreign, *mod) < 0) {
-                        gpu_holders_done(&h);
-                        return -ENOMEM;
-                }
-        strv_free(h.modules);
-        h.modules = TAKE_PTR(foreign);
-        if (!gpu_holders_busy(&h)) {
-                gpu_holders_done(&h);
-                return 1;
-        }
-        *ret_who = gpu_holders_to_string(&h);
-        gpu_holders_done(&h);
         return 0;
 }
 
-/* Takes the old driver out for the reload: our NVML handle first (it holds /dev/nvidia*), then the
- * modules, holders first. */
+/* driver.reload-on-mismatch: when-idle: whether anything but us, our NVML processes and the driver's
+ * own modules holds the GPU. 1 idle, 0 busy with *ret_who, negative errno. */
+static int driver_idle(Manager *m, char **ret_who) {
+        _cleanup_(gpu_holders_done) GpuHolders h = {};
+        static const char *const ours[] = { "nvidia_uvm", "nvidia_modeset", "nvidia_peermem", NULL };
+        _cleanup_strv_free_ char **foreign = NULL;
+        int r;
+
+        r = holders_foreign(m, &h);
+        if (r < 0)
+                return r;
+        STRV_FOREACH(mod, h.modules)
+                if (!strv_contains((char **) ours, *mod) && strv_extend(&foreign, *mod) < 0)
+                        return -ENOMEM;
+        strv_free(h.modules);
+        h.modules = TAKE_PTR(foreign);
+        if (!gpu_holders_busy(&h))
+                return 1;
+        *ret_who = gpu_holders_to_string(&h);
+        return *ret_who ? 0 : -ENOMEM;
+}
+
+/* After our NVML processes were told to stop (SIGTERM): waits until none of our children has a
+ * /dev/nvidia* node open any more, since the kernel refuses to remove nvidia while a node is open
+ * (EAGAIN). SIGKILL for one still holding after 1 s (a call wedged in the driver); gives up after 5 s,
+ * and the unload then says who holds it. Blocks the loop for as long: milliseconds normally. */
+#define OWN_RELEASE_KILL_USEC (1 * USEC_PER_SEC)
+#define OWN_RELEASE_MAX_USEC (5 * USEC_PER_SEC)
+static uint64_t mono_usec(void) {
+        struct timespec ts;
+        (void) clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (uint64_t) ts.tv_sec * USEC_PER_SEC + (uint64_t) ts.tv_nsec / 1000;
+}
+
+static void driver_wait_own_released(Manager *m) {
+        uint64_t start = mono_usec();
+        bool killed = false;
+
+        for (;;) {
+                _cleanup_(gpu_holders_done) GpuHolders h = {};
+                uint64_t t = mono_usec() - start;
+                size_t own = 0;
+
+                /* Our own /proc, not paths.proc: our children are in our pid namespace whatever
+                 * paths.proc shows of the host. */
+                if (gpu_holders_processes("/proc", m->config->paths.dev, getpid(), &h) < 0)
+                        return;
+                for (size_t i = 0; i < h.n_procs; i++) {
+                        if (!own_child("/proc", h.procs[i].pid))
+                                continue;
+                        own++;
+                        if (t >= OWN_RELEASE_KILL_USEC && !killed) {
+                                log_warning("Our NVML process %d (%s) still holds %s 1 s after SIGTERM: killing it.",
+                                            (int) h.procs[i].pid, h.procs[i].comm, h.procs[i].node);
+                                (void) kill(h.procs[i].pid, SIGKILL);
+                        }
+                }
+                if (own == 0) {
+                        if (t > 0)
+                                log_debug("Our NVML processes released the GPU after %" PRIu64 " ms.", t / USEC_PER_MSEC);
+                        return;
+                }
+                if (t >= OWN_RELEASE_KILL_USEC)
+                        killed = true;
+                if (t >= OWN_RELEASE_MAX_USEC) {
+                        log_warning("%zu of our NVML processes still hold the GPU after %" PRIu64 " s.", own,
+                                    t / USEC_PER_SEC);
+                        return;
+                }
+                (void) usleep(20 * 1000);
+        }
+}
+
+/* Takes the old driver out for the reload: our NVML handles first (the NVML worker's, the MIG reader's
+ * and the health event worker's hold /dev/nvidia*; waited for until they let go), then the modules,
+ * holders first. */
 static int driver_unload_for_reload(Manager *m, ModuleContext *ctx, char **ret_message) {
         static char *const modules[] = { DRIVER_UNLOAD_MODULES, NULL };
         NvmlSnapshot *old;
         int r;
 
         manager_nvml_stop(m, "NVML was closed: the driver is reloaded (driver.reload-on-mismatch: when-idle)");
+        health_release_driver(m->health);
+        driver_wait_own_released(m);
         old = m->nvml_snapshot;
         if (old) {
                 m->nvml_snapshot = NULL;

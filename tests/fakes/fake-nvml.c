@@ -417,6 +417,40 @@ static int make_handles(size_t n) {
 
 /* ---- init / shutdown ---- */
 
+/* FAKE_NVML_DEV=<dir>: like the real library, hold <dir>/nvidiactl and <dir>/nvidia<minor> of every GPU
+ * open from the first nvmlInit to the last nvmlShutdown (or the process's exit), so that a process with
+ * NVML open shows up in a walk of /proc/<pid>/fd as one holding the GPU. A missing node is reported and
+ * skipped, as the library would fail on it. */
+static void dev_close(void) {
+        for (size_t i = 0; i < fake_ctx.n_dev_fds; i++)
+                if (fake_ctx.dev_fds[i] >= 0)
+                        close(fake_ctx.dev_fds[i]);
+        fake_ctx.dev_fds = mfree(fake_ctx.dev_fds);
+        fake_ctx.n_dev_fds = 0;
+}
+
+static void dev_open(const FakeNode *node) {
+        const char *dir = getenv("FAKE_NVML_DEV");
+
+        if (isempty(dir))
+                return;
+        dev_close();
+        fake_ctx.dev_fds = calloc(node->n_gpus + 1, sizeof(int));
+        if (!fake_ctx.dev_fds)
+                return;
+        for (size_t i = 0; i <= node->n_gpus; i++) {
+                char p[PATH_MAX];
+                if (i == 0)
+                        snprintf(p, sizeof(p), "%s/nvidiactl", dir);
+                else
+                        snprintf(p, sizeof(p), "%s/nvidia%u", dir, node->gpus[i - 1].minor);
+                int fd = open(p, O_RDONLY | O_CLOEXEC);
+                if (fd < 0)
+                        say("FAKE_NVML_DEV: cannot open %s: %s", p, strerror(errno));
+                fake_ctx.dev_fds[fake_ctx.n_dev_fds++] = fd;
+        }
+}
+
 static nvmlReturn_t do_init(void) {
         if (fake_ctx.init_count > 0) {
                 fake_ctx.init_count++;
@@ -466,6 +500,7 @@ static nvmlReturn_t do_init(void) {
                 fake_ctx.fit = FAKE_FIT_BEST;
         parse_busy(node->n_gpus);
         parse_garbage(node->n_gpus);
+        dev_open(node);
         fake_ctx.init_count = 1;
         return NVML_SUCCESS;
 }
@@ -499,7 +534,8 @@ nvmlReturn_t nvmlShutdown(void) {
         nvmlReturn_t r;
         if (fake_enter(__func__, &r))
                 return fake_leave(__func__, r);
-        fake_ctx.init_count--;
+        if (fake_ctx.init_count > 0 && --fake_ctx.init_count == 0)
+                dev_close();
         return fake_leave(__func__, NVML_SUCCESS);
 }
 
@@ -514,6 +550,7 @@ const char *nvmlErrorString(nvmlReturn_t result) {
 }
 
 __attribute__((destructor)) static void fake_unload(void) {
+        dev_close();
         fake_ctx.node = fake_node_free(fake_ctx.node);
         fake_ctx.handles = mfree(fake_ctx.handles);
         fake_ctx.busy = mfree(fake_ctx.busy);

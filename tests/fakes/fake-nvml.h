@@ -71,6 +71,8 @@ typedef struct FakeCtx {
         size_t n_rules;
         int trace_fd;
         char *trace_path;
+        int *dev_fds;         /* FAKE_NVML_DEV: the nodes held open from the first init to the last shutdown */
+        size_t n_dev_fds;
 } FakeCtx;
 
 extern FakeCtx fake_ctx;

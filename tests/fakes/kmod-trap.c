@@ -18,6 +18,9 @@
  * $GNA_KMOD_TRAP_FAIL="<module>:<ERRNO>[@load|@unload],..." injects errors (EBUSY and EAGAIN default
  * to unloads, the rest to loads); $GNA_KMOD_TRAP_DELAY="<module>:<ms>[@unload],..." makes a load (an unload) take that long. Every call is appended to <state>/.trap/log ("load NAME ARGS",
  * "load-failed NAME ERRNO", "unload NAME", "unload-failed NAME ERRNO") for tests to assert order.
+ * $GNA_KMOD_TRAP_DEV=<dir> plays the references open device nodes take: while any process (a walk of
+ * the real /proc/<pid>/fd) has a file <dir>/nvidia* open, unloading nvidia fails with EAGAIN, as the
+ * kernel refuses to remove a module whose character devices are open.
  * Without $GNA_KMOD_TRAP_STATE paths pass through and loads/unloads fail with EPERM: a test must
  * never reach the real kernel. */
 
@@ -517,6 +520,41 @@ static int rm_rf(const char *path) {
         return unlink(path) < 0 ? -errno : 0;
 }
 
+/* Whether some process has a node <dev>/nvidia* open ($GNA_KMOD_TRAP_DEV); its pid in *ret_pid. */
+static bool dev_node_open(const char *dev, pid_t *ret_pid) {
+        size_t dl = strlen(dev);
+        struct dirent *de;
+        DIR *d = opendir("/proc");
+
+        while (d && (de = readdir(d))) {
+                char fd_dir[PATH_MAX];
+                struct dirent *fe;
+                DIR *f;
+                if (de->d_name[0] < '0' || de->d_name[0] > '9')
+                        continue;
+                snprintf(fd_dir, sizeof(fd_dir), "/proc/%s/fd", de->d_name);
+                f = opendir(fd_dir);
+                while (f && (fe = readdir(f))) {
+                        char target[PATH_MAX];
+                        ssize_t n = readlinkat(dirfd(f), fe->d_name, target, sizeof(target) - 1);
+                        if (n <= 0)
+                                continue;
+                        target[n] = 0;
+                        if (strncmp(target, dev, dl) == 0 && strncmp(target + dl, "/nvidia", 7) == 0) {
+                                *ret_pid = (pid_t) atoi(de->d_name);
+                                closedir(f);
+                                closedir(d);
+                                return true;
+                        }
+                }
+                if (f)
+                        closedir(f);
+        }
+        if (d)
+                closedir(d);
+        return false;
+}
+
 static int trap_unload(const char *name_in, unsigned flags) {
         const char *state = trap_state();
         char name[MODULE_NAME_LEN_MAX], p[PATH_MAX], dir[PATH_MAX];
@@ -557,6 +595,12 @@ static int trap_unload(const char *name_in, unsigned flags) {
         module_dir(p, sizeof(p), state, name, "refcnt");
         if (read_long(p) > 0 && !(flags & O_TRUNC)) {
                 trap_log("unload-failed %s EAGAIN", name);
+                return -EAGAIN;
+        }
+        const char *dev = getenv("GNA_KMOD_TRAP_DEV");
+        pid_t holder;
+        if (dev && *dev && strcmp(name, "nvidia") == 0 && !(flags & O_TRUNC) && dev_node_open(dev, &holder)) {
+                trap_log("unload-failed %s EAGAIN (process %d has a node of %s open)", name, (int) holder, dev);
                 return -EAGAIN;
         }
 

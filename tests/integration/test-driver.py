@@ -584,6 +584,158 @@ def test_version_truth():
         check("reloading now" in out and "(driver %s)" % VERSION in msg, "message: " + msg)
 
 
+def own_children(pid):
+    """The pids whose parent is pid (a walk of the real /proc)."""
+    kids = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % d) as f:
+                stat = f.read()
+        except OSError:
+            continue
+        if int(stat[stat.rindex(")") + 2:].split()[1]) == pid:
+            kids.append(int(d))
+    return kids
+
+
+def holds_node(pid, dev):
+    try:
+        fds = os.listdir("/proc/%d/fd" % pid)
+    except OSError:
+        return False
+    for fd in fds:
+        try:
+            if os.readlink("/proc/%d/fd/%s" % (pid, fd)).startswith(dev + "/nvidia"):
+                return True
+        except OSError:
+            pass
+    return False
+
+
+def test_reload_when_idle_ignores_own_nvml():
+    """driver.reload-on-mismatch: when-idle while the agent's own NVML processes hold the GPU, as they do
+    on a running node (the nvml stage's worker and the health event worker; FAKE_NVML_DEV makes the fake
+    library hold <dev>/nvidiactl and <dev>/nvidia<minor> open as the real one does, and the kmod trap
+    refuses to remove nvidia while any process has such a node open, as the kernel does). The loaded
+    version is then rewritten (as after an upgrade installed another one) and a pass runs: the reload
+    goes ahead, the workers let go of the GPU before nvidia is removed, and they come back. With a
+    foreign process holding /dev/nvidia0 the reload waits and names it (pid and comm), and only it."""
+    from harness import CTL, run
+    with TempDir() as tmp:
+        c = Case(tmp, node="dgx-h100", driver_yaml="  reload-on-mismatch: when-idle\n")
+        # The node with GPUs and NVML, running the tree's kernel with the tree's driver loaded (the
+        # loaded version then comes from <sys>/module/nvidia/version).
+        with open(os.path.join(c.node_dir, "proc/sys/kernel/osrelease"), "w") as f:
+            f.write(KVER + "\n")
+        os.unlink(os.path.join(c.node_dir, "proc/driver/nvidia/version"))
+        c.module_live("nvidia", VERSION)
+        c.module_live("nvidia_uvm", VERSION)
+        with open(os.path.join(c.sys, "module/nvidia/refcnt"), "w") as f:
+            f.write("1\n")
+        libdir = os.path.join(tmp, "lib")
+        os.makedirs(libdir)
+        shutil.copy(os.path.realpath(FAKE_NVML), os.path.join(libdir, "libnvidia-ml.so." + VERSION))
+        os.symlink("libnvidia-ml.so." + VERSION, os.path.join(libdir, "libnvidia-ml.so.1"))
+        dev = c.node.dev
+        for n in ["nvidiactl"] + ["nvidia%d" % i for i in range(8)]:
+            open(os.path.join(dev, n), "w").close()
+        with open(os.path.join(c.node.confd, "70-nvml.yaml"), "w") as f:
+            f.write("nvml:\n  library: %s\ndevices:\n  enabled: false\n" % os.path.join(libdir, "libnvidia-ml.so.1"))
+        c.env["FAKE_NVML_DEV"] = dev
+        c.env["GNA_KMOD_TRAP_DEV"] = dev
+        fake_proc = os.path.join(c.node_dir, "proc")
+
+        def link_proc(pid):
+            os.symlink("/proc/%d" % pid, os.path.join(fake_proc, str(pid)))
+
+        def mismatch_pass(agent, done_before):
+            """The loaded nvidia becomes 550.127.05 (installed: VERSION); Reconcile() runs a pass; returns
+            the agent's output once the driver stage finished it."""
+            for m in ("nvidia", "nvidia_uvm"):
+                with open(os.path.join(c.sys, "module", m, "version"), "w") as f:
+                    f.write("550.127.05\n")
+            run([CTL, "reconcile"], bus=bus, check_rc=0)
+            deadline = time.monotonic() + 30 * SCALE
+            while True:
+                out = agent.output()
+                if out.count("Stage driver: running → ") > done_before:
+                    return out
+                check(time.monotonic() < deadline, "no driver verdict after Reconcile():\n" + out)
+                check(agent.proc.poll() is None, "agent died:\n" + out)
+                time.sleep(0.1)
+
+        def workers_up(agent):
+            """Waits for the agent's children holding the GPU (the nvml worker, the health event worker)."""
+            deadline = time.monotonic() + 30 * SCALE
+            while True:
+                kids = [k for k in own_children(agent.proc.pid) if holds_node(k, dev)]
+                if len(kids) >= 2 and "health" in agent.output().lower():
+                    return kids
+                check(time.monotonic() < deadline, "the agent's NVML processes never held %s/nvidia*: %r\n%s"
+                      % (dev, kids, agent.output()))
+                check(agent.proc.poll() is None, "agent died:\n" + agent.output())
+                time.sleep(0.1)
+
+        bus = Bus(tmp)
+        agent = Agent(c.node, bus, extra_env=c.env, wrapper=[])
+        holder = None
+        try:
+            # 1. A foreign process holds /dev/nvidia0 besides our workers: the reload waits, naming
+            #    only that process.
+            kids = workers_up(agent)
+            for k in kids:
+                link_proc(k)
+            holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nf = open(sys.argv[1])\n"
+                                       "print('open', flush=True)\ntime.sleep(120)\n", os.path.join(dev, "nvidia0")],
+                                      stdout=subprocess.PIPE, text=True)
+            check(holder.stdout.readline().strip() == "open", "holder did not start")
+            link_proc(holder.pid)
+            n = agent.output().count("Stage driver: running → ")
+            out = mismatch_pass(agent, n)
+            msg = stage_message(out, "failed")
+            comm = open("/proc/%d/comm" % holder.pid).read().strip()
+            check("when-idle waits until no process uses a GPU" in msg
+                  and "process %d (%s, %s/nvidia0)" % (holder.pid, comm, dev) in msg, "message: " + msg)
+            for k in kids:
+                check("%d (" % k not in msg, "our own NVML process %d named as a holder: %s" % (k, msg))
+            check(not any(line.startswith("unload") for line in c.trap_log()), "reloaded under a holder: %r"
+                  % c.trap_log())
+            holder.kill()
+            holder.wait()
+            os.unlink(os.path.join(fake_proc, str(holder.pid)))
+            holder = None
+
+            # 2. Only our workers hold it: the reload goes ahead; they let go first, and come back.
+            kids = workers_up(agent)
+            for k in kids:
+                if not os.path.exists(os.path.join(fake_proc, str(k))):
+                    link_proc(k)
+            n = agent.output().count("Stage driver: running → ")
+            out = mismatch_pass(agent, n)
+            msg = stage_message(out, "done")
+            log = c.trap_log()
+            check("unload nvidia" in log and c.loads()[-2:] == ["nvidia", "nvidia_uvm"],
+                  "not reloaded: %r\n%s" % (log, out))
+            check(not any(line.startswith("unload-failed") for line in log),
+                  "an unload was refused (a process of ours still had the GPU open): %r\n%s" % (log, out))
+            check("No process uses a GPU: reloading now" in out, "output:\n" + out)
+            again = workers_up(agent)
+            check(not set(again) & set(kids), "the old NVML processes %r are still there" % kids)
+            rc = agent.stop()
+            check(rc == 0, "agent exited %d:\n%s" % (rc, agent.output()))
+            no_sanitizer_report(agent.output())
+        finally:
+            if holder:
+                holder.kill()
+                holder.wait()
+            if agent.proc.poll() is None:
+                agent.proc.kill()
+                agent.proc.wait()
+            bus.stop()
+
+
 def test_reload_failure_is_no_admin_unload():
     """A when-idle reload whose new driver then fails to load is retried, not mistaken for an
     administrator's modprobe -r (the agent removed the old driver itself)."""
@@ -872,6 +1024,7 @@ TESTS = [
     test_slow_insert_while_dbus_answers,
     test_admin_modprobe_r_respected,
     test_version_truth,
+    test_reload_when_idle_ignores_own_nvml,
     test_kernel_module_type,
     test_driver_reload_command,
     test_reload_failure_is_no_admin_unload,

@@ -110,7 +110,12 @@ phase1() {
         bad=${DKMS_VERSION%.*}.99
         cp -r "/usr/src/nvidia-current-$DKMS_VERSION" "/usr/src/nvidia-current-$bad"
         sed -i "s/^PACKAGE_VERSION=.*/PACKAGE_VERSION=\"$bad\"/" "/usr/src/nvidia-current-$bad/dkms.conf"
-        sed -i '1i #error deliberately broken by the vm test' "/usr/src/nvidia-current-$bad/nv.c"
+        # A fatal error (a missing header) on the first line of every source: gcc stops there, and
+        # so does every job of the parallel make at once (an #error lets gcc go on compiling the whole
+        # file, a minute under TCG); it is still the compiler's own error in the make.log.
+        for f in nv.c uvm.c modeset.c; do
+                sed -i '1i #include "deliberately broken by the vm test.h"' "/usr/src/nvidia-current-$bad/$f"
+        done
         dkms add "nvidia-current/$bad" >/dev/null 2>&1
         start_agent
         wait_for 900 eval 'has_journal "DKMS failed" || has_journal "DKMS cannot" || live nvidia'

@@ -7,7 +7,8 @@
 #   GNA-VM: PASS <check>            GNA-VM: FAIL <check>: <what was wrong>
 #   GNA-VM: LOG <text>              output of the agent/helper, for diagnosis
 # Which checks run depends on the kernel command line: module.sig_enforce=1 → signature checks;
-# lockdown=integrity → lockdown checks; gna.seq=real → Debian's real driver; otherwise the main sequence. The host (run-vm-test.sh)
+# lockdown=integrity → lockdown checks; gna.seq=real → Debian's real driver; gna.seq=open → Debian's
+# real open kernel modules; otherwise the main sequence. The host (run-vm-test.sh)
 # knows the list of checks each boot must report as passed.
 . /gna/expect.env
 
@@ -313,8 +314,92 @@ EOF
                 eval 'dmesg | grep -q "NVRM: No NVIDIA GPU found"'
 }
 
+# Debian's real open kernel modules (nvidia-open-kernel-dkms 535, files nvidia-current-open*.ko) with
+# nvidia-open-kernel-support's modprobe.d files and firmware-nvidia-gsp's firmware, as installed. The
+# agent chooses the flavour from driver.kernel-module-type; the open module's init fails with ENODEV
+# without a GPU, as the proprietary one's does.
+open_config() {
+        cat >/tmp/agent-open-$1.yaml <<EOF
+paths:
+  root: ${2:-/}
+  sys: /gna/sys-noload
+  etc: /gna/open-etc
+  modules: /gna/trees/open/lib/modules
+  pci-ids: /gna/pci.ids
+  state: /tmp/gna-state-open-$1
+  run: /run
+driver:
+  kernel-module-type: $1
+  dkms:
+    enabled: false
+devices:
+  enabled: false
+fabric:
+  persistenced: off
+  fabricmanager: off
+cdi:
+  enabled: false
+labels:
+  enabled: false
+EOF
+}
+# open_drive TYPE [ROOT]: one agent pass with driver.kernel-module-type: TYPE (paths.root ROOT); output in $out.
+open_drive() {
+        open_config "$1" "${2:-}"
+        out=/tmp/open-drive-$1${2:+-other-root}.log
+        gpu-node-agent -c /tmp/agent-open-$1.yaml --config-dir=/gna/empty --oneshot --log-level=debug >"$out" 2>&1
+        show "drive open ($1${2:+, a root without firmware})" "$out"
+}
+open_sequence() {
+        . /gna/open.env
+        vm-modctl --modules=/gna/trees/open/lib/modules/$K --sys=/gna/sys-noload --config=/gna/open-etc/modprobe.d \
+                --firmware=/lib/firmware info nvidia >/tmp/open-info.log 2>&1
+        show "open modinfo" /tmp/open-info.log
+        fw_listed=true
+        for f in $OPEN_FIRMWARE; do has /tmp/open-info.log "firmware=$f" || fw_listed=false; done
+        check open-modinfo "the open module's modinfo (version $OPEN_VERSION, vermagic, firmware $OPEN_FIRMWARE, license \"$OPEN_LICENSE\", open flavour) was not read as modinfo reads it" \
+                eval 'has /tmp/open-info.log "index=nvidia_current_open " && has /tmp/open-info.log "version=$OPEN_VERSION " &&
+                      has /tmp/open-info.log "/updates/dkms/nvidia-current-open.ko " &&
+                      has /tmp/open-info.log "vermagic=$OPEN_VERMAGIC" && [ -n "$OPEN_FIRMWARE" ] && $fw_listed &&
+                      has /tmp/open-info.log "license=$OPEN_LICENSE open=yes"'
+
+        # The agent reads the same firmware list: under a root without /lib/firmware it names the
+        # first file and the package, and offers no GSP-off way out (the open modules need GSP).
+        mkdir -p /tmp/open-nofw
+        open_drive open /tmp/open-nofw
+        fw1=${OPEN_FIRMWARE%% *}
+        check open-firmware-named "without the GSP firmware the agent did not name $fw1 and firmware-nvidia-gsp of $OPEN_VERSION (or offered NVreg_EnableGpuFirmware=0)" \
+                eval 'absent nvidia && has $out "needs the firmware file $fw1" && has $out "firmware-nvidia-gsp" &&
+                      has $out "driver $OPEN_VERSION" && ! has $out "NVreg_EnableGpuFirmware=0"'
+
+        # Only the open flavour is installed: asking for the proprietary one fails naming its package.
+        open_drive proprietary
+        check open-proprietary-missing "driver.kernel-module-type: proprietary with only nvidia-current-open installed was not refused naming nvidia-kernel-dkms" \
+                eval 'absent nvidia && has $out "nvidia-current-open.ko" && has $out "nvidia-kernel-dkms"'
+
+        dmesg -c >/dev/null
+        open_drive open
+        check open-chosen "the agent did not say it uses the open modules because driver.kernel-module-type: open" \
+                has $out "Using the open kernel modules: driver.kernel-module-type: open"
+        check open-debian-conf "Debian's install line (modprobe -i nvidia-current-open) did not lead to nvidia-current-open.ko" \
+                has "$out" "/updates/dkms/nvidia-current-open.ko with options"
+        check open-enodev "the open module's ENODEV was not reported as no GPU bound to the driver, with the PCI state" \
+                eval 'absent nvidia && has $out "nvidia-current-open.ko): its init found no GPU to drive (ENODEV; dmesg: \"NVRM: No NVIDIA GPU found\"), so no NVIDIA GPU is bound to the driver" &&
+                      has $out "GPUs without a driver: 0000:1b:00.0"'
+        dmesg | grep -i nvrm | sed 's/^/GNA-VM: LOG dmesg: /'
+        check open-enodev-kernel "the kernel did not say NVRM: No NVIDIA GPU found for the open module" \
+                eval 'dmesg | grep -q "NVRM: No NVIDIA GPU found"'
+
+        # auto on Hopper with only the open modules installed: open, and it says why.
+        open_drive auto
+        check open-auto "driver.kernel-module-type: auto did not report choosing the open modules because they are the only ones installed" \
+                eval 'has $out "Using the open kernel modules (driver.kernel-module-type: auto): the only ones installed" &&
+                      has $out "/updates/dkms/nvidia-current-open.ko with options" && has $out "(ENODEV; dmesg"'
+}
+
 pick_mode
 case " $(cat /proc/cmdline) " in
+*" gna.seq=open "*) open_sequence ;;
 *" gna.seq=real "*) real_sequence ;;
 *" module.sig_enforce=1 "*) sig_enforce_sequence ;;
 *" lockdown=integrity "*) lockdown_sequence ;;

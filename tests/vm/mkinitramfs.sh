@@ -20,15 +20,25 @@
 #   /gna/real-etc/modprobe.d  Debian's nvidia-kernel-support files as installed (nvidia.conf, ...)
 #   /gna/sys-noload           the dgx-h100-noload node's sys (GPUs without a driver), module state real
 #   /gna/real.env             what the host's modinfo says of the real nvidia-current.ko
+# With OPEN (setup-nvidia.sh's open build, optional 10th argument), a second archive OUT-open.cpio.gz
+# (without the suffix .cpio.gz: OUT minus it, plus -open.cpio.gz) for the boot that appends it to
+# OUT (the kernel unpacks concatenated archives in order), so that the other boots do not carry its
+# 60 MB of firmware:
+#   /gna/trees/open/...       the in-tree modules plus Debian's real nvidia-current-open*.ko
+#   /gna/open-etc/modprobe.d  nvidia-open-kernel-support's files as Debian's alternatives install them
+#   /lib/firmware/nvidia/<v>/ firmware-nvidia-gsp's GSP firmware (the open modules always need it)
+#   /gna/sys-noload           as above
+#   /gna/open.env             what the host's modinfo says of the real nvidia-current-open.ko
 set -euo pipefail
 export PATH=/usr/sbin:/sbin:$PATH
 
-out=$1 K=$2 kdir=$3 mods=$4 agent=$5 modctl=$6 node=$7 pciids=$8 real=${9:-}
+out=$1 K=$2 kdir=$3 mods=$4 agent=$5 modctl=$6 node=$7 pciids=$8 real=${9:-} open=${10:-}
 src=$(cd "$(dirname "$0")" && pwd)
 
 stage=$(mktemp -d "${TMPDIR:-/tmp}/gna-initramfs.XXXXXX")
 trap 'rm -rf "$stage"' EXIT
-cd "$stage"
+mkdir "$stage/base"
+cd "$stage/base"
 
 mkdir -p bin sbin usr/bin usr/sbin proc sys dev run tmp etc/modprobe.d lib/firmware gna/bin gna/ko gna/trees gna/empty
 cp /bin/busybox bin/busybox
@@ -68,6 +78,15 @@ for v in std enoexec release; do
         cp "$mods/$v"/*.ko "gna/ko/$v/"
 done
 
+# The dgx-h100-noload node's sys (GPUs without a driver), with the running kernel's module state.
+noload_sys() {
+        cp -a "$(dirname "$node")/dgx-h100-noload/sys" "$1"
+        rm -rf "$1/module" "$1/kernel/security"
+        ln -s /sys/module "$1/module"
+        mkdir -p "$1/kernel"
+        ln -s /sys/kernel/security "$1/kernel/security"
+}
+
 # Module trees: the in-tree modules from the kernel package, plus the DKMS files as Debian's
 # package installs them (updates/dkms/nvidia-current*.ko). Hard links keep one copy of each file.
 cp -a "$kdir/lib/modules/$K" gna/kernel
@@ -100,11 +119,7 @@ if [ -n "$real" ]; then
                 *) cp "$f" gna/real-etc/modprobe.d/ ;;
                 esac
         done
-        cp -a "$(dirname "$node")/dgx-h100-noload/sys" gna/sys-noload
-        rm -rf gna/sys-noload/module gna/sys-noload/kernel/security
-        ln -s /sys/module gna/sys-noload/module
-        mkdir -p gna/sys-noload/kernel
-        ln -s /sys/kernel/security gna/sys-noload/kernel/security
+        noload_sys gna/sys-noload
         rko=$real/nvidia-current.ko
         {
                 echo "REAL_VERSION='$(modinfo -F version "$rko")'"
@@ -113,6 +128,35 @@ if [ -n "$real" ]; then
                 echo "REAL_SOFTDEP='$(modinfo -F softdep "$rko" | head -n1)'"
                 echo "REAL_LICENSE='$(modinfo -F license "$rko")'"
         } >gna/real.env
+fi
+if [ -n "$open" ]; then
+        # Debian's real open modules, in an archive of their own (see above).
+        o=$stage/open
+        t=$o/gna/trees/open/lib/modules/$K
+        mkdir -p "$t/updates/dkms" "$o/gna/open-etc/modprobe.d" "$o/lib"
+        cp -al gna/kernel/. "$t/"
+        cp "$open"/ko/nvidia-current-open*.ko "$t/updates/dkms/"
+        depmod -b "$o/gna/trees/open" "$K"
+        # As Debian's alternatives (nvidia-alternative) install nvidia-open-kernel-support's files:
+        # /etc/modprobe.d/nvidia.conf is nvidia-modprobe.conf, nvidia-options.conf and
+        # nvidia-blacklists-nouveau.conf keep their names; nvidia-load.conf goes to modules-load.d.
+        cp "$open/root/etc/nvidia/current-open/nvidia-modprobe.conf" "$o/gna/open-etc/modprobe.d/nvidia.conf"
+        for f in "$open"/root/etc/nvidia/current-open/*.conf; do
+                case $(basename "$f") in
+                nvidia-modprobe.conf|nvidia-load.conf) ;;
+                *) cp "$f" "$o/gna/open-etc/modprobe.d/" ;;
+                esac
+        done
+        cp -a "$open/root/lib/firmware" "$o/lib/firmware"
+        [ -e gna/sys-noload ] || noload_sys "$o/gna/sys-noload"
+        oko=$open/ko/nvidia-current-open.ko
+        {
+                echo "OPEN_VERSION='$(modinfo -F version "$oko")'"
+                echo "OPEN_VERMAGIC='$(modinfo -F vermagic "$oko")'"
+                echo "OPEN_FIRMWARE='$(modinfo -F firmware "$oko" | tr '\n' ' ')'"
+                echo "OPEN_LICENSE='$(modinfo -F license "$oko")'"
+        } >"$o/gna/open.env"
+        (cd "$o" && find . -mindepth 1 | LC_ALL=C sort | cpio -o -H newc --quiet | gzip -1) >"${out%.cpio.gz}-open.cpio.gz"
 fi
 rm -rf gna/kernel
 

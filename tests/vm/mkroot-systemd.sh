@@ -29,7 +29,8 @@ cp -al "$kdir/usr/." "$layer/usr/"
 [ -z "$K2" ] || cp -al "$k2dir/usr/." "$layer/usr/"
 ver=$(sed -n 's/^PACKAGE_VERSION="\(.*\)"/\1/p' "$src/dkms-src/dkms.conf")
 # The guest builds it several times under TCG (15x slower than the host), so its copy is trimmed to
-# the three modules the driver stage needs: no nvidia-peermem and no peermem stub (driver.peermem: off).
+# the three modules the driver stage needs: no nvidia-peermem and no peermem stub (driver.peermem: off),
+# and no clean step.
 p=$layer/usr/src/nvidia-current-$ver
 cp -r "$src/dkms-src" "$p"
 rm -rf "$p/stub" "$p/peermem.c"
@@ -37,7 +38,11 @@ sed -i 's/ nvidia-peermem\.o//; /^nvidia-peermem-objs/d' "$p/Kbuild"
 sed -i -e '/^BUILT_MODULE_NAME\[[34]\]/d' -e '/^BUILT_MODULE_LOCATION\[[34]\]/d' \
         -e '/^DEST_MODULE_NAME\[[34]\]/d' -e '/^DEST_MODULE_LOCATION\[[34]\]/d' \
         -e 's| && make -C ${kernel_source_dir} M=${dkms_tree}/${PACKAGE_NAME}/${PACKAGE_VERSION}/build/stub modules||' \
-        -e 's|; make -C ${kernel_source_dir} M=${dkms_tree}/${PACKAGE_NAME}/${PACKAGE_VERSION}/build/stub clean||' "$p/dkms.conf"
+        -e 's|; make -C ${kernel_source_dir} M=${dkms_tree}/${PACKAGE_NAME}/${PACKAGE_VERSION}/build/stub clean||' \
+        -e 's|^CLEAN=.*|CLEAN="true"|' "$p/dkms.conf"
+# CLEAN="true" as NVIDIA's own dkms.conf has it: dkms copies the source into a fresh build directory
+# for each build anyway, and each "make clean" costs a parse of the kernel's Makefiles, 5-10 s under
+# TCG, twice per build.
 # The GSP firmware files the stand-in nvidia names (the agent checks firmware= before loading).
 while read -r fw; do
         mkdir -p "$layer/usr/lib/firmware/$(dirname "$fw")"
