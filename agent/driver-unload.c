@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "devices.h"
+#include "driver-release.h"
 #include "driver-unload.h"
 #include "driver.h"
 #include "fabric.h"
@@ -28,6 +29,7 @@ typedef struct DriverUnload {
         char **to_stop;          /* units still to stop, in stop order */
         char **stopped;
         bool held;               /* the driver is (being) unloaded: the stages leave it alone */
+        DriverRelease *release;  /* waiting for our NVML processes to let go of the GPU (driver-release.h) */
         ModuleChild *child;      /* the removals in flight (module-child.h) */
         char **loaded;           /* which of ours were loaded when they started */
 } DriverUnload;
@@ -38,6 +40,7 @@ static DriverUnload *driver_unload_free(DriverUnload *u) {
         if (!u)
                 return NULL;
         fabric_op_free(u->op);
+        driver_release_free(u->release);
         module_child_free(u->child);
         strv_free(u->loaded);
         sd_bus_message_unref(u->request);
@@ -195,12 +198,9 @@ static void unload_modules_now(DriverUnload *u) {
         ModuleContext *ctx = NULL;
         int r;
 
-        /* The NVML workers' handles keep /dev/nvidia* open; so would a stage that opened NVML again,
-         * which the hold (u->held) prevents until the removals are done. The workers are killed (they
-         * may not be gone yet when the holders are looked at: they are ours, and the kernel's refcount
-         * settles when they are reaped). */
-        manager_nvml_stop(m, "NVML was closed for Unload(): the driver is being removed");
-
+        /* Our NVML processes have let go (on_released()); a stage that opened NVML again would hold the GPU
+         * once more, which the hold (u->held) prevents until the removals are done. One of ours that
+         * did not let go within 5 s is named below with the others. */
         r = gpu_holders_collect(m->config->paths.proc, m->config->paths.sys, m->config->paths.dev, getpid(),
                                 &holders);
         if (r < 0) {
@@ -269,13 +269,29 @@ static void on_unit_stopped(FabricOp *op, int r, const char *message, void *user
         unload_next(u);
 }
 
+static void on_released(Manager *m, void *userdata) {
+        DriverUnload *u = userdata;
+
+        u->release = driver_release_free(u->release);
+        unload_modules_now(u);
+}
+
 static void unload_next(DriverUnload *u) {
         Manager *m = u->manager;
         _cleanup_free_ char *text = NULL;
         int r;
 
-        if (!u->to_stop || !u->to_stop[0])
-                return unload_modules_now(u);
+        if (!u->to_stop || !u->to_stop[0]) {
+                /* The NVML worker's, the MIG reader's and the health event worker's library handles keep
+                 * /dev/nvidia* open: they are stopped and watched until they let go, from the loop. */
+                r = driver_release_start(m, "NVML was closed for Unload(): the driver is being removed", on_released,
+                                         u, &u->release);
+                if (r < 0) {
+                        text = strprintf("Cannot stop our NVML processes: %s", strerror(-r));
+                        unload_fail(u, AGENT_ERROR_UNLOAD_FAILED, text ?: "Out of memory.");
+                }
+                return;
+        }
 
         r = fabric_unit_stop(m->bus, u->to_stop[0], m->config->fabric.timeout_usec, on_unit_stopped, u, &u->op);
         if (r < 0) {

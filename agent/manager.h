@@ -93,6 +93,8 @@ typedef struct Manager {
         struct DkmsRun *dkms_run;        /* a DKMS build in flight, NULL otherwise */
         struct ModuleLoadJob *module_load; /* module inserts in flight in a child process (stage-driver.c) */
         struct ModuleChild *peermem_insert; /* nvidia-peermem's insert in flight in a child (stage-driver.c) */
+        struct DriverRelease *reload_release; /* a when-idle reload waiting for our NVML processes (stage-driver.c) */
+        struct ModuleChild *reload_removal; /* a when-idle reload's removal of the old modules in a child */
         char *dkms_state;                /* DkmsState property: "idle", "building …", "failed: …", "built …" */
         char *dkms_failed_fingerprint;   /* dkms_fingerprint() when the last build failed, NULL otherwise */
         char *dkms_failed_message;       /* … and what it said, for retries that do not run it again */

@@ -19,8 +19,8 @@
 #include "driver.h"
 #include "metrics.h"
 #include "fileio.h"
+#include "driver-release.h"
 #include "gpu-holders.h"
-#include "health.h"
 #include "log.h"
 #include "module-child.h"
 #include "spawn-child.h"
@@ -168,6 +168,8 @@ static ModuleLoadJob *module_load_job_free(ModuleLoadJob *j);
 void manager_driver_done(Manager *m) {
         m->module_load = module_load_job_free(m->module_load);
         m->peermem_insert = module_child_free(m->peermem_insert);
+        m->reload_release = driver_release_free(m->reload_release);
+        m->reload_removal = module_child_free(m->reload_removal);
         m->dkms_run = dkms_run_free(m->dkms_run);
         m->module_ctx = module_context_free(m->module_ctx);
         m->module_rows = strv_free(m->module_rows);
@@ -556,23 +558,13 @@ static VersionVerdict versions_verdict(const Manager *m, const DriverVersions *v
         return VERSIONS_OK;
 }
 
-/* Whether pid is a child of ours: the NVML worker, the MIG reader, the health event worker (spawn_fork()
- * children; their NVML handles hold /dev/nvidia*). Read from <proc_dir>/<pid>/stat's PPID. */
-static bool own_child(const char *proc_dir, pid_t pid) {
-        _cleanup_free_ char *sp = strprintf("%s/%d/stat", proc_dir, (int) pid), *stat = NULL;
-        const char *rp;
-
-        return sp && read_one_line_file(sp, &stat) >= 0 && (rp = strrchr(stat, ')')) &&
-               atoi(rp + 4) == (int) getpid(); /* ") S PPID" */
-}
-
-/* The GPU holders other than ourselves and our children (own_child()); h->procs keeps the others. */
+/* The GPU holders other than ourselves and our children (driver_own_child()); h->procs keeps the others. */
 static int holders_foreign(Manager *m, GpuHolders *h) {
         int r = gpu_holders_collect(m->config->paths.proc, m->config->paths.sys, m->config->paths.dev, getpid(), h);
         if (r < 0 && r != -ENOENT)
                 return r;
         for (size_t i = 0; i < h->n_procs;) {
-                if (own_child(m->config->paths.proc, h->procs[i].pid)) {
+                if (driver_own_child(m->config->paths.proc, h->procs[i].pid)) {
                         free(h->procs[i].comm);
                         free(h->procs[i].node);
                         memmove(h->procs + i, h->procs + i + 1, (h->n_procs - i - 1) * sizeof(GpuHolder));
@@ -606,68 +598,47 @@ static int driver_idle(Manager *m, char **ret_who) {
         return *ret_who ? 0 : -ENOMEM;
 }
 
-/* After our NVML processes were told to stop (SIGTERM): waits until none of our children has a
- * /dev/nvidia* node open any more, since the kernel refuses to remove nvidia while a node is open
- * (EAGAIN). SIGKILL for one still holding after 1 s (a call wedged in the driver); gives up after 5 s,
- * and the unload then says who holds it. Blocks the loop for as long: milliseconds normally. */
-#define OWN_RELEASE_KILL_USEC (1 * USEC_PER_SEC)
-#define OWN_RELEASE_MAX_USEC (5 * USEC_PER_SEC)
-static uint64_t mono_usec(void) {
-        struct timespec ts;
-        (void) clock_gettime(CLOCK_MONOTONIC, &ts);
-        return (uint64_t) ts.tv_sec * USEC_PER_SEC + (uint64_t) ts.tv_nsec / 1000;
-}
+static int driver_ensure(Manager *m, const char *dkms_message, char **ret_message);
 
-static void driver_wait_own_released(Manager *m) {
-        uint64_t start = mono_usec();
-        bool killed = false;
+#define RELOAD_REMOVAL_TIMEOUT_USEC (5 * 60 * USEC_PER_SEC)
 
-        for (;;) {
-                _cleanup_(gpu_holders_done) GpuHolders h = {};
-                uint64_t t = mono_usec() - start;
-                size_t own = 0;
-
-                /* Our own /proc, not paths.proc: our children are in our pid namespace whatever
-                 * paths.proc shows of the host. */
-                if (gpu_holders_processes("/proc", m->config->paths.dev, getpid(), &h) < 0)
-                        return;
-                for (size_t i = 0; i < h.n_procs; i++) {
-                        if (!own_child("/proc", h.procs[i].pid))
-                                continue;
-                        own++;
-                        if (t >= OWN_RELEASE_KILL_USEC && !killed) {
-                                log_warning("Our NVML process %d (%s) still holds %s 1 s after SIGTERM: killing it.",
-                                            (int) h.procs[i].pid, h.procs[i].comm, h.procs[i].node);
-                                (void) kill(h.procs[i].pid, SIGKILL);
-                        }
-                }
-                if (own == 0) {
-                        if (t > 0)
-                                log_debug("Our NVML processes released the GPU after %" PRIu64 " ms.", t / USEC_PER_MSEC);
-                        return;
-                }
-                if (t >= OWN_RELEASE_KILL_USEC)
-                        killed = true;
-                if (t >= OWN_RELEASE_MAX_USEC) {
-                        log_warning("%zu of our NVML processes still hold the GPU after %" PRIu64 " s.", own,
-                                    t / USEC_PER_SEC);
-                        return;
-                }
-                (void) usleep(20 * 1000);
-        }
-}
-
-/* Takes the old driver out for the reload: our NVML handles first (the NVML worker's, the MIG reader's
- * and the health event worker's hold /dev/nvidia*; waited for until they let go), then the modules,
- * holders first. */
-static int driver_unload_for_reload(Manager *m, ModuleContext *ctx, char **ret_message) {
+/* In the child: the old modules out, holders first, never forced. */
+static int reload_removal_child(Manager *m, void *userdata, char **ret_message, char ***ret_names) {
         static char *const modules[] = { DRIVER_UNLOAD_MODULES, NULL };
+        ModuleContext *ctx;
+        int r;
+
+        r = manager_module_context(m, &ctx);
+        if (r < 0)
+                return r;
+        return module_unload(ctx, modules, ret_message);
+}
+
+/* The old driver is out (or could not be taken out): the cold path loads the new one. */
+static void on_reload_removed(Manager *m, int r, const char *message, char **names, void *userdata) {
+        _cleanup_free_ char *stage_message = NULL;
+
+        m->reload_removal = NULL;
+        if (r < 0) {
+                stage_message = strprintf("Cannot reload the driver: %s", message ?: strerror(-r));
+                manager_stage_complete(m, STAGE_DRIVER, r, stage_message);
+                return;
+        }
+        /* depmod-fresh view of the tree, then the cold path loads the new one. */
+        m->module_ctx = module_context_free(m->module_ctx);
+        r = driver_ensure(m, NULL, &stage_message);
+        if (r != STAGE_RUNNING)
+                manager_stage_complete(m, STAGE_DRIVER, r, stage_message);
+}
+
+/* Our NVML processes let go of /dev/nvidia*: forget what NVML said of the old driver and remove it in a
+ * child (delete_module() runs nvidia's exit in the kernel, which tears down every GPU). */
+static void on_reload_released(Manager *m, void *userdata) {
+        _cleanup_free_ char *message = NULL;
         NvmlSnapshot *old;
         int r;
 
-        manager_nvml_stop(m, "NVML was closed: the driver is reloaded (driver.reload-on-mismatch: when-idle)");
-        health_release_driver(m->health);
-        driver_wait_own_released(m);
+        m->reload_release = driver_release_free(m->reload_release);
         old = m->nvml_snapshot;
         if (old) {
                 m->nvml_snapshot = NULL;
@@ -676,8 +647,29 @@ static int driver_unload_for_reload(Manager *m, ModuleContext *ctx, char **ret_m
         }
         /* We take it out ourselves: not an administrator's modprobe -r (driver_admin_unload_check()). */
         m->driver_was_live = false;
-        r = module_unload(ctx, modules, ret_message);
-        return r < 0 ? r : 0;
+        r = module_child_start(m, m->event, "removing the old NVIDIA modules for the reload",
+                               RELOAD_REMOVAL_TIMEOUT_USEC, reload_removal_child, NULL, on_reload_removed, NULL, NULL,
+                               &m->reload_removal);
+        if (r < 0) {
+                message = strprintf("Cannot reload the driver: cannot start removing the old modules: %s",
+                                    strerror(-r));
+                manager_stage_complete(m, STAGE_DRIVER, r, message);
+        }
+}
+
+/* Takes the old driver out for the reload, off the loop: our NVML handles first (the NVML worker's, the
+ * MIG reader's and the health event worker's hold /dev/nvidia*; watched until they let go), then the
+ * modules, holders first, in a child. The stage completes from there (STAGE_RUNNING until then). */
+static int driver_reload_start(Manager *m, char **ret_message) {
+        int r;
+
+        r = driver_release_start(m, "NVML was closed: the driver is reloaded (driver.reload-on-mismatch: when-idle)",
+                                 on_reload_released, NULL, &m->reload_release);
+        if (r < 0) {
+                *ret_message = strprintf("Cannot reload the driver: %s", strerror(-r));
+                return r;
+        }
+        return STAGE_RUNNING;
 }
 
 /* The options each module gets, "MODULE opt=val …" (modprobe.d's, then driver.parameters), and the
@@ -1129,16 +1121,8 @@ static int driver_ensure(Manager *m, const char *dkms_message, char **ret_messag
                         *ret_message = TAKE_PTR(message);
                         return r;
                 }
-                if (r == DRIVER_RELOAD) {
-                        r = driver_unload_for_reload(m, ctx, &message);
-                        if (r < 0) {
-                                *ret_message = strprintf("Cannot reload the driver: %s", strna(message));
-                                return r;
-                        }
-                        /* depmod-fresh view of the tree, then the cold path below loads the new one. */
-                        m->module_ctx = module_context_free(m->module_ctx);
-                        return driver_ensure(m, dkms_message, ret_message);
-                }
+                if (r == DRIVER_RELOAD)
+                        return driver_reload_start(m, ret_message);
                 r = rows_add_core(&rows, c, ctx);
                 if (r >= 0)
                         r = driver_versions_read(m, ctx, &v);
@@ -1441,7 +1425,7 @@ int stage_driver_run(Manager *m, char **ret_message) {
         int r;
 
         /* A build or the inserts in flight finish the stage from their completion handlers. */
-        if (m->dkms_run || m->module_load || m->peermem_insert)
+        if (m->dkms_run || m->module_load || m->peermem_insert || m->reload_release || m->reload_removal)
                 return STAGE_RUNNING;
         if (!m->dkms_state)
                 driver_set_dkms_state(m, "idle");

@@ -102,14 +102,26 @@ static void sleep_ms(uint64_t ms) {
                 ;
 }
 
-/* Hangs as a wedged driver call would: until FAKE_NVML_HANG_FILE is removed, or for ever. */
+/* Hangs as a wedged driver call would: until FAKE_NVML_HANG_FILE is removed, or for ever. With
+ * FAKE_NVML_HANG_UNINTERRUPTIBLE set, the whole process ignores SIGTERM, SIGINT and SIGHUP while the
+ * call hangs, as a process with a thread inside a driver call does not go away on them; SIGKILL still
+ * ends it. (Process-wide: a signal mask would hold them back in this thread only, and another thread of
+ * the process would take them.) */
 static void hang(const char *name) {
+        static const int sigs[] = { SIGTERM, SIGINT, SIGHUP };
         const char *file = getenv("FAKE_NVML_HANG_FILE");
+        bool held = getenv("FAKE_NVML_HANG_UNINTERRUPTIBLE");
+        struct sigaction ign = { .sa_handler = SIG_IGN }, old[3];
 
-        say("%s hangs%s%s", name, file ? " until this file is removed: " : "", file ?: "");
+        for (size_t i = 0; held && i < 3; i++)
+                (void) sigaction(sigs[i], &ign, &old[i]);
+        say("%s hangs%s%s%s", name, file ? " until this file is removed: " : "", file ?: "",
+            held ? " (SIGTERM held back)" : "");
         while (!file || access(file, F_OK) == 0)
                 sleep_ms(50);
         say("%s released", name);
+        for (size_t i = 0; held && i < 3; i++)
+                (void) sigaction(sigs[i], &old[i], NULL);
 }
 
 void fake_faults_apply(const char *name, size_t n_gpus) {

@@ -10,6 +10,7 @@ copy (so modules, modprobe.d and firmware come from the tree); the trap's state 
 copy's sys/, so the /sys/module/<name> the trap writes on a "load" is exactly <paths.sys>/module/<name>
 where the agent checks the state. The trap's log (<node>/sys/.trap/log) lists every load in order."""
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -584,6 +585,28 @@ def test_version_truth():
         check("reloading now" in out and "(driver %s)" % VERSION in msg, "message: " + msg)
 
 
+class LatencyProbe:
+    """Reads the Manager's State property over and over from a thread; stop() returns the slowest read."""
+
+    def __init__(self, bus):
+        import threading
+        self.bus, self.worst, self.done = bus, 0.0, False
+        self.thread = threading.Thread(target=self.run)
+        self.thread.start()
+
+    def run(self):
+        while not self.done:
+            t0 = time.monotonic()
+            get_property(self.bus, "State")
+            self.worst = max(self.worst, time.monotonic() - t0)
+            time.sleep(0.02)
+
+    def stop(self):
+        self.done = True
+        self.thread.join()
+        return self.worst
+
+
 def own_children(pid):
     """The pids whose parent is pid (a walk of the real /proc)."""
     kids = []
@@ -615,6 +638,18 @@ def holds_node(pid, dev):
 
 
 def test_reload_when_idle_ignores_own_nvml():
+    reload_when_idle(wedged=False)
+
+
+def test_reload_waits_for_a_wedged_worker_off_the_loop():
+    """The same reload with the health event worker wedged in a driver call (nvmlEventSetWait_v2 hangs
+    and holds SIGTERM back, as a process inside the driver does): the agent kills it after 1 s and goes
+    on, and meanwhile answers D-Bus at once — the wait for its own processes is a timer on the loop, not
+    a sleep in it (that sleep took D-Bus reads to over 1 s)."""
+    reload_when_idle(wedged=True)
+
+
+def reload_when_idle(wedged):
     """driver.reload-on-mismatch: when-idle while the agent's own NVML processes hold the GPU, as they do
     on a running node (the nvml stage's worker and the health event worker; FAKE_NVML_DEV makes the fake
     library hold <dev>/nvidiactl and <dev>/nvidia<minor> open as the real one does, and the kmod trap
@@ -645,6 +680,9 @@ def test_reload_when_idle_ignores_own_nvml():
             f.write("nvml:\n  library: %s\ndevices:\n  enabled: false\n" % os.path.join(libdir, "libnvidia-ml.so.1"))
         c.env["FAKE_NVML_DEV"] = dev
         c.env["GNA_KMOD_TRAP_DEV"] = dev
+        if wedged:
+            c.env["FAKE_NVML_HANG"] = "nvmlEventSetWait_v2:1+"
+            c.env["FAKE_NVML_HANG_UNINTERRUPTIBLE"] = "1"
         fake_proc = os.path.join(c.node_dir, "proc")
 
         def link_proc(pid):
@@ -713,7 +751,19 @@ def test_reload_when_idle_ignores_own_nvml():
                 if not os.path.exists(os.path.join(fake_proc, str(k))):
                     link_proc(k)
             n = agent.output().count("Stage driver: running → ")
-            out = mismatch_pass(agent, n)
+            probe = LatencyProbe(bus) if wedged else None
+            try:
+                out = mismatch_pass(agent, n)
+            finally:
+                worst = probe.stop() if probe else 0
+            if wedged:
+                # The worker held SIGTERM back: it let go only when SIGKILL came, 1 s later.
+                took = [int(x) for x in re.findall(r"Our NVML processes let go of the GPU after (\d+) ms", out)]
+                check("hangs (SIGTERM held back)" in out and took and took[-1] >= 900,
+                      "the wedged health worker was not the case tested (let go after %r ms):\n%s" % (took, out))
+                limit = min(0.25 * SCALE, 0.8)
+                check(worst < limit, "a D-Bus read took %.2f s while the reload waited for the wedged worker "
+                      "(limit %.2f s)" % (worst, limit))
             msg = stage_message(out, "done")
             log = c.trap_log()
             check("unload nvidia" in log and c.loads()[-2:] == ["nvidia", "nvidia_uvm"],
@@ -1025,6 +1075,7 @@ TESTS = [
     test_admin_modprobe_r_respected,
     test_version_truth,
     test_reload_when_idle_ignores_own_nvml,
+    test_reload_waits_for_a_wedged_worker_off_the_loop,
     test_kernel_module_type,
     test_driver_reload_command,
     test_reload_failure_is_no_admin_unload,
