@@ -29,7 +29,6 @@
 /* EFI global variable GUID: SecureBoot-<guid> holds 4 attribute bytes, then 1 = enabled. */
 #define SECURE_BOOT_EFIVAR "firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c"
 
-DEFINE_CLEANUP_FUNC(DriverState *, driver_state_free);
 
 static inline const char *strempty(const char *s) {
         return s ?: "";
@@ -1070,8 +1069,7 @@ static void driver_rollback(ModuleContext *ctx, char **loaded) {
 
 static int driver_ensure(Manager *m, const char *dkms_message, char **ret_message) {
         _cleanup_strv_free_ char **rows = NULL;
-        _cleanup_free_ char *digest = NULL, *note = NULL, *sb = NULL, *build_reason = NULL, *message = NULL,
-                            *flavour_reason = NULL;
+        _cleanup_free_ char *digest = NULL, *sb = NULL, *build_reason = NULL, *message = NULL, *flavour_reason = NULL;
         const Config *c = m->config;
         ModuleContext *ctx;
         bool all_live = true, enforcing = false, flavour_needed = false;

@@ -92,7 +92,6 @@ DriverState *driver_state_free(DriverState *s) {
         return mfree(s);
 }
 
-DEFINE_CLEANUP_FUNC(DriverState *, driver_state_free);
 
 int driver_state_load(const char *state_dir, DriverState **ret) {
         _cleanup_free_ char *path = NULL, *text = NULL;

@@ -6,6 +6,8 @@
 
 #include <stdbool.h>
 
+#include "macro.h"
+
 #define DRIVER_STATE_FILE "driver.state"
 
 typedef struct DriverState {
@@ -25,6 +27,7 @@ int driver_options_digest(char *const *entries, char **ret);
 int driver_state_new(const char *kernel, const char *driver_version, const char *options_digest,
                      DriverState **ret);
 DriverState *driver_state_free(DriverState *s);
+DEFINE_CLEANUP_FUNC(DriverState *, driver_state_free);
 
 /* Reads <state_dir>/driver.state. -ENOENT when there is none (first start, or removed to force a
  * full check); -EBADMSG when it is malformed or incomplete (treat as "no record"). */

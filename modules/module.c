@@ -38,7 +38,7 @@ void module_debug(ModuleContext *c, const char *fmt, ...) {
 }
 
 /* libkmod's log callback: one formatted line to the caller's function. */
-static void kmod_log_trampoline(void *data, int priority, const char *file, int line, const char *fn,
+_printf_(6, 0) static void kmod_log_trampoline(void *data, int priority, const char *file, int line, const char *fn,
                                 const char *format, va_list args) {
         ModuleContext *c = data;
         _cleanup_free_ char *m = NULL;

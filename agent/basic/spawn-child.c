@@ -249,7 +249,11 @@ static void leader_exited(Spawn *s) {
                 if (waitid(P_PID, s->pid, &si, WEXITED | WNOHANG) >= 0)
                         break;
                 if (errno != EINTR) {
-                        si = (siginfo_t) { .si_pid = s->pid, .si_code = CLD_KILLED, .si_status = SIGKILL };
+                        /* si_pid and si_status share a union in glibc's siginfo_t: set one by one. */
+                        si = (siginfo_t) {};
+                        si.si_pid = s->pid;
+                        si.si_code = CLD_KILLED;
+                        si.si_status = SIGKILL;
                         break;
                 }
         }

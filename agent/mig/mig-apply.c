@@ -542,7 +542,7 @@ static bool gpu_step(MigApply *a) {
 static void on_unit_stopped(FabricOp *op, int r, const char *message, void *userdata) {
         MigApply *a = userdata;
         const char *unit = a->stop_units[a->unit_index];
-        _cleanup_(fabric_op_freep) FabricOp *done = TAKE_PTR(a->op);
+        _unused_ _cleanup_(fabric_op_freep) FabricOp *done = TAKE_PTR(a->op);
 
         if (r < 0) {
                 fail(a, r, strprintf("Stopping %s before the MIG change failed: %s; nothing was changed",
@@ -562,7 +562,7 @@ static void on_unit_stopped(FabricOp *op, int r, const char *message, void *user
 static void on_unit_query(FabricOp *op, int r, const FabricUnitInfo *info, const char *message, void *userdata) {
         MigApply *a = userdata;
         const char *unit = a->stop_units[a->unit_index];
-        _cleanup_(fabric_op_freep) FabricOp *done = TAKE_PTR(a->op);
+        _unused_ _cleanup_(fabric_op_freep) FabricOp *done = TAKE_PTR(a->op);
 
         if (r >= 0 && info->installed &&
             (streq_ptr(info->active_state, "active") || streq_ptr(info->active_state, "activating") ||
@@ -584,7 +584,7 @@ static void on_unit_query(FabricOp *op, int r, const FabricUnitInfo *info, const
 static void on_unit_started(FabricOp *op, int r, const char *message, void *userdata) {
         MigApply *a = userdata;
         const char *unit = a->stopped[a->unit_index];
-        _cleanup_(fabric_op_freep) FabricOp *done = TAKE_PTR(a->op);
+        _unused_ _cleanup_(fabric_op_freep) FabricOp *done = TAKE_PTR(a->op);
 
         if (r < 0)
                 fail(a, r, strprintf("Starting %s again after the MIG change failed: %s", unit, strna(message)));
