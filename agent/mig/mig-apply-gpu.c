@@ -373,16 +373,6 @@ static int read_layout_after(GpuNvml *n, const MigGpuState *known, const MigGpuP
         return r;
 }
 
-static int mig_device_compare(const void *a, const void *b) {
-        const MigDeviceInfo *x = a, *y = b;
-
-        if (x->gi_id != y->gi_id)
-                return x->gi_id < y->gi_id ? -1 : 1;
-        if (x->ci_id != y->ci_id)
-                return x->ci_id < y->ci_id ? -1 : 1;
-        return x->index < y->index ? -1 : x->index > y->index;
-}
-
 /* The attribute suffix of a GI profile's MIG devices ("+me"), as the snapshot read names them. */
 static const char *profile_suffix(const MigGpuState *now, unsigned gi_profile_id) {
         const MigGiProfile *p = mig_state_gi_profile(now, gi_profile_id);
@@ -552,7 +542,7 @@ static int read_mig_devices_after(GpuNvml *n, nvmlDevice_t d, const MigGpuStepsJ
         }
         if (found != n_cis)
                 return -ENOENT;
-        qsort(g->mig_devices, g->n_mig_devices, sizeof *g->mig_devices, mig_device_compare);
+        qsort(g->mig_devices, g->n_mig_devices, sizeof *g->mig_devices, gpu_nvml_mig_device_compare);
         *ret = TAKE_PTR(s);
         return 0;
 }

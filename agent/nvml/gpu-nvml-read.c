@@ -492,7 +492,7 @@ static int ci_profile_from_slices(GpuNvml *n, NvmlSnapshot *s, GpuNvmlCached *c,
         return 0;
 }
 
-static int mig_device_compare(const void *a, const void *b) {
+int gpu_nvml_mig_device_compare(const void *a, const void *b) {
         const MigDeviceInfo *x = a, *y = b;
 
         if (x->gi_id != y->gi_id)
@@ -692,7 +692,7 @@ static int read_mig_devices(GpuNvml *n, NvmlSnapshot *s, GpuNvmlCached *c, GpuIn
         c->mig_known = n_known > 0 ? TAKE_PTR(known) : NULL;
         c->n_mig_known = n_known;
 
-        qsort(devices, n_devices, sizeof *devices, mig_device_compare);
+        qsort(devices, n_devices, sizeof *devices, gpu_nvml_mig_device_compare);
         g->mig_devices = n_devices > 0 ? TAKE_PTR(devices) : NULL;
         g->n_mig_devices = n_devices;
         return 0;

@@ -39,6 +39,9 @@ typedef struct MigDeviceInfo {
         unsigned copy_engines, decoders, encoders, jpegs, ofas;
 } MigDeviceInfo;
 
+/* qsort() order of MIG devices: GPU instance id, then compute instance id, then NVML index. */
+int gpu_nvml_mig_device_compare(const void *a, const void *b);
+
 /* One physical GPU. Fields NVML could not answer are NULL / 0 / -1 and named in warnings. */
 typedef struct GpuInfo {
         char pci_address[32];        /* "0000:3b:00.0", lower case, matches PciDevice.address */
