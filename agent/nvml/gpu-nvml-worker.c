@@ -647,7 +647,6 @@ static int send_request(GpuNvmlWorker *w, const char *library, GpuNvmlJobFunc fn
 }
 
 static void arm_request(GpuNvmlWorker *w, uint64_t timeout_usec, unsigned n_gpus);
-static void arm_job(GpuNvmlWorker *w, GpuNvmlJobDone done, void *userdata, uint64_t timeout_usec, unsigned n_gpus);
 
 int gpu_nvml_worker_snapshot(GpuNvmlWorker *w, const char *library, char *const *pci_addresses,
                              uint64_t timeout_usec, unsigned n_gpus, GpuNvmlWorkerDone done, void *userdata) {
@@ -667,8 +666,11 @@ int gpu_nvml_worker_snapshot(GpuNvmlWorker *w, const char *library, char *const 
         return 0;
 }
 
-int gpu_nvml_worker_read(GpuNvmlWorker *w, const char *library, char *const *pci_addresses, uint64_t timeout_usec,
-                         unsigned n_gpus, GpuNvmlJobFunc fn, GpuNvmlJobDone done, void *userdata) {
+/* Sends a job request (fn over the GPUs of pci_addresses, or over input): its answer goes to done, and the
+ * worker stays for the next one. */
+static int start_job(GpuNvmlWorker *w, const char *library, GpuNvmlJobFunc fn, char *const *pci_addresses,
+                     const GpuNvmlInput *input, uint64_t timeout_usec, unsigned n_gpus, GpuNvmlJobDone done,
+                     void *userdata) {
         int r;
 
         assert(w);
@@ -677,41 +679,30 @@ int gpu_nvml_worker_read(GpuNvmlWorker *w, const char *library, char *const *pci
         assert(done);
         if (w->busy)
                 return -EBUSY;
-        r = send_request(w, library, fn, pci_addresses, NULL);
+        r = send_request(w, library, fn, pci_addresses, input);
         if (r < 0)
                 return r;
-        arm_job(w, done, userdata, timeout_usec, n_gpus);
+        w->done = NULL;
+        w->job_done = done;
+        w->job_stays = true;
+        w->userdata = userdata;
+        arm_request(w, timeout_usec, n_gpus);
         return 0;
+}
+
+int gpu_nvml_worker_read(GpuNvmlWorker *w, const char *library, char *const *pci_addresses, uint64_t timeout_usec,
+                         unsigned n_gpus, GpuNvmlJobFunc fn, GpuNvmlJobDone done, void *userdata) {
+        return start_job(w, library, fn, pci_addresses, NULL, timeout_usec, n_gpus, done, userdata);
 }
 
 int gpu_nvml_worker_read_input(GpuNvmlWorker *w, const char *library, const void *data, size_t len,
                                uint64_t timeout_usec, unsigned n_gpus, GpuNvmlJobFunc fn, GpuNvmlJobDone done,
                                void *userdata) {
         GpuNvmlInput input = { .data = data, .len = len };
-        int r;
 
-        assert(w);
-        assert(library);
-        assert(fn);
-        assert(done);
-        if (w->busy)
-                return -EBUSY;
         if (len >= GPU_NVML_WIRE_MAX / 2)
                 return -EMSGSIZE;
-        r = send_request(w, library, fn, NULL, &input);
-        if (r < 0)
-                return r;
-        arm_job(w, done, userdata, timeout_usec, n_gpus);
-        return 0;
-}
-
-/* A job request is on its way: its answer goes to done, and the worker stays for the next one. */
-static void arm_job(GpuNvmlWorker *w, GpuNvmlJobDone done, void *userdata, uint64_t timeout_usec, unsigned n_gpus) {
-        w->done = NULL;
-        w->job_done = done;
-        w->job_stays = true;
-        w->userdata = userdata;
-        arm_request(w, timeout_usec, n_gpus);
+        return start_job(w, library, fn, NULL, &input, timeout_usec, n_gpus, done, userdata);
 }
 
 static void arm_request(GpuNvmlWorker *w, uint64_t timeout_usec, unsigned n_gpus) {
