@@ -60,10 +60,6 @@ MigProfileCache *mig_profile_cache_free(MigProfileCache *c) {
         return mfree(c);
 }
 
-static uint64_t fnv1a(const char *p, size_t n) {
-        return fnv1a64(FNV1A64_INIT, p, n);
-}
-
 static int boot_id(const char *proc_dir, char **ret) {
         _cleanup_free_ char *path = path_join(proc_dir, "sys/kernel/random/boot_id");
         int r;
@@ -233,7 +229,7 @@ static int parse(char *text, MigProfileCache **ret, char **ret_boot, char **ret_
         if (!sum || sscanf(sum + 10, "%16" SCNx64 "%c", &want, &extra) != 2 || extra != '\n' ||
             strlen(sum + 10) != 17)
                 return -EBADMSG;
-        got = fnv1a(text, (size_t) (sum - text) + 1);
+        got = fnv1a64(FNV1A64_INIT, text, (size_t) (sum - text) + 1);
         if (got != want)
                 return -EBADMSG;
         sum[1] = '\0';
@@ -429,7 +425,7 @@ int mig_profile_cache_save(const char *state_dir, const char *proc_dir, const Nv
         /* The checksum covers every byte before its line. */
         free(body);
         body = TAKE_PTR(text);
-        text = strprintf("%schecksum %016" PRIx64 "\n", body, fnv1a(body, strlen(body)));
+        text = strprintf("%schecksum %016" PRIx64 "\n", body, fnv1a64(FNV1A64_INIT, body, strlen(body)));
         if (!text)
                 return -ENOMEM;
 

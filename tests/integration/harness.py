@@ -229,6 +229,27 @@ def get_property(bus, name, path="/org/gpunodeagent/Agent1", interface="org.gpun
     return busctl(bus, "get-property", "org.gpunodeagent.Agent1", path, interface, name).stdout.strip()
 
 
+class LatencyProbe:
+    """Reads the Manager's State property over and over from a thread; stop() returns the slowest read."""
+
+    def __init__(self, bus):
+        self.bus, self.worst, self.done = bus, 0.0, False
+        self.thread = threading.Thread(target=self.run)
+        self.thread.start()
+
+    def run(self):
+        while not self.done:
+            t0 = time.monotonic()
+            get_property(self.bus, "State")
+            self.worst = max(self.worst, time.monotonic() - t0)
+            time.sleep(0.02)
+
+    def stop(self):
+        self.done = True
+        self.thread.join()
+        return self.worst
+
+
 class TempDir:
     def __enter__(self):
         self.path = tempfile.mkdtemp(prefix="gna-it-")

@@ -18,7 +18,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import (AGENT, FAKE_NVML, Agent, BUILD, Bus, Fail, NODES, Node, Notify, SRC, TempDir,  # noqa: E402
+from harness import (AGENT, FAKE_NVML, Agent, BUILD, Bus, Fail, LatencyProbe, NODES, Node, Notify, SRC, TempDir,  # noqa: E402
                      check, get_property, tap_main)
 
 from harness import timeout_scale  # noqa: E402
@@ -583,28 +583,6 @@ def test_version_truth():
         check("unload nvidia_uvm" in log and "unload nvidia" in log, "old driver not unloaded: %r" % log)
         check(c.loads()[-2:] == ["nvidia", "nvidia_uvm"], "installed driver not loaded: %r" % log)
         check("reloading now" in out and "(driver %s)" % VERSION in msg, "message: " + msg)
-
-
-class LatencyProbe:
-    """Reads the Manager's State property over and over from a thread; stop() returns the slowest read."""
-
-    def __init__(self, bus):
-        import threading
-        self.bus, self.worst, self.done = bus, 0.0, False
-        self.thread = threading.Thread(target=self.run)
-        self.thread.start()
-
-    def run(self):
-        while not self.done:
-            t0 = time.monotonic()
-            get_property(self.bus, "State")
-            self.worst = max(self.worst, time.monotonic() - t0)
-            time.sleep(0.02)
-
-    def stop(self):
-        self.done = True
-        self.thread.join()
-        return self.worst
 
 
 def own_children(pid):
