@@ -914,11 +914,15 @@ static int on_recheck(sd_event_source *s, uint64_t usec, void *userdata) {
 }
 
 void health_release_driver(Health *h) {
-        if (!h || !h->worker)
+        if (!h)
+                return;
+        /* A worker that crashed is not running but has its restart armed: that restart, due in the
+         * middle of the removal, would open the GPU again and make the kernel refuse it. */
+        h->restart_timer = sd_event_source_disable_unref(h->restart_timer);
+        if (!h->worker)
                 return;
         log_debug("Health event worker stopped: the driver is being removed.");
         worker_stop(h);
-        h->restart_timer = sd_event_source_disable_unref(h->restart_timer);
 }
 
 void health_check_now(Health *h) {

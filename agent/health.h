@@ -48,8 +48,8 @@ DEFINE_CLEANUP_FUNC(Health *, health_free);
 void health_pass_done(Health *h);
 
 /* The driver is about to be taken out (a when-idle reload, Unload()): the event worker, whose NVML
- * handle holds /dev/nvidia*, is stopped (SIGTERM; reaped from the loop). The next pass with NVML
- * answering starts it again (health_pass_done()). */
+ * handle holds /dev/nvidia*, is stopped (SIGTERM; reaped from the loop), and a restart armed after a
+ * crash is cancelled. The next pass with NVML answering starts it again (health_pass_done()). */
 void health_release_driver(Health *h);
 
 /* Runs a health check now (coalesced with one in flight). */

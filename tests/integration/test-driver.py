@@ -627,37 +627,73 @@ def test_reload_waits_for_a_wedged_worker_off_the_loop():
     reload_when_idle(wedged=True)
 
 
+def when_idle_case(tmp):
+    """driver.reload-on-mismatch: when-idle on a node with GPUs and NVML, running the tree's kernel with the
+    tree's driver loaded (the loaded version then comes from <sys>/module/nvidia/version). FAKE_NVML_DEV
+    makes the fake library hold <dev>/nvidiactl and <dev>/nvidia<minor> open as the real one does, and the
+    kmod trap refuses to remove nvidia while any process has such a node open, as the kernel does.
+    Returns the Case."""
+    c = Case(tmp, node="dgx-h100", driver_yaml="  reload-on-mismatch: when-idle\n")
+    with open(os.path.join(c.node_dir, "proc/sys/kernel/osrelease"), "w") as f:
+        f.write(KVER + "\n")
+    os.unlink(os.path.join(c.node_dir, "proc/driver/nvidia/version"))
+    c.module_live("nvidia", VERSION)
+    c.module_live("nvidia_uvm", VERSION)
+    with open(os.path.join(c.sys, "module/nvidia/refcnt"), "w") as f:
+        f.write("1\n")
+    libdir = os.path.join(tmp, "lib")
+    os.makedirs(libdir)
+    shutil.copy(os.path.realpath(FAKE_NVML), os.path.join(libdir, "libnvidia-ml.so." + VERSION))
+    os.symlink("libnvidia-ml.so." + VERSION, os.path.join(libdir, "libnvidia-ml.so.1"))
+    for n in ["nvidiactl"] + ["nvidia%d" % i for i in range(8)]:
+        open(os.path.join(c.node.dev, n), "w").close()
+    with open(os.path.join(c.node.confd, "70-nvml.yaml"), "w") as f:
+        f.write("nvml:\n  library: %s\ndevices:\n  enabled: false\n" % os.path.join(libdir, "libnvidia-ml.so.1"))
+    c.env["FAKE_NVML_DEV"] = c.node.dev
+    c.env["GNA_KMOD_TRAP_DEV"] = c.node.dev
+    return c
+
+
+def mismatch_pass(c, agent, bus, done_before):
+    """The loaded nvidia becomes 550.127.05 (installed: VERSION); Reconcile() runs a pass; returns the
+    agent's output once the driver stage finished it (its done_before+1-th verdict)."""
+    from harness import CTL, run
+    for m in ("nvidia", "nvidia_uvm"):
+        with open(os.path.join(c.sys, "module", m, "version"), "w") as f:
+            f.write("550.127.05\n")
+    run([CTL, "reconcile"], bus=bus, check_rc=0)
+    deadline = time.monotonic() + 30 * SCALE
+    while True:
+        out = agent.output()
+        if out.count("Stage driver: running → ") > done_before:
+            return out
+        check(time.monotonic() < deadline, "no driver verdict after Reconcile():\n" + out)
+        check(agent.proc.poll() is None, "agent died:\n" + out)
+        time.sleep(0.1)
+
+
+def nvml_workers_up(agent, dev, n=2):
+    """Waits for n of the agent's children holding the GPU (the nvml worker, the health event worker)."""
+    deadline = time.monotonic() + 30 * SCALE
+    while True:
+        kids = [k for k in own_children(agent.proc.pid) if holds_node(k, dev)]
+        if len(kids) >= n and "health" in agent.output().lower():
+            return kids
+        check(time.monotonic() < deadline, "the agent's NVML processes never held %s/nvidia*: %r\n%s"
+              % (dev, kids, agent.output()))
+        check(agent.proc.poll() is None, "agent died:\n" + agent.output())
+        time.sleep(0.1)
+
+
 def reload_when_idle(wedged):
     """driver.reload-on-mismatch: when-idle while the agent's own NVML processes hold the GPU, as they do
-    on a running node (the nvml stage's worker and the health event worker; FAKE_NVML_DEV makes the fake
-    library hold <dev>/nvidiactl and <dev>/nvidia<minor> open as the real one does, and the kmod trap
-    refuses to remove nvidia while any process has such a node open, as the kernel does). The loaded
+    on a running node (the nvml stage's worker and the health event worker; when_idle_case()). The loaded
     version is then rewritten (as after an upgrade installed another one) and a pass runs: the reload
     goes ahead, the workers let go of the GPU before nvidia is removed, and they come back. With a
     foreign process holding /dev/nvidia0 the reload waits and names it (pid and comm), and only it."""
-    from harness import CTL, run
     with TempDir() as tmp:
-        c = Case(tmp, node="dgx-h100", driver_yaml="  reload-on-mismatch: when-idle\n")
-        # The node with GPUs and NVML, running the tree's kernel with the tree's driver loaded (the
-        # loaded version then comes from <sys>/module/nvidia/version).
-        with open(os.path.join(c.node_dir, "proc/sys/kernel/osrelease"), "w") as f:
-            f.write(KVER + "\n")
-        os.unlink(os.path.join(c.node_dir, "proc/driver/nvidia/version"))
-        c.module_live("nvidia", VERSION)
-        c.module_live("nvidia_uvm", VERSION)
-        with open(os.path.join(c.sys, "module/nvidia/refcnt"), "w") as f:
-            f.write("1\n")
-        libdir = os.path.join(tmp, "lib")
-        os.makedirs(libdir)
-        shutil.copy(os.path.realpath(FAKE_NVML), os.path.join(libdir, "libnvidia-ml.so." + VERSION))
-        os.symlink("libnvidia-ml.so." + VERSION, os.path.join(libdir, "libnvidia-ml.so.1"))
+        c = when_idle_case(tmp)
         dev = c.node.dev
-        for n in ["nvidiactl"] + ["nvidia%d" % i for i in range(8)]:
-            open(os.path.join(dev, n), "w").close()
-        with open(os.path.join(c.node.confd, "70-nvml.yaml"), "w") as f:
-            f.write("nvml:\n  library: %s\ndevices:\n  enabled: false\n" % os.path.join(libdir, "libnvidia-ml.so.1"))
-        c.env["FAKE_NVML_DEV"] = dev
-        c.env["GNA_KMOD_TRAP_DEV"] = dev
         if wedged:
             c.env["FAKE_NVML_HANG"] = "nvmlEventSetWait_v2:1+"
             c.env["FAKE_NVML_HANG_UNINTERRUPTIBLE"] = "1"
@@ -666,41 +702,13 @@ def reload_when_idle(wedged):
         def link_proc(pid):
             os.symlink("/proc/%d" % pid, os.path.join(fake_proc, str(pid)))
 
-        def mismatch_pass(agent, done_before):
-            """The loaded nvidia becomes 550.127.05 (installed: VERSION); Reconcile() runs a pass; returns
-            the agent's output once the driver stage finished it."""
-            for m in ("nvidia", "nvidia_uvm"):
-                with open(os.path.join(c.sys, "module", m, "version"), "w") as f:
-                    f.write("550.127.05\n")
-            run([CTL, "reconcile"], bus=bus, check_rc=0)
-            deadline = time.monotonic() + 30 * SCALE
-            while True:
-                out = agent.output()
-                if out.count("Stage driver: running → ") > done_before:
-                    return out
-                check(time.monotonic() < deadline, "no driver verdict after Reconcile():\n" + out)
-                check(agent.proc.poll() is None, "agent died:\n" + out)
-                time.sleep(0.1)
-
-        def workers_up(agent):
-            """Waits for the agent's children holding the GPU (the nvml worker, the health event worker)."""
-            deadline = time.monotonic() + 30 * SCALE
-            while True:
-                kids = [k for k in own_children(agent.proc.pid) if holds_node(k, dev)]
-                if len(kids) >= 2 and "health" in agent.output().lower():
-                    return kids
-                check(time.monotonic() < deadline, "the agent's NVML processes never held %s/nvidia*: %r\n%s"
-                      % (dev, kids, agent.output()))
-                check(agent.proc.poll() is None, "agent died:\n" + agent.output())
-                time.sleep(0.1)
-
         bus = Bus(tmp)
         agent = Agent(c.node, bus, extra_env=c.env, wrapper=[])
         holder = None
         try:
             # 1. A foreign process holds /dev/nvidia0 besides our workers: the reload waits, naming
             #    only that process.
-            kids = workers_up(agent)
+            kids = nvml_workers_up(agent, dev)
             for k in kids:
                 link_proc(k)
             holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nf = open(sys.argv[1])\n"
@@ -709,7 +717,7 @@ def reload_when_idle(wedged):
             check(holder.stdout.readline().strip() == "open", "holder did not start")
             link_proc(holder.pid)
             n = agent.output().count("Stage driver: running → ")
-            out = mismatch_pass(agent, n)
+            out = mismatch_pass(c, agent, bus, n)
             msg = stage_message(out, "failed")
             comm = open("/proc/%d/comm" % holder.pid).read().strip()
             check("when-idle waits until no process uses a GPU" in msg
@@ -724,14 +732,14 @@ def reload_when_idle(wedged):
             holder = None
 
             # 2. Only our workers hold it: the reload goes ahead; they let go first, and come back.
-            kids = workers_up(agent)
+            kids = nvml_workers_up(agent, dev)
             for k in kids:
                 if not os.path.exists(os.path.join(fake_proc, str(k))):
                     link_proc(k)
             n = agent.output().count("Stage driver: running → ")
             probe = LatencyProbe(bus) if wedged else None
             try:
-                out = mismatch_pass(agent, n)
+                out = mismatch_pass(c, agent, bus, n)
             finally:
                 worst = probe.stop() if probe else 0
             if wedged:
@@ -749,7 +757,7 @@ def reload_when_idle(wedged):
             check(not any(line.startswith("unload-failed") for line in log),
                   "an unload was refused (a process of ours still had the GPU open): %r\n%s" % (log, out))
             check("No process uses a GPU: reloading now" in out, "output:\n" + out)
-            again = workers_up(agent)
+            again = nvml_workers_up(agent, dev)
             check(not set(again) & set(kids), "the old NVML processes %r are still there" % kids)
             rc = agent.stop()
             check(rc == 0, "agent exited %d:\n%s" % (rc, agent.output()))
@@ -758,6 +766,50 @@ def reload_when_idle(wedged):
             if holder:
                 holder.kill()
                 holder.wait()
+            if agent.proc.poll() is None:
+                agent.proc.kill()
+                agent.proc.wait()
+            bus.stop()
+
+
+def test_reload_while_health_worker_restarts():
+    """A when-idle reload that comes while the health event worker is down between crashes (its restart
+    timer armed): the release cancels that restart too, so no new worker opens the GPU while the old
+    driver is removed, and the worker comes back once the new one is loaded. The event worker crashes
+    in nvmlEventSetWait_v2 (while the crash file exists); nvidia_uvm's removal takes 1.5 s, so that a
+    restart 1 s after the crash lands between the release and nvidia's removal, where it held the GPU and
+    made the removal fail."""
+    with TempDir() as tmp:
+        c = when_idle_case(tmp)
+        dev = c.node.dev
+        crash = os.path.join(tmp, "crash")
+        open(crash, "w").close()
+        c.env["FAKE_NVML_CRASH"] = "nvmlEventSetWait_v2:1+"
+        c.env["FAKE_NVML_CRASH_FILE"] = crash
+        c.env["GNA_KMOD_TRAP_DELAY"] = "nvidia_uvm:1500@unload"
+        bus = Bus(tmp)
+        agent = Agent(c.node, bus, extra_env=c.env, wrapper=[])
+        try:
+            deadline = time.monotonic() + 30 * SCALE
+            while "restarting it in 1.0s (attempt 1)" not in agent.output():
+                check(time.monotonic() < deadline, "the event worker did not crash:\n" + agent.output())
+                check(agent.proc.poll() is None, "agent died:\n" + agent.output())
+                time.sleep(0.02)
+            os.unlink(crash)  # the worker started next holds the GPU
+            n = agent.output().count("Stage driver: running → ")
+            out = mismatch_pass(c, agent, bus, n)
+            log = c.trap_log()
+            check(not any(line.startswith("unload-failed") for line in log),
+                  "nvidia's removal was refused: an event worker started during the reload held the GPU: %r\n%s"
+                  % (log, out))
+            stage_message(out, "done")
+            check("unload nvidia" in log and c.loads()[-2:] == ["nvidia", "nvidia_uvm"],
+                  "not reloaded: %r\n%s" % (log, out))
+            nvml_workers_up(agent, dev)
+            rc = agent.stop()
+            check(rc == 0, "agent exited %d:\n%s" % (rc, agent.output()))
+            no_sanitizer_report(agent.output())
+        finally:
             if agent.proc.poll() is None:
                 agent.proc.kill()
                 agent.proc.wait()
@@ -1054,6 +1106,7 @@ TESTS = [
     test_version_truth,
     test_reload_when_idle_ignores_own_nvml,
     test_reload_waits_for_a_wedged_worker_off_the_loop,
+    test_reload_while_health_worker_restarts,
     test_kernel_module_type,
     test_driver_reload_command,
     test_reload_failure_is_no_admin_unload,
