@@ -326,8 +326,8 @@ int mig_profile_cache_load(const char *state_dir, const char *proc_dir, const Nv
 void mig_profile_cache_seed(const MigProfileCache *c, GpuNvml *n) {
         for (size_t i = 0; c && i < c->n_models; i++) {
                 const CacheModel *m = &c->models[i];
-                (void) mig_state_seed_model(n, m->name, m->pci_id, m->total_bytes, m->profiles, m->n_profiles, m->partial,
-                                            m->asked, m->end);
+                (void) mig_state_seed_model(n, m->name, m->pci_id, m->total_bytes, m->profiles, m->n_profiles,
+                                            m->partial, m->asked, m->end);
         }
 }
 
@@ -396,8 +396,8 @@ int mig_profile_cache_save(const char *state_dir, const char *proc_dir, const Nv
                         /* The table of the GPU whose read asked most of it (a later GPU of the model may
                          * have read more of a partial one). */
                         if (t->gi_profiles_partial &&
-                            (!states[k].gi_profiles_partial ||
-                             __builtin_popcountll(states[k].gi_profiles_asked) > __builtin_popcountll(t->gi_profiles_asked)))
+                            (!states[k].gi_profiles_partial || __builtin_popcountll(states[k].gi_profiles_asked) >
+                                                                       __builtin_popcountll(t->gi_profiles_asked)))
                                 t = &states[k];
                 }
                 if (t->gi_profiles_partial &&
