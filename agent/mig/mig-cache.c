@@ -9,6 +9,8 @@
  *   gpu <UUID>                                            (one or more per model)
  *   profile <index> <id> <slices> <memory slices> <instances> <starts a,b,… or -> <name>
  *   ci <index>:<id>:<slices>:<instances>,…               (the CI profiles NVML reported, when asked)
+ *   asked <indices asked, 16 hex digits> <end>            (only for a partial table: bit i = index i asked;
+ *                                                          end = the first index NVML called invalid)
  *   checksum <FNV-1a 64 of every byte before this line, 16 hex digits>
  */
 #include <fcntl.h>
@@ -36,6 +38,9 @@ typedef struct CacheModel {
         char **uuids;
         MigGiProfile *profiles;
         size_t n_profiles;
+        bool partial;
+        uint64_t asked;
+        unsigned end;
 } CacheModel;
 
 struct MigProfileCache {
@@ -206,6 +211,15 @@ static int parse_line(MigProfileCache *c, char *line, unsigned *version, char **
                 p->name = strdup(name);
                 return p->name ? 0 : -ENOMEM;
         }
+        if (streq(line, "asked")) {
+                char extra;
+
+                if (m->partial || sscanf(v, "%16" SCNx64 " %u%c", &m->asked, &m->end, &extra) != 2 || m->end == 0 ||
+                    m->end > 64)
+                        return -EBADMSG;
+                m->partial = true;
+                return 0;
+        }
         if (streq(line, "ci")) {
                 if (m->n_profiles == 0)
                         return -EBADMSG;
@@ -312,7 +326,8 @@ int mig_profile_cache_load(const char *state_dir, const char *proc_dir, const Nv
 void mig_profile_cache_seed(const MigProfileCache *c, GpuNvml *n) {
         for (size_t i = 0; c && i < c->n_models; i++) {
                 const CacheModel *m = &c->models[i];
-                (void) mig_state_seed_model(n, m->name, m->pci_id, m->total_bytes, m->profiles, m->n_profiles);
+                (void) mig_state_seed_model(n, m->name, m->pci_id, m->total_bytes, m->profiles, m->n_profiles,
+                                            m->partial, m->asked, m->end);
         }
 }
 
@@ -361,7 +376,7 @@ int mig_profile_cache_save(const char *state_dir, const char *proc_dir, const Nv
                 return -ENOMEM;
 
         for (size_t i = 0; i < n_states; i++) {
-                const MigGpuState *g = &states[i];
+                const MigGpuState *g = &states[i], *t = g;
                 const GpuInfo *gi = snapshot_gpu_by_address(snapshot, g->pci_address);
 
                 if (done[i] || !usable(g, gi))
@@ -378,9 +393,18 @@ int mig_profile_cache_save(const char *state_dir, const char *proc_dir, const Nv
                         done[k] = true;
                         if (strv_extendf(&lines, "gpu %s", gk->uuid) < 0)
                                 return -ENOMEM;
+                        /* The table of the GPU whose read asked most of it (a later GPU of the model may
+                         * have read more of a partial one). */
+                        if (t->gi_profiles_partial &&
+                            (!states[k].gi_profiles_partial || __builtin_popcountll(states[k].gi_profiles_asked) >
+                                                                       __builtin_popcountll(t->gi_profiles_asked)))
+                                t = &states[k];
                 }
-                for (size_t p = 0; p < g->n_gi_profiles && p < MAX_PROFILES; p++) {
-                        const MigGiProfile *pr = &g->gi_profiles[p];
+                if (t->gi_profiles_partial &&
+                    strv_extendf(&lines, "asked %016" PRIx64 " %u", t->gi_profiles_asked, t->gi_profiles_end) < 0)
+                        return -ENOMEM;
+                for (size_t p = 0; p < t->n_gi_profiles && p < MAX_PROFILES; p++) {
+                        const MigGiProfile *pr = &t->gi_profiles[p];
                         const MigGiProfile *asked = NULL;
                         _cleanup_strv_free_ char **starts = NULL, **cis = NULL;
                         _cleanup_free_ char *s = NULL, *c = NULL;

@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /* Owns <paths.state>/mig-profiles: the GPU instance profile tables NVML reported (profiles, placements and
  * the CI profiles reported through a GI of each), per GPU model, kept across agent restarts so that a new
- * MIG reader does not ask NVML for them again (46 calls per model on an A100).
+ * MIG reader does not ask NVML for them again (46 calls per model on an A100 for the whole table). A table
+ * read only as far as a config needed (mig_state_read_gpu_for()) is kept as such, with the indices it asked
+ * (an "asked" line): a profile of an index not asked is unknown, and a read that needs it asks NVML.
  *
  * A table is a fact of the GPU model and the driver. The file names the kernel boot id, the driver
  * version and the UUID of every GPU it describes; it is used only when all of them are what this boot's

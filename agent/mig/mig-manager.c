@@ -511,9 +511,58 @@ static void on_plan_read(GpuNvmlWorker *w, int r, const uint8_t *data, size_t le
                 plan_with_states(mm, states, n);
 }
 
+/* The MIG profile names a config asks for, each with the device filters of its entry
+ * (mig_state_read_gpu_for(): "1g.5gb@0x20B010DE,0x20B210DE"). */
+static int config_profile_names(const MigConfig *c, char ***ret) {
+        _cleanup_strv_free_ char **l = calloc(1, sizeof(char *));
+
+        if (!l)
+                return -ENOMEM;
+        for (size_t i = 0; i < c->n_entries; i++) {
+                const MigConfigEntry *e = &c->entries[i];
+                _cleanup_free_ char *filters = e->device_filter ? strv_join(e->device_filter, ",") : NULL;
+
+                if (e->device_filter && !filters)
+                        return -ENOMEM;
+                for (size_t k = 0; k < e->n_requests; k++) {
+                        _cleanup_free_ char *w = NULL;
+
+                        if (!e->requests[k].profile)
+                                continue;
+                        w = filters ? strprintf("%s@%s", e->requests[k].profile, filters)
+                                    : strdup(e->requests[k].profile);
+                        if (!w)
+                                return -ENOMEM;
+                        if (!strv_contains(l, w) && strv_consume(&l, TAKE_PTR(w)) < 0)
+                                return -ENOMEM;
+                }
+        }
+        *ret = TAKE_PTR(l);
+        return 0;
+}
+
 static int plan_read(MigManager *mm, char **ret_error) {
         int r;
 
+        /* Planning a config: the GI profile table only as far as its names need (a recovery plans back to a
+         * recorded layout, by profile id: the whole table). */
+        if (!mm->plan.recovery && mm->plan.config) {
+                _cleanup_(wire_buf_done) WireBuf b = {};
+                _cleanup_strv_free_ char **names = NULL;
+
+                r = config_profile_names(mm->plan.config, &names);
+                if (r < 0)
+                        return r;
+                mig_states_for_input(&b, mm->plan.addresses, names);
+                if (b.oom)
+                        return -ENOMEM;
+                r = manager_nvml_read_input_async(mm->manager, b.data, b.len, mig_states_for_job, on_plan_read, mm,
+                                                  ret_error);
+                if (r < 0)
+                        return r;
+                mm->plan.active = true;
+                return 0;
+        }
         r = manager_nvml_read_async(mm->manager, mm->plan.addresses, mig_states_job, on_plan_read, mm, ret_error);
         if (r < 0)
                 return r;

@@ -317,6 +317,9 @@ static int check_limits(const MigGpuState *g, const Want *w, size_t n, Problems 
                 compute += w[j].gi->slices;
                 memory += w[j].gi->memory_slices;
         }
+        /* A partial table (mig_state_read_gpu_for()) holds the largest profile, so compute_max is the GPU's;
+         * memory_max is at least the extent of the wanted profiles' placements, which any layout that can be
+         * placed stays within: a refusal here is never wrong (its "the GPU has" is the largest profile's). */
         if (compute <= compute_max && memory <= memory_max)
                 return 0;
 

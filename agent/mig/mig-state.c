@@ -4,12 +4,15 @@
  * (gpu_mig_profile_name), never from a table of ours. The GI profile table (profiles, placements, CI
  * profiles) is a fact of the GPU model and the driver, so it is read once per model and kept for the
  * life of the NVML handle: a pass then reads per GPU only its identity, MIG mode, instances and
- * processes. */
+ * processes. A planning read asks only as much of the table as its config's names need
+ * (mig_state_read_gpu_for()); what a later read needs more of is asked then, index by index. */
 #include <inttypes.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "mig-config.h"
 #include "mig-state.h"
 #include "strv.h"
 
@@ -47,6 +50,9 @@ typedef struct MigModelFacts {
         uint64_t total_bytes;
         MigGiProfile *gi_profiles;  /* as read_gi_profiles() leaves them: CI profiles from NVML's numbering */
         size_t n_gi_profiles;
+        bool partial;               /* as MigGpuState's gi_profiles_partial, _asked, _end */
+        uint64_t indices_asked;
+        unsigned end;
         MigCiAsked *asked;
         size_t n_asked;
 } MigModelFacts;
@@ -150,7 +156,8 @@ static MigModelFacts *model_facts_find(GpuNvml *n, const MigGpuState *g, uint64_
  * driver that answers only in MIG mode, and is asked again. NULL (nothing kept) also on OOM: the cache
  * only saves reads. */
 static MigModelFacts *model_facts_add(GpuNvml *n, const MigGpuState *g, uint64_t total_bytes) {
-        MigModelFacts *l, m = { .pci_id = g->pci_id, .total_bytes = total_bytes };
+        MigModelFacts *l, m = { .pci_id = g->pci_id, .total_bytes = total_bytes, .partial = g->gi_profiles_partial,
+                                .indices_asked = g->gi_profiles_asked, .end = g->gi_profiles_end };
         MigModelCache *c = model_cache_get(n);
 
         if (!c || g->n_gi_profiles == 0)
@@ -167,6 +174,37 @@ static MigModelFacts *model_facts_add(GpuNvml *n, const MigGpuState *g, uint64_t
 fail:
         model_facts_done(&m);
         return NULL;
+}
+
+/* Replaces facts' table with g's, which read more of it. */
+static int model_facts_update(MigModelFacts *m, const MigGpuState *g) {
+        MigGiProfile *l;
+        size_t n_l;
+
+        if (gi_profiles_copy(g->gi_profiles, g->n_gi_profiles, &l, &n_l) < 0)
+                return -ENOMEM;
+        for (size_t i = 0; i < m->n_gi_profiles; i++)
+                mig_gi_profile_done(&m->gi_profiles[i]);
+        free(m->gi_profiles);
+        m->gi_profiles = l;
+        m->n_gi_profiles = n_l;
+        m->partial = g->gi_profiles_partial;
+        m->indices_asked = g->gi_profiles_asked;
+        m->end = g->gi_profiles_end;
+        return 0;
+}
+
+/* g's table from facts. */
+static int table_from_facts(const MigModelFacts *m, MigGpuState *g) {
+        int r;
+
+        r = gi_profiles_copy(m->gi_profiles, m->n_gi_profiles, &g->gi_profiles, &g->n_gi_profiles);
+        if (r < 0)
+                return r;
+        g->gi_profiles_partial = m->partial;
+        g->gi_profiles_asked = m->indices_asked;
+        g->gi_profiles_end = m->end;
+        return 0;
 }
 
 static const MigCiAsked *ci_asked_find(const MigModelFacts *m, unsigned gi_profile_id) {
@@ -279,62 +317,248 @@ static int read_ci_profiles(GpuNvml *n, nvmlGpuInstance_t gi, MigGiProfile *p) {
         return 0;
 }
 
-static int read_gi_profiles(GpuNvml *n, nvmlDevice_t d, uint64_t total_bytes, MigGpuState *g) {
-        for (unsigned index = 0; index < MAX_GI_PROFILE_INDEX; index++) {
-                nvmlGpuInstanceProfileInfo_v2_t info = {};
-                nvmlGpuInstancePlacement_t pl[MAX_PLACEMENTS];
-                unsigned n_pl = ELEMENTSOF(pl);
-                const char *suffix;
-                MigGiProfile *p;
+#define GI_INDEX_END 2 /* ask_gi_index(): NVML's table ends at this index */
+
+/* Asks NVML for the GI profile at index: 1 (added to g's table), 0 (the GPU has none there), GI_INDEX_END
+ * (no such index: g->gi_profiles_end is set), or a negative errno. */
+static int ask_gi_index(GpuNvml *n, nvmlDevice_t d, uint64_t total_bytes, MigGpuState *g, unsigned index) {
+        nvmlGpuInstanceProfileInfo_v2_t info = {};
+        nvmlGpuInstancePlacement_t pl[MAX_PLACEMENTS];
+        unsigned n_pl = ELEMENTSOF(pl);
+        const char *suffix;
+        MigGiProfile *p;
+        int r;
+
+        r = gpu_nvml_device_get_gpu_instance_profile_info(n, d, index, &info);
+        if (r == -EINVAL || r == -ENOSYS) {
+                g->gi_profiles_end = index;
+                return GI_INDEX_END;
+        }
+        if (r == -EOPNOTSUPP) {
+                g->gi_profiles_asked |= UINT64_C(1) << index;
+                return 0;
+        }
+        if (r < 0)
+                return r;
+
+        suffix = gpu_nvml_profile_index_suffix(index);
+        if (!suffix) {
+                /* An index newer than us: the attribute from the driver's own name. */
+                const char *gb;
+
+                info.name[sizeof info.name - 1] = '\0';
+                gb = strstr(info.name, "gb");
+                suffix = gb && (gb[2] == '+' || gb[2] == '-') ? gb + 2 : "";
+        }
+
+        r = gpu_nvml_device_get_gpu_instance_possible_placements(n, d, info.id, pl, &n_pl);
+        if (r < 0)
+                return r;
+
+        p = realloc(g->gi_profiles, (g->n_gi_profiles + 1) * sizeof *p);
+        if (!p)
+                return -ENOMEM;
+        g->gi_profiles = p;
+        p = &g->gi_profiles[g->n_gi_profiles++];
+        *p = (MigGiProfile) {
+                .index = index,
+                .id = info.id,
+                .slices = info.sliceCount,
+                .instance_count = info.instanceCount,
+                .memory_slices = n_pl > 0 ? pl[0].size : 0,
+        };
+        p->name = gpu_mig_profile_name(info.sliceCount, info.sliceCount, info.memorySizeMB, total_bytes, suffix);
+        if (!p->name)
+                p->name = strprintf("profile-%u", info.id); /* no usable name: never matches a config */
+        p->starts = calloc(n_pl ?: 1, sizeof *p->starts);
+        if (!p->name || !p->starts)
+                return -ENOMEM;
+        for (unsigned i = 0; i < n_pl; i++)
+                p->starts[i] = pl[i].start;
+        p->n_starts = n_pl;
+        r = read_ci_profiles(n, NULL, p);
+        if (r < 0)
+                return r;
+        g->gi_profiles_asked |= UINT64_C(1) << index;
+        return 1;
+}
+
+static bool index_asked(const MigGpuState *g, unsigned index) {
+        return index < 64 && (g->gi_profiles_asked & (UINT64_C(1) << index));
+}
+
+static bool index_past_end(const MigGpuState *g, unsigned index) {
+        return g->gi_profiles_end > 0 && index >= g->gi_profiles_end;
+}
+
+/* The compute slices of the GI profiles nvml.h defines, as their names say (0: an index newer than us). */
+static unsigned index_nominal_slices(unsigned index) {
+        switch (index) {
+        case NVML_GPU_INSTANCE_PROFILE_1_SLICE:
+        case NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV1:
+        case NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV2:
+        case NVML_GPU_INSTANCE_PROFILE_1_SLICE_GFX:
+        case NVML_GPU_INSTANCE_PROFILE_1_SLICE_NO_ME:
+        case NVML_GPU_INSTANCE_PROFILE_1_SLICE_ALL_ME:
+                return 1;
+        case NVML_GPU_INSTANCE_PROFILE_2_SLICE:
+        case NVML_GPU_INSTANCE_PROFILE_2_SLICE_REV1:
+        case NVML_GPU_INSTANCE_PROFILE_2_SLICE_GFX:
+        case NVML_GPU_INSTANCE_PROFILE_2_SLICE_NO_ME:
+        case NVML_GPU_INSTANCE_PROFILE_2_SLICE_ALL_ME:
+                return 2;
+        case NVML_GPU_INSTANCE_PROFILE_3_SLICE:
+                return 3;
+        case NVML_GPU_INSTANCE_PROFILE_4_SLICE:
+        case NVML_GPU_INSTANCE_PROFILE_4_SLICE_GFX:
+                return 4;
+        case NVML_GPU_INSTANCE_PROFILE_6_SLICE:
+                return 6;
+        case NVML_GPU_INSTANCE_PROFILE_7_SLICE:
+                return 7;
+        case NVML_GPU_INSTANCE_PROFILE_8_SLICE:
+                return 8;
+        default:
+                return 0;
+        }
+}
+
+static unsigned table_max_slices(const MigGpuState *g) {
+        unsigned max = 0;
+
+        for (size_t i = 0; i < g->n_gi_profiles; i++)
+                max = max > g->gi_profiles[i].slices ? max : g->gi_profiles[i].slices;
+        return max;
+}
+
+/* Whether a wanted entry's device filters ("@0xDDDDVVVV[:0xSSSSVVVV],…") take g; none: every GPU. */
+static bool wanted_for(const char *filters, const MigGpuState *g) {
+        _cleanup_free_ char *copy = filters ? strdup(filters) : NULL;
+        char *save = NULL;
+
+        if (!filters || !copy)
+                return true; /* out of memory: counted in (reads more, never less) */
+        for (char *f = strtok_r(copy, ",", &save); f; f = strtok_r(NULL, ",", &save)) {
+                uint32_t pci, sub;
+                bool has_sub;
+
+                if (mig_device_filter_parse(f, &pci, &sub, &has_sub) >= 0 && pci == g->pci_id &&
+                    (!has_sub || sub == g->subsystem_id))
+                        return true;
+        }
+        return false;
+}
+
+/* Whether every GI profile that wanted names for g is in g's table. An entry is a config's profile name,
+ * "[<C>c.]<G>g.<GB>gb[attrs]", optionally followed by "@" and the device filters of its config entry (then
+ * it is wanted only on GPUs they take). A name that does not parse needs no table (the planner refuses it
+ * as such). */
+static bool table_has(const MigGpuState *g, char *const *wanted) {
+        STRV_FOREACH(w, wanted) {
+                _cleanup_free_ char *name = NULL;
+                const char *at = strchr(*w, '@');
+                MigProfileName pn;
+                size_t len;
+                bool found = false;
+
+                if (at && !wanted_for(at + 1, g))
+                        continue;
+                name = at ? strndup(*w, (size_t) (at - *w)) : strdup(*w);
+                if (!name)
+                        return false; /* reads the whole table */
+                if (mig_profile_name_parse(name, &pn) < 0)
+                        continue;
+                len = strlen(pn.gi_name);
+                for (size_t i = 0; i < g->n_gi_profiles && !found; i++)
+                        found = g->gi_profiles[i].name && strlen(g->gi_profiles[i].name) == len &&
+                                strncmp(g->gi_profiles[i].name, pn.gi_name, len) == 0;
+                if (!found)
+                        return false;
+        }
+        return true;
+}
+
+static int profile_index_cmp(const void *a, const void *b) {
+        const MigGiProfile *x = a, *y = b;
+        return x->index < y->index ? -1 : x->index > y->index;
+}
+
+/* The rest of the table: every index not asked yet, up to NVML's end. */
+static int read_gi_profiles_all(GpuNvml *n, nvmlDevice_t d, uint64_t total_bytes, MigGpuState *g) {
+        for (unsigned index = 0; index < MAX_GI_PROFILE_INDEX && !index_past_end(g, index); index++) {
                 int r;
 
-                r = gpu_nvml_device_get_gpu_instance_profile_info(n, d, index, &info);
-                if (r == -EINVAL || r == -ENOSYS)
-                        break;
-                if (r == -EOPNOTSUPP)
+                if (index_asked(g, index))
                         continue;
+                r = ask_gi_index(n, d, total_bytes, g, index);
                 if (r < 0)
                         return r;
+                if (r == GI_INDEX_END)
+                        break;
+        }
+        g->gi_profiles_partial = false;
+        if (g->n_gi_profiles > 1)
+                qsort(g->gi_profiles, g->n_gi_profiles, sizeof *g->gi_profiles, profile_index_cmp);
+        return 0;
+}
 
-                suffix = gpu_nvml_profile_index_suffix(index);
-                if (!suffix) {
-                        /* An index newer than us: the attribute from the driver's own name. */
-                        const char *gb;
+/* Reads what g's table lacks: everything (wanted NULL), or (wanted: the config's profile names) only as
+ * far as they need. A partial table holds, in index order, every index up to the last wanted profile found
+ * (so a name resolves to the profile the whole table would resolve it to: the first of that name), the
+ * largest profile (every index defined with more slices than the largest found is asked: it is the GPU's
+ * compute capacity, for the planner's limits and for read_gis_all()), and the end of NVML's table (an
+ * index newer than nvml.h could have any size: then the whole table is read). Unknown profiles stay
+ * unknown, never absent: a name not found means the whole table is read, so that the planner's refusal
+ * lists every profile. */
+static int read_gi_profiles(GpuNvml *n, nvmlDevice_t d, uint64_t total_bytes, MigGpuState *g, char *const *wanted) {
+        int r;
 
-                        info.name[sizeof info.name - 1] = '\0';
-                        gb = strstr(info.name, "gb");
-                        suffix = gb && (gb[2] == '+' || gb[2] == '-') ? gb + 2 : "";
-                }
+        if (!wanted)
+                return read_gi_profiles_all(n, d, total_bytes, g);
 
-                r = gpu_nvml_device_get_gpu_instance_possible_placements(n, d, info.id, pl, &n_pl);
+        for (unsigned index = 0; index < MAX_GI_PROFILE_INDEX && !index_past_end(g, index) && !table_has(g, wanted);
+             index++) {
+                if (index_asked(g, index))
+                        continue;
+                r = ask_gi_index(n, d, total_bytes, g, index);
                 if (r < 0)
                         return r;
+                if (r == GI_INDEX_END)
+                        break;
+        }
+        if (!table_has(g, wanted))
+                return read_gi_profiles_all(n, d, total_bytes, g);
 
-                p = realloc(g->gi_profiles, (g->n_gi_profiles + 1) * sizeof *p);
-                if (!p)
-                        return -ENOMEM;
-                g->gi_profiles = p;
-                p = &g->gi_profiles[g->n_gi_profiles++];
-                *p = (MigGiProfile) {
-                        .index = index,
-                        .id = info.id,
-                        .slices = info.sliceCount,
-                        .instance_count = info.instanceCount,
-                        .memory_slices = n_pl > 0 ? pl[0].size : 0,
-                };
-                p->name = gpu_mig_profile_name(info.sliceCount, info.sliceCount, info.memorySizeMB, total_bytes, suffix);
-                if (!p->name)
-                        p->name = strprintf("profile-%u", info.id); /* no usable name: never matches a config */
-                p->starts = calloc(n_pl ?: 1, sizeof *p->starts);
-                if (!p->name || !p->starts)
-                        return -ENOMEM;
-                for (unsigned i = 0; i < n_pl; i++)
-                        p->starts[i] = pl[i].start;
-                p->n_starts = n_pl;
-                r = read_ci_profiles(n, NULL, p);
+        for (;;) {
+                unsigned have = table_max_slices(g), best = UINT_MAX, best_slices = 0;
+
+                for (unsigned i = 0; i < NVML_GPU_INSTANCE_PROFILE_COUNT; i++)
+                        if (!index_asked(g, i) && !index_past_end(g, i) && index_nominal_slices(i) > have &&
+                            index_nominal_slices(i) > best_slices) {
+                                best = i;
+                                best_slices = index_nominal_slices(i);
+                        }
+                if (best == UINT_MAX)
+                        break;
+                r = ask_gi_index(n, d, total_bytes, g, best);
                 if (r < 0)
                         return r;
         }
+
+        if (g->gi_profiles_end == 0) {
+                r = ask_gi_index(n, d, total_bytes, g, NVML_GPU_INSTANCE_PROFILE_COUNT);
+                if (r < 0)
+                        return r;
+                if (r != GI_INDEX_END) /* a driver with indices newer than ours */
+                        return read_gi_profiles_all(n, d, total_bytes, g);
+        }
+
+        g->gi_profiles_partial = false;
+        for (unsigned i = 0; i < g->gi_profiles_end && i < MAX_GI_PROFILE_INDEX; i++)
+                if (!index_asked(g, i))
+                        g->gi_profiles_partial = true;
+        if (g->n_gi_profiles > 1)
+                qsort(g->gi_profiles, g->n_gi_profiles, sizeof *g->gi_profiles, profile_index_cmp);
         return 0;
 }
 
@@ -466,7 +690,25 @@ static int read_gis(GpuNvml *n, nvmlDevice_t d, MigModelFacts *facts, MigGpuStat
         return 0;
 }
 
+/* Whether the GIs of g use every compute slice its GPU has (the largest profile's). */
+static bool gis_fill_gpu(const MigGpuState *g) {
+        unsigned used = 0, max = table_max_slices(g);
+
+        for (size_t i = 0; i < g->n_gis; i++) {
+                const MigGiProfile *p = mig_state_gi_profile(g, g->gis[i].profile_id);
+                if (!p)
+                        return false;
+                used += p->slices;
+        }
+        return max > 0 && used >= max;
+}
+
 int mig_state_read_gpu(GpuNvml *n, const char *pci_address, unsigned index, MigGpuState *ret, char **ret_error) {
+        return mig_state_read_gpu_for(n, pci_address, index, NULL, ret, ret_error);
+}
+
+int mig_state_read_gpu_for(GpuNvml *n, const char *pci_address, unsigned index, char *const *wanted,
+                           MigGpuState *ret, char **ret_error) {
         _cleanup_(mig_gpu_state_done) MigGpuState g = { .index = index };
         char name[NVML_DEVICE_NAME_V2_BUFFER_SIZE] = "";
         nvmlPciInfo_t pci = {};
@@ -551,20 +793,50 @@ int mig_state_read_gpu(GpuNvml *n, const char *pci_address, unsigned index, MigG
 
         facts = model_facts_find(n, &g, mem.total);
         if (facts) {
-                r = gi_profiles_copy(facts->gi_profiles, facts->n_gi_profiles, &g.gi_profiles, &g.n_gi_profiles);
+                r = table_from_facts(facts, &g);
                 if (r < 0)
                         return r;
-        } else {
-                r = read_gi_profiles(n, d, mem.total, &g);
+        }
+        if (!facts || facts->partial) {
+                uint64_t asked = g.gi_profiles_asked;
+
+                r = read_gi_profiles(n, d, mem.total, &g, wanted);
                 if (r < 0)
                         return r == -ENOMEM ? r : failed(n, pci_address, r, ret_error);
-                facts = model_facts_add(n, &g, mem.total);
+                if (!facts)
+                        facts = model_facts_add(n, &g, mem.total);
+                else if ((g.gi_profiles_asked != asked || !g.gi_profiles_partial) && model_facts_update(facts, &g) < 0)
+                        return -ENOMEM;
         }
 
         if (g.mig_current) {
                 r = read_gis(n, d, facts, &g);
                 if (r < 0)
                         return r == -ENOMEM ? r : failed(n, pci_address, r, ret_error);
+                /* A GI of a profile not read could exist unless those found use every compute slice of the
+                 * GPU (GIs never share one; the largest profile, which a partial table holds, is the GPU):
+                 * otherwise the whole table, and the GIs again. */
+                if (g.gi_profiles_partial && !gis_fill_gpu(&g)) {
+                        for (size_t i = 0; i < g.n_gis; i++)
+                                mig_gi_state_done(&g.gis[i]);
+                        g.gis = mfree(g.gis);
+                        g.n_gis = 0;
+                        for (size_t i = 0; i < g.n_gi_profiles; i++)
+                                mig_gi_profile_done(&g.gi_profiles[i]);
+                        g.gi_profiles = mfree(g.gi_profiles);
+                        g.n_gi_profiles = 0;
+                        r = facts ? table_from_facts(facts, &g) : 0;
+                        if (r < 0)
+                                return r;
+                        r = read_gi_profiles(n, d, mem.total, &g, NULL);
+                        if (r < 0)
+                                return r == -ENOMEM ? r : failed(n, pci_address, r, ret_error);
+                        if (facts && model_facts_update(facts, &g) < 0)
+                                return -ENOMEM;
+                        r = read_gis(n, d, facts, &g);
+                        if (r < 0)
+                                return r == -ENOMEM ? r : failed(n, pci_address, r, ret_error);
+                }
         }
 
         *ret = g;
@@ -573,6 +845,11 @@ int mig_state_read_gpu(GpuNvml *n, const char *pci_address, unsigned index, MigG
 }
 
 int mig_state_read(GpuNvml *n, char *const *pci_addresses, MigGpuState **ret, size_t *ret_n, char **ret_error) {
+        return mig_state_read_for(n, pci_addresses, NULL, ret, ret_n, ret_error);
+}
+
+int mig_state_read_for(GpuNvml *n, char *const *pci_addresses, char *const *wanted, MigGpuState **ret, size_t *ret_n,
+                       char **ret_error) {
         _cleanup_strv_free_ char **all = NULL;
         MigGpuState *l = NULL;
         size_t k = 0, count;
@@ -593,7 +870,7 @@ int mig_state_read(GpuNvml *n, char *const *pci_addresses, MigGpuState **ret, si
 
                 /* A worker's progress names the GPU being read ("… on GPU 3 has not returned"). */
                 n->progress_gpu = (int) i;
-                r = mig_state_read_gpu(n, pci_addresses[i], (unsigned) i, &l[k], ret_error);
+                r = mig_state_read_gpu_for(n, pci_addresses[i], (unsigned) i, wanted, &l[k], ret_error);
                 n->progress_gpu = progress_gpu;
                 if (r == -ENODEV)
                         continue;
@@ -737,6 +1014,9 @@ int mig_state_read_layout(GpuNvml *n, const MigGpuState *known, const unsigned *
                 r = gi_profiles_copy(known->gi_profiles, known->n_gi_profiles, &g.gi_profiles, &g.n_gi_profiles);
                 if (r < 0)
                         return r;
+                g.gi_profiles_partial = known->gi_profiles_partial;
+                g.gi_profiles_asked = known->gi_profiles_asked;
+                g.gi_profiles_end = known->gi_profiles_end;
         }
         if (!known->mig_capable) {
                 *ret = g;
@@ -862,6 +1142,9 @@ int mig_state_after_steps(const MigGpuState *known, const MigGpuPlan *plan, size
                 r = gi_profiles_copy(known->gi_profiles, known->n_gi_profiles, &g.gi_profiles, &g.n_gi_profiles);
                 if (r < 0)
                         return r;
+                g.gi_profiles_partial = known->gi_profiles_partial;
+                g.gi_profiles_asked = known->gi_profiles_asked;
+                g.gi_profiles_end = known->gi_profiles_end;
         }
 
         for (size_t i = 0; i < n_done; i++) {
@@ -935,8 +1218,10 @@ int mig_state_after_steps(const MigGpuState *known, const MigGpuPlan *plan, size
 }
 
 int mig_state_seed_model(GpuNvml *n, const char *model, uint32_t pci_id, uint64_t total_bytes,
-                         const MigGiProfile *profiles, size_t n_profiles) {
-        _cleanup_(mig_gpu_state_done) MigGpuState g = { .pci_id = pci_id };
+                         const MigGiProfile *profiles, size_t n_profiles, bool partial, uint64_t asked, unsigned end) {
+        _cleanup_(mig_gpu_state_done) MigGpuState g = { .pci_id = pci_id, .gi_profiles_partial = partial,
+                                                        .gi_profiles_asked = partial ? asked : 0,
+                                                        .gi_profiles_end = partial ? end : 0 };
         MigModelFacts *facts;
         int r;
 

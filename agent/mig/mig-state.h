@@ -22,10 +22,21 @@ int mig_state_device(GpuNvml *n, const char *pci_address, nvmlDevice_t *ret);
 
 /* Reads one GPU. -ENODEV (no message) when NVML does not list the address (vfio-pci, unbound). */
 int mig_state_read_gpu(GpuNvml *n, const char *pci_address, unsigned index, MigGpuState *ret, char **ret_error);
+/* The same with the GI profile table read only as far as the profile names wanted (a config's, NULL =
+ * the whole table) need: the table may then be partial (MigGpuState.gi_profiles_partial). It holds every
+ * wanted profile the GPU has (a name it lacks makes the read take the whole table), the largest profile
+ * (the GPU's compute slices) and NVML's end of the table. With MIG enabled, a partial table is enough only
+ * when the GIs found use every compute slice (no GI of an unread profile can exist); otherwise the whole
+ * table is read and the GIs with it. The per-model cache keeps what was read; a later read that needs more
+ * asks only the indices not asked yet. */
+int mig_state_read_gpu_for(GpuNvml *n, const char *pci_address, unsigned index, char *const *wanted,
+                           MigGpuState *ret, char **ret_error);
 
 /* Reads the GPUs at pci_addresses (index = position in that list; NULL = mig_state_enumerate()). GPUs
  * NVML does not list are left out, so indices may have gaps. */
 int mig_state_read(GpuNvml *n, char *const *pci_addresses, MigGpuState **ret, size_t *ret_n, char **ret_error);
+int mig_state_read_for(GpuNvml *n, char *const *pci_addresses, char *const *wanted, MigGpuState **ret, size_t *ret_n,
+                       char **ret_error);
 
 /* Re-reads only what a MIG write can change on a GPU whose state known was read before: the MIG mode,
  * the GPU instances of the profiles gi_profile_ids and, in them, the compute instances of the profiles
@@ -47,9 +58,9 @@ int mig_state_after_steps(const MigGpuState *known, const MigGpuPlan *plan, size
 /* Puts a model's GI profile table, as a cache of facts NVML reported before (mig-cache.c), into n's per-model
  * cache, so that reads on n do not ask NVML for it: profiles with the CI profiles NVML reported through a
  * GI of each (n_ci_profiles 0: none was asked; NVML's numbering stands in until one is). A model n has
- * read already keeps NVML's answer. */
+ * read already keeps NVML's answer. partial, asked, end: a partial table (MigGpuState's gi_profiles_*). */
 int mig_state_seed_model(GpuNvml *n, const char *model, uint32_t pci_id, uint64_t total_bytes,
-                         const MigGiProfile *profiles, size_t n_profiles);
+                         const MigGiProfile *profiles, size_t n_profiles, bool partial, uint64_t asked, unsigned end);
 
 /* Number of compute processes on the GPU. */
 int mig_state_processes(GpuNvml *n, nvmlDevice_t d, unsigned *ret);

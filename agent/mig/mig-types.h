@@ -88,6 +88,12 @@ typedef struct MigGpuState {
         bool busy;                  /* compute processes running */
         MigGiProfile *gi_profiles;  /* what this GPU supports */
         size_t n_gi_profiles;
+        /* A table read only as far as a config needed (mig_state_read_for()): the profile indices asked
+         * (bit i: index i answered, supported or not) and the first index NVML called invalid (the end of
+         * its table). A profile whose index was not asked is unknown, never absent. false: the whole table. */
+        bool gi_profiles_partial;
+        uint64_t gi_profiles_asked;
+        unsigned gi_profiles_end;
         MigGiState *gis;            /* what exists now */
         size_t n_gis;
 } MigGpuState;

@@ -60,6 +60,9 @@ void mig_wire_put_state(WireBuf *b, const MigGpuState *g) {
                         wire_put_u32(b, p->ci_profiles[k].instance_count);
                 }
         }
+        wire_put_u32(b, g->gi_profiles_partial);
+        wire_put_u64(b, g->gi_profiles_asked);
+        wire_put_u32(b, g->gi_profiles_end);
         wire_put_u64(b, g->n_gis);
         for (size_t i = 0; i < g->n_gis; i++) {
                 const MigGiState *gi = &g->gis[i];
@@ -121,6 +124,10 @@ int mig_wire_get_state(WireReader *rd, MigGpuState *g) {
                 }
         }
 
+        g->gi_profiles_partial = wire_get_u32(rd) != 0;
+        g->gi_profiles_asked = wire_get_u64(rd);
+        g->gi_profiles_end = wire_get_u32(rd);
+
         n = wire_get_u64(rd);
         if (rd->bad || n > WIRE_MAX_ITEMS || !(g->gis = calloc(n ?: 1, sizeof *g->gis)))
                 return rd->bad || n > WIRE_MAX_ITEMS ? -EBADMSG : -ENOMEM;
@@ -150,6 +157,67 @@ int mig_states_job(GpuNvml *n, void *userdata, struct WireBuf *out, char **ret_e
         int r;
 
         r = mig_state_read(n, addresses, &states, &n_states, ret_error);
+        if (r < 0)
+                return r;
+        wire_put_u64(out, n_states);
+        for (size_t i = 0; i < n_states; i++)
+                mig_wire_put_state(out, &states[i]);
+        mig_gpu_states_free(states, n_states);
+        return 0;
+}
+
+void mig_states_for_input(struct WireBuf *b, char *const *pci_addresses, char *const *wanted) {
+        wire_put_u32(b, !!pci_addresses);
+        wire_put_u64(b, strv_length(pci_addresses));
+        STRV_FOREACH(a, pci_addresses)
+                wire_put_str(b, *a);
+        wire_put_u64(b, strv_length(wanted));
+        STRV_FOREACH(w, wanted)
+                wire_put_str(b, *w);
+}
+
+static int get_strv(WireReader *rd, char ***ret) {
+        _cleanup_strv_free_ char **l = NULL;
+        uint64_t n = wire_get_u64(rd);
+
+        if (rd->bad || n > WIRE_MAX_ITEMS)
+                return -EBADMSG;
+        for (uint64_t i = 0; i < n; i++) {
+                char *v = wire_get_str(rd);
+
+                if (rd->bad || !v) {
+                        free(v);
+                        return -EBADMSG;
+                }
+                if (strv_consume(&l, v) < 0)
+                        return -ENOMEM;
+        }
+        *ret = TAKE_PTR(l);
+        return 0;
+}
+
+int mig_states_for_job(GpuNvml *n, void *userdata, struct WireBuf *out, char **ret_error) {
+        const GpuNvmlInput *in = userdata;
+        WireReader rd = { .p = in->data, .left = in->len };
+        _cleanup_strv_free_ char **addresses = NULL, **wanted = NULL;
+        MigGpuState *states = NULL;
+        size_t n_states = 0;
+        bool all = wire_get_u32(&rd) == 0;
+        int r;
+
+        r = get_strv(&rd, &addresses);
+        if (r >= 0)
+                r = get_strv(&rd, &wanted);
+        if (r >= 0 && !all && !addresses && !(addresses = calloc(1, sizeof(char *))))
+                return -ENOMEM;
+        if (r < 0) {
+                *ret_error = strdup("malformed input for the MIG read");
+                return r;
+        }
+        /* No names: the whole table (a config that asks for no MIG device still needs the largest). */
+        if (!wanted && !(wanted = calloc(1, sizeof(char *))))
+                return -ENOMEM;
+        r = mig_state_read_for(n, all ? NULL : addresses, wanted, &states, &n_states, ret_error);
         if (r < 0)
                 return r;
         wire_put_u64(out, n_states);

@@ -14,6 +14,13 @@ struct WireBuf;
 
 int mig_states_job(GpuNvml *n, void *userdata, struct WireBuf *out, char **ret_error);
 
+/* The same on the MIG reader with input bytes (gpu_nvml_worker_read_input(): a GpuNvmlInput as userdata),
+ * mig_states_for_input() writes them: the PCI addresses, and the MIG profile names of the config to be
+ * planned, so that the GI profile table is read only as far as they need (mig_state_read_for()). Its
+ * answer is mig_states_job's. */
+int mig_states_for_job(GpuNvml *n, void *userdata, struct WireBuf *out, char **ret_error);
+void mig_states_for_input(struct WireBuf *b, char *const *pci_addresses, char *const *wanted);
+
 /* One MigGpuState on the wire (the MIG steps sent to the MIG reader use it too). */
 struct WireReader;
 void mig_wire_put_state(struct WireBuf *b, const MigGpuState *g);
