@@ -839,8 +839,9 @@ static void worker_start(Health *h) {
         r = sd_event_add_io(h->m->event, &h->worker_pipe.io, sv[0], EPOLLIN, on_worker_io, h);
         if (r >= 0) {
                 (void) sd_event_source_set_description(h->worker_pipe.io, "health-events");
-                r = sd_event_add_time_relative(h->m->event, &h->arm_timer, CLOCK_MONOTONIC,
-                                               h->m->config->nvml.timeout_usec, 0, on_arm_timeout, h);
+                r = event_reset_time_relative(h->m->event, &h->arm_timer, CLOCK_MONOTONIC,
+                                              h->m->config->nvml.timeout_usec, 0, on_arm_timeout, h,
+                                              "health-arm-timeout");
         }
         if (r < 0) {
                 log_warning_errno(r, "Failed to watch the GPU event worker: %s", strerror(-r));
@@ -872,7 +873,8 @@ static void worker_schedule_restart(Health *h, const char *why) {
         log_warning("GPU event worker %s; restarting it in %.1fs (attempt %u). GPU events are not seen meanwhile.",
                     why, (double) delay / USEC_PER_SEC, h->restarts);
         h->restart_timer = sd_event_source_disable_unref(h->restart_timer);
-        r = sd_event_add_time_relative(h->m->event, &h->restart_timer, CLOCK_MONOTONIC, delay, 0, on_restart, h);
+        r = event_reset_time_relative(h->m->event, &h->restart_timer, CLOCK_MONOTONIC, delay, 0, on_restart, h,
+                                      "health-worker-restart");
         if (r < 0)
                 log_warning_errno(r, "Failed to arm the event worker restart timer: %m");
 }
@@ -902,8 +904,8 @@ static void check_send(Health *h) {
         }
         h->check_again = false;
         (void) sd_event_now(h->m->event, CLOCK_MONOTONIC, &h->check_usec);
-        r = sd_event_add_time_relative(h->m->event, &h->check_timer, CLOCK_MONOTONIC, h->m->config->nvml.timeout_usec,
-                                       0, on_check_timeout, h);
+        r = event_reset_time_relative(h->m->event, &h->check_timer, CLOCK_MONOTONIC, h->m->config->nvml.timeout_usec,
+                                      0, on_check_timeout, h, "health-check-timeout");
         if (r < 0)
                 log_warning_errno(r, "Failed to arm the health check timeout: %m");
 }

@@ -223,8 +223,26 @@ def check_agent_cycles():
                         f"(tests/layers/test-layers.py) so that it stays out")
 
 
+def check_timers():
+    """Every timer of ours is added through agent/basic/event-util.c, which names it (issue 8, item 5)."""
+    for d, _, names in os.walk(SRC):
+        rel_d = os.path.relpath(d, SRC)
+        if rel_d.split(os.sep)[0] not in ("agent", "modules", "labels"):
+            continue
+        for name in sorted(names):
+            rel = os.path.normpath(os.path.join(rel_d, name))
+            if not name.endswith((".c", ".h")) or rel == "agent/basic/event-util.c":
+                continue
+            with open(os.path.join(d, name)) as f:
+                for n, line in enumerate(strip_comments(f.read()).splitlines(), 1):
+                    if re.search(r"\bsd_event_add_time(_relative)?\s*\(", line):
+                        failures.append(f"{rel}:{n} calls sd_event_add_time*(): use event_reset_time[_relative]() "
+                                        f"(agent/basic/event-util.h), which gives the source a description")
+
+
 check_compile_commands()
 check_includes()
+check_timers()
 check_agent_cycles()
 for f in failures:
     print("FAIL:", f)
