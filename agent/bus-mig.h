@@ -11,7 +11,7 @@
 /* An apply that failed (its GPUs were rolled back, or the rollback failed too), NVML unreadable. */
 #define AGENT_ERROR_FAILED "org.gpunodeagent.Agent1.Error.Failed"
 
-/* Makes m->mig (when the mig stage has not yet) and announces its MigConfig/MigConfigState changes.
+/* Makes m->node.mig (when the mig stage has not yet) and announces its MigConfig/MigConfigState changes.
  * Called when the bus is connected, before the first pass. */
 int bus_mig_attach(Manager *m);
 

@@ -84,8 +84,8 @@ static void bus_dirty_flush(BusDirty *d) {
                 BusDirtyEntry *e = &d->entries[i];
                 int r;
 
-                if (m->bus) {
-                        r = sd_bus_emit_properties_changed_strv(m->bus, e->path, e->interface,
+                if (m->node.bus) {
+                        r = sd_bus_emit_properties_changed_strv(m->node.bus, e->path, e->interface,
                                                                 e->all ? NULL : e->properties);
                         /* An object can vanish between marking and flushing (GPU removed): nothing to
                          * announce then, InterfacesRemoved already told the clients. */
@@ -124,12 +124,12 @@ sd_bus_message **bus_mig_pending_request(Manager *m) {
 static int bus_dirty_schedule(Manager *m, BusDirty *d) {
         int r;
 
-        if (!m->event) {
+        if (!m->node.event) {
                 bus_dirty_flush(d);
                 return 0;
         }
         if (!d->defer) {
-                r = sd_event_add_defer(m->event, &d->defer, on_bus_dirty, d);
+                r = sd_event_add_defer(m->node.event, &d->defer, on_bus_dirty, d);
                 if (r < 0)
                         return r;
                 r = sd_event_source_set_priority(d->defer, BUS_DIRTY_PRIORITY);
@@ -184,7 +184,7 @@ static int bus_dirty_add(Manager *m, const char *path, const char *interface, co
 void manager_bus_mark_dirty(Manager *m, const char *path, const char *interface, const char *property) {
         int r;
 
-        if (!m->bus)
+        if (!m->node.bus)
                 return;
         r = bus_dirty_add(m, path ?: AGENT_OBJECT_PATH, interface ?: AGENT_MANAGER_INTERFACE, property);
         if (r < 0)
@@ -242,7 +242,7 @@ int manager_bus_connect(Manager *m) {
                 return log_error_errno(r, "Failed to connect to the system bus%s%s: %s", address ? " at " : "",
                                        address ?: "", strerror(-r));
 
-        r = sd_bus_attach_event(bus, m->event, SD_EVENT_PRIORITY_NORMAL);
+        r = sd_bus_attach_event(bus, m->node.event, SD_EVENT_PRIORITY_NORMAL);
         if (r < 0)
                 return log_error_errno(r, "Failed to attach the bus to the event loop: %s", strerror(-r));
 
@@ -288,7 +288,7 @@ int manager_bus_connect(Manager *m) {
         if (r < 0 && r != -EALREADY)
                 return log_error_errno(r, "Failed to request bus name %s: %s", AGENT_BUS_NAME, strerror(-r));
 
-        m->bus = TAKE_PTR(bus);
+        m->node.bus = TAKE_PTR(bus);
         log_debug("Connected to the system bus as %s.", AGENT_BUS_NAME);
         return 0;
 }
@@ -297,7 +297,7 @@ void manager_bus_disconnect(Manager *m) {
         /* Pending PropertiesChanged are dropped: the name goes away with the connection anyway. */
         bus_dirty_free(m->bus_dirty);
         m->bus_dirty = NULL;
-        m->bus = sd_bus_flush_close_unref(m->bus);
+        m->node.bus = sd_bus_flush_close_unref(m->node.bus);
 }
 
 const ManagerBusOps manager_bus_ops = {

@@ -28,7 +28,7 @@ void manager_bus_mark_dirty(Manager *m, const char *path, const char *interface,
  * GpuCount. old may be NULL. */
 void manager_bus_gpus_changed(Manager *m, const Inventory *old);
 
-/* The NVML snapshot changed (old may be NULL, m->nvml_snapshot may be NULL): marks DriverVersion,
+/* The NVML snapshot changed (old may be NULL, m->node.nvml_snapshot may be NULL): marks DriverVersion,
  * CudaVersion and the per-GPU NVML properties that differ. */
 void manager_bus_nvml_changed(Manager *m, const NvmlSnapshot *old);
 

@@ -19,7 +19,7 @@
 #define RELEASE_MAX_USEC (5 * USEC_PER_SEC)
 
 struct DriverRelease {
-        Manager *manager;
+        Node *node;
         sd_event_source *timer;
         uint64_t start_usec;
         bool killed;
@@ -44,12 +44,12 @@ bool driver_own_child(const char *proc_dir, pid_t pid) {
 
 static void release_finish(DriverRelease *r) {
         r->timer = sd_event_source_disable_unref(r->timer);
-        r->done(r->manager, r->userdata);
+        r->done(r->node, r->userdata);
 }
 
 static int on_tick(sd_event_source *s, uint64_t usec, void *userdata) {
         DriverRelease *r = userdata;
-        Manager *m = r->manager;
+        Node *m = r->node;
         _cleanup_(gpu_holders_done) GpuHolders h = {};
         uint64_t t;
         size_t own = 0;
@@ -98,7 +98,7 @@ static int on_tick(sd_event_source *s, uint64_t usec, void *userdata) {
         return 0;
 }
 
-int driver_release_start(Manager *m, const char *why, DriverReleaseDone done, void *userdata, DriverRelease **ret) {
+int driver_release_start(Node *m, const char *why, DriverReleaseDone done, void *userdata, DriverRelease **ret) {
         _cleanup_(driver_release_freep) DriverRelease *r = NULL;
         int k;
 
@@ -108,8 +108,8 @@ int driver_release_start(Manager *m, const char *why, DriverReleaseDone done, vo
         r = calloc(1, sizeof(DriverRelease));
         if (!r)
                 return -ENOMEM;
-        *r = (DriverRelease) { .manager = m, .done = done, .userdata = userdata };
-        manager_nvml_stop(m, why);
+        *r = (DriverRelease) { .node = m, .done = done, .userdata = userdata };
+        node_nvml_stop(m, why);
         health_release_driver(m->health);
         (void) sd_event_now(m->event, CLOCK_MONOTONIC, &r->start_usec);
         /* The first look at once (from the loop: the stopped workers are reaped there). */

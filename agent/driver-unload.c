@@ -10,10 +10,9 @@
  * of an upgrade. The method call is answered when all that is done. */
 #include <unistd.h>
 
-#include "devices.h"
 #include "driver-release.h"
 #include "driver-unload.h"
-#include "driver.h"
+#include "driver-modules.h"
 #include "fabric.h"
 #include "gpu-holders.h"
 #include "log.h"
@@ -23,7 +22,7 @@
 #include "strv.h"
 
 typedef struct DriverUnload {
-        Manager *manager;
+        Node *node;
         sd_bus_message *request; /* the Unload() call to answer; NULL when not running */
         FabricOp *op;            /* the unit stop in flight */
         char **to_stop;          /* units still to stop, in stop order */
@@ -49,11 +48,11 @@ static DriverUnload *driver_unload_free(DriverUnload *u) {
         return mfree(u);
 }
 
-bool manager_driver_unload_held(const Manager *m) {
+bool driver_unload_held(const Node *m) {
         return (m->unload && m->unload->held) || m->driver_admin_unloaded;
 }
 
-void manager_driver_unload_release(Manager *m) {
+void driver_unload_release(Node *m) {
         /* Reconcile()/Reload() also end the hold after an administrator's own `modprobe -r nvidia`
          * (stage-driver.c), and start the driver's bookkeeping afresh. */
         if (m->driver_admin_unloaded)
@@ -67,13 +66,13 @@ void manager_driver_unload_release(Manager *m) {
         m->unload = driver_unload_free(m->unload);
 }
 
-void manager_driver_unload_free(Manager *m) {
+void driver_unload_stop(Node *m) {
         m->unload = driver_unload_free(m->unload);
 }
 
 /* Answers the call with an error and lets the stages bring back what was stopped. */
 static void unload_fail(DriverUnload *u, const char *name, const char *message) {
-        Manager *m = u->manager;
+        Node *m = u->node;
         _cleanup_(sd_bus_error_free) sd_bus_error error = SD_BUS_ERROR_NULL;
 
         /* A refusal is the method working as intended; a failure is not. */
@@ -85,11 +84,11 @@ static void unload_fail(DriverUnload *u, const char *name, const char *message) 
         if (sd_bus_reply_method_error(u->request, &error) < 0)
                 log_debug("Could not send the Unload() error reply (the caller left?).");
         m->unload = driver_unload_free(u);
-        manager_request_pass(m, "Unload() did not complete");
+        node_request_pass(m, "Unload() did not complete");
 }
 
 /* The Modules rows describe states that just changed. */
-static void unload_refresh_module_rows(Manager *m, ModuleContext *ctx) {
+static void unload_refresh_module_rows(Node *m, ModuleContext *ctx) {
         _cleanup_strv_free_ char **rows = NULL;
 
         STRV_FOREACH(row, m->module_rows) {
@@ -106,7 +105,7 @@ static void unload_refresh_module_rows(Manager *m, ModuleContext *ctx) {
         }
         strv_free(m->module_rows);
         m->module_rows = TAKE_PTR(rows);
-        manager_mark_dirty(m, NULL, AGENT_MANAGER_INTERFACE, "Modules");
+        node_mark_dirty(m, NULL, AGENT_MANAGER_INTERFACE, "Modules");
 }
 
 static void unload_reply(DriverUnload *u, char **removed) {
@@ -125,16 +124,16 @@ static void unload_reply(DriverUnload *u, char **removed) {
 }
 
 /* Drops what NVML said: it is closed, and the driver it described is going away. */
-static void unload_forget_nvml(Manager *m) {
+static void unload_forget_nvml(Node *m) {
         NvmlSnapshot *old;
 
         /* First: an nvml stage waiting for the worker drops the snapshot itself. */
-        manager_nvml_stop(m, "NVML was closed for Unload(): the driver is being removed");
+        node_nvml_stop(m, "NVML was closed for Unload(): the driver is being removed");
         old = m->nvml_snapshot;
         if (!old)
                 return;
         m->nvml_snapshot = NULL;
-        manager_nvml_changed(m, old);
+        node_nvml_changed(m, old);
         gpu_nvml_snapshot_free(old);
 }
 
@@ -154,24 +153,24 @@ static bool unload_is_ours(const char *module) {
 #define UNLOAD_TIMEOUT_USEC (5 * 60 * USEC_PER_SEC)
 
 /* In the child: the removals, holders first, never forced. */
-static int unload_child(Manager *m, void *userdata, char **ret_message, char ***ret_names) {
+static int unload_child(Node *m, void *userdata, char **ret_message, char ***ret_names) {
         ModuleContext *ctx;
         int r;
 
-        r = manager_module_context(m, &ctx);
+        r = driver_module_context(m, &ctx);
         if (r < 0)
                 return r;
         return module_unload(ctx, (char *const *) unload_modules, ret_message);
 }
 
-static void on_unloaded(Manager *m, int r, const char *message, char **names, void *userdata) {
+static void on_unloaded(Node *m, int r, const char *message, char **names, void *userdata) {
         DriverUnload *u = userdata;
         _cleanup_strv_free_ char **removed = NULL;
         ModuleContext *ctx = NULL;
 
         u->child = NULL;
         /* The removals happened in the child; module states are read from the kernel (sysfs) each time. */
-        if (manager_module_context(m, &ctx) >= 0)
+        if (driver_module_context(m, &ctx) >= 0)
                 unload_refresh_module_rows(m, ctx);
         if (r < 0)
                 return unload_fail(u, r == -EBUSY || r == -EAGAIN ? AGENT_ERROR_BUSY : AGENT_ERROR_UNLOAD_FAILED,
@@ -187,11 +186,11 @@ static void on_unloaded(Manager *m, int r, const char *message, char **names, vo
         u->request = sd_bus_message_unref(u->request);
         /* A pass that skips the held stages: the node is now degraded (not ready, and so labelled), the
          * ready file goes, and the labels fall back to the PCI set. */
-        manager_request_pass(m, "Unload() done");
+        node_request_pass(m, "Unload() done");
 }
 
 static void unload_modules_now(DriverUnload *u) {
-        Manager *m = u->manager;
+        Node *m = u->node;
         _cleanup_(gpu_holders_done) GpuHolders holders = {};
         _cleanup_strv_free_ char **others = NULL;
         _cleanup_free_ char *message = NULL;
@@ -218,7 +217,7 @@ static void unload_modules_now(DriverUnload *u) {
                 return unload_fail(u, AGENT_ERROR_BUSY, message ?: "The GPU is in use.");
         }
 
-        r = manager_module_context(m, &ctx);
+        r = driver_module_context(m, &ctx);
         if (r < 0) {
                 message = strprintf("Cannot open the kernel module database for %s: %s", strna(m->kernel_release),
                                     strerror(-r));
@@ -245,7 +244,7 @@ static void unload_next(DriverUnload *u);
 
 static void on_unit_stopped(FabricOp *op, int r, const char *message, void *userdata) {
         DriverUnload *u = userdata;
-        Manager *m = u->manager;
+        Node *m = u->node;
         _cleanup_free_ char *unit = u->to_stop[0], *text = NULL;
 
         /* message may live in op: use it before op goes. */
@@ -269,7 +268,7 @@ static void on_unit_stopped(FabricOp *op, int r, const char *message, void *user
         unload_next(u);
 }
 
-static void on_released(Manager *m, void *userdata) {
+static void on_released(Node *m, void *userdata) {
         DriverUnload *u = userdata;
 
         u->release = driver_release_free(u->release);
@@ -277,7 +276,7 @@ static void on_released(Manager *m, void *userdata) {
 }
 
 static void unload_next(DriverUnload *u) {
-        Manager *m = u->manager;
+        Node *m = u->node;
         _cleanup_free_ char *text = NULL;
         int r;
 
@@ -300,7 +299,7 @@ static void unload_next(DriverUnload *u) {
         }
 }
 
-int manager_driver_unload(Manager *m, sd_bus_message *request, sd_bus_error *error) {
+int driver_unload_request(Node *m, sd_bus_message *request, sd_bus_error *error) {
         DriverUnload *u;
         size_t n;
 
@@ -324,7 +323,7 @@ int manager_driver_unload(Manager *m, sd_bus_message *request, sd_bus_error *err
                         return -ENOMEM;
         }
         u = m->unload;
-        u->manager = m;
+        u->node = m;
         u->held = true;
         u->stopped = strv_free(u->stopped);
         /* Stopped in the reverse order of their start. */
@@ -341,7 +340,7 @@ int manager_driver_unload(Manager *m, sd_bus_message *request, sd_bus_error *err
                  strna(sd_bus_message_get_sender(request)), n, n == 1 ? "" : "s");
         /* The NVML worker holds /dev/nvidia* open like any other client: killed first, so that it is gone
          * (reaped from the loop) by the time the holders are looked at, after the units stopped. */
-        manager_nvml_stop(m, "NVML was closed for Unload(): the driver is being removed");
+        node_nvml_stop(m, "NVML was closed for Unload(): the driver is being removed");
         unload_next(u);
         return 1;
 }

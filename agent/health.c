@@ -20,8 +20,7 @@
 #include "gpu-nvml-events.h"
 #include "health.h"
 #include "log.h"
-#include "manager.h"
-#include "metrics.h"
+#include "node.h"
 #include "nvml-abi.h"
 #include "spawn-child.h"
 #include "strv.h"
@@ -72,7 +71,7 @@ typedef struct HealthPipe {
 } HealthPipe;
 
 struct Health {
-        Manager *m;
+        Node *m;
         HealthGpu *gpus;
         size_t n_gpus;
         char **addresses;          /* the GPUs the children watch, in our order */
@@ -167,7 +166,7 @@ static void gpu_add_event(HealthGpu *g, const char *text) {
         }
 }
 
-int health_new(Manager *m, Health **ret) {
+int health_new(Node *m, Health **ret) {
         Health *h = calloc(1, sizeof *h);
         if (!h)
                 return -ENOMEM;
@@ -415,7 +414,7 @@ static void state_save(Health *h) {
 
 /* ---- Publishing -------------------------------------------------------------------------------------- */
 
-static int inventory_index(const Manager *m, const char *pci_address) {
+static int inventory_index(const Node *m, const char *pci_address) {
         for (size_t i = 0; m->inventory && i < m->inventory->n_gpus; i++)
                 if (streq(m->inventory->gpus[i].address, pci_address))
                         return (int) i;
@@ -506,7 +505,7 @@ static char *node_reason_text(const Health *h, GpuHealthState *ret) {
 /* Compares what is now with what was published; tells D-Bus, the hook and (through a pass: labels,
  * node state) everything else about each difference. */
 static void health_publish(Health *h) {
-        Manager *m = h->m;
+        Node *m = h->m;
         bool changed = false;
 
         for (size_t i = 0; i < h->n_gpus; i++) {
@@ -532,8 +531,8 @@ static void health_publish(Health *h) {
                 if (idx >= 0) {
                         _cleanup_free_ char *path = strprintf("%s/%d", AGENT_GPU_PATH_PREFIX, idx);
                         if (path) {
-                                manager_mark_dirty(m, path, AGENT_GPU_INTERFACE, "Health");
-                                manager_mark_dirty(m, path, AGENT_GPU_INTERFACE, "HealthEvents");
+                                node_mark_dirty(m, path, AGENT_GPU_INTERFACE, "Health");
+                                node_mark_dirty(m, path, AGENT_GPU_INTERFACE, "HealthEvents");
                         }
                 }
         }
@@ -544,15 +543,15 @@ static void health_publish(Health *h) {
                 h->node_published = node;
                 free(h->node_published_reason);
                 h->node_published_reason = TAKE_PTR(reason);
-                manager_mark_dirty(m, NULL, AGENT_MANAGER_INTERFACE, "Health");
-                manager_mark_dirty(m, NULL, AGENT_MANAGER_INTERFACE, "UnhealthyGpus");
+                node_mark_dirty(m, NULL, AGENT_MANAGER_INTERFACE, "Health");
+                node_mark_dirty(m, NULL, AGENT_MANAGER_INTERFACE, "UnhealthyGpus");
                 changed = true;
         }
         /* Labels, the feature file and the node state follow from a pass; the metrics (counters change
          * with every event, even one that changes no state) now. */
         if (changed)
-                manager_request_pass(m, "GPU health changed");
-        metrics_update(m);
+                node_request_pass(m, "GPU health changed");
+        node_metrics_update(m);
         state_save(h);
 }
 
@@ -615,7 +614,7 @@ static void check_line(Health *h, CheckResult *res, char *line) {
 }
 
 static void check_apply(Health *h, const CheckResult *res, bool complete, const char *failure) {
-        const Manager *m = h->m;
+        const Node *m = h->m;
         unsigned expect = m->config->probe.expect_gpus;
         size_t found = m->inventory ? m->inventory->n_gpus : 0;
 
@@ -974,9 +973,9 @@ static void health_set_gpus(Health *h, char **addresses) {
 }
 
 void health_pass_done(Health *h) {
-        const Manager *m = h->m;
+        const Node *m = h->m;
         _cleanup_strv_free_ char **addresses = NULL;
-        bool active = m->config->health.enabled && m->nvml_snapshot && !m->options.oneshot;
+        bool active = m->config->health.enabled && m->nvml_snapshot && !m->oneshot;
 
         if (!active) {
                 if (h->active) {
@@ -1077,7 +1076,7 @@ unsigned health_unhealthy_gpus(const Health *h) {
 bool health_active(const Health *h) {
         /* From the facts rather than h->active, which follows at the end of the pass whose labels
          * already ask. */
-        return h && h->m->config && h->m->config->health.enabled && h->m->nvml_snapshot && !h->m->options.oneshot;
+        return h && h->m->config && h->m->config->health.enabled && h->m->nvml_snapshot && !h->m->oneshot;
 }
 
 bool health_armed(const Health *h) {

@@ -15,7 +15,7 @@
 #include "fileio.h"
 #include "health.h"
 #include "log.h"
-#include "manager.h"
+#include "node.h"
 #include "metrics.h"
 #include "strv.h"
 
@@ -46,7 +46,7 @@ Metrics *metrics_free(Metrics *x) {
         return NULL;
 }
 
-void metrics_count_mig_apply(Manager *m, const char *state, bool changed) {
+void metrics_count_mig_apply(Node *m, const char *state, bool changed) {
         static const char *const states[] = { "success", "rebooting", "failed" };
         for (size_t i = 0; i < ELEMENTSOF(states); i++)
                 if (streq_ptr(state, states[i]))
@@ -56,11 +56,11 @@ void metrics_count_mig_apply(Manager *m, const char *state, bool changed) {
         metrics_update(m);
 }
 
-void metrics_dkms_started(Manager *m) {
+void metrics_dkms_started(Node *m) {
         (void) sd_event_now(m->event, CLOCK_MONOTONIC, &m->metrics->dkms_started_usec);
 }
 
-void metrics_dkms_finished(Manager *m, bool ok) {
+void metrics_dkms_finished(Node *m, bool ok) {
         uint64_t now = 0;
 
         (void) sd_event_now(m->event, CLOCK_MONOTONIC, &now);
@@ -118,7 +118,7 @@ typedef enum GpuSeries {
         SERIES_XID_COUNT,
 } GpuSeries;
 
-static void gpu_family(FILE *f, const Manager *m, const char *host, const char *name, const char *type,
+static void gpu_family(FILE *f, const Node *m, const char *host, const char *name, const char *type,
                        const char *help, GpuSeries which) {
         const NvmlSnapshot *s = m->nvml_snapshot;
         bool any = false;
@@ -149,7 +149,7 @@ static void gpu_family(FILE *f, const Manager *m, const char *host, const char *
         }
 }
 
-int metrics_format(const Manager *m, char **ret) {
+int metrics_format(const Node *m, char **ret) {
         _cleanup_free_ char *buf = NULL;
         size_t size = 0;
         char host[256] = "";
@@ -276,13 +276,13 @@ int metrics_format(const Manager *m, char **ret) {
         return 0;
 }
 
-void metrics_update(Manager *m) {
+void metrics_update(Node *m) {
         const char *path = m->config ? m->config->metrics.textfile : NULL;
         _cleanup_free_ char *text = NULL;
         Metrics *x = m->metrics;
         int r;
 
-        if (isempty(path) || m->options.oneshot || !m->first_pass_done)
+        if (isempty(path) || m->oneshot || !m->first_pass_done)
                 return;
         r = metrics_format(m, &text);
         if (r < 0)

@@ -5,10 +5,10 @@
  * the file is only touched when its bytes change. */
 #include "cdi.h"
 #include "log.h"
-#include "manager.h"
+#include "stage-table.h"
 #include "strv.h"
 
-int stage_cdi_run(Manager *m, char **ret_message) {
+int stage_cdi_run(Node *m, char **ret_message) {
         const Config *c = m->config;
         _cleanup_(cdi_spec_freep) CdiSpec *spec = NULL;
         _cleanup_strv_free_ char **warnings = NULL;

@@ -20,7 +20,7 @@
 #include "gres.h"
 #include "imex.h"
 #include "log.h"
-#include "manager.h"
+#include "stage-table.h"
 #include "strv.h"
 #include "validations.h"
 
@@ -33,12 +33,12 @@ DEFINE_CLEANUP_FUNC(DevnodePlan *, devnode_plan_free);
         "exist when it starts: create the directory (slurmd's package makes /etc/slurm) and restart "     \
         "the agent, or allow the path with ReadWritePaths= in a drop-in."
 
-static bool stage_ok(const Manager *m, StageId id) {
+static bool stage_ok(const Node *m, StageId id) {
         return m->stages[id].state == STAGE_DONE || m->stages[id].state == STAGE_SKIPPED;
 }
 
 /* A path of this process's view as the node sees it: paths.root stripped (as the CDI spec does). */
-static const char *node_path(const Manager *m, const char *p) {
+static const char *node_path(const Node *m, const char *p) {
         const char *root = m->config->paths.root;
         size_t n = strlen(root);
 
@@ -49,7 +49,7 @@ static const char *node_path(const Manager *m, const char *p) {
         return p;
 }
 
-static int consumers_gres(Manager *m, char ***parts) {
+static int consumers_gres(Node *m, char ***parts) {
         const Config *c = m->config;
         _cleanup_free_ char *text = NULL;
         _cleanup_strv_free_ char **warnings = NULL;
@@ -64,8 +64,8 @@ static int consumers_gres(Manager *m, char ***parts) {
                 return strv_extendf(parts, "Slurm: NVML is unavailable; %s left as it is", c->gres.slurm_file);
 
         /* slurmd refuses to start when a File= does not exist: the MIG devices' capability nodes were made
-         * when the snapshot came in (manager_devices_sync_mig()); this only retries one that failed. */
-        manager_devices_sync_mig(m);
+         * when the snapshot came in (stage_devices_sync_mig()); this only retries one that failed. */
+        stage_devices_sync_mig(m);
 
         GresInput in = {
                 .snapshot = m->nvml_snapshot,
@@ -91,7 +91,7 @@ static int consumers_gres(Manager *m, char ***parts) {
                             changed ? "written to" : "unchanged in", c->gres.slurm_file);
 }
 
-static int consumers_validations(Manager *m, char ***parts) {
+static int consumers_validations(Node *m, char ***parts) {
         const Config *c = m->config;
         bool changed = false;
         int r;
@@ -128,16 +128,16 @@ static int consumers_validations(Manager *m, char ***parts) {
 }
 
 /* Finishes the stage with the progress text plus part. */
-static void consumers_finish(Manager *m, int r, const char *part) {
+static void consumers_finish(Node *m, int r, const char *part) {
         const char *prev = m->stages[STAGE_CONSUMERS].message;
         _cleanup_free_ char *text = isempty(prev) ? strdup(part) : strprintf("%s; %s", prev, part);
 
         m->imex_op = fabric_op_free(m->imex_op);
-        manager_stage_complete(m, STAGE_CONSUMERS, r, text ?: part);
+        node_stage_complete(m, STAGE_CONSUMERS, r, text ?: part);
 }
 
 static void on_imex_started(FabricOp *op, int r, const char *message, void *userdata) {
-        Manager *m = userdata;
+        Node *m = userdata;
         _cleanup_free_ char *msg = r < 0 ? strdup(message ?: strerror(-r)) : NULL;
 
         if (r < 0) {
@@ -151,7 +151,7 @@ static void on_imex_started(FabricOp *op, int r, const char *message, void *user
 }
 
 static void on_imex_query(FabricOp *op, int r, const FabricUnitInfo *info, const char *message, void *userdata) {
-        Manager *m = userdata;
+        Node *m = userdata;
         FabricStartOptions opts = { .timeout_usec = m->config->fabric.timeout_usec, .require_installed = true };
         bool installed = info && info->installed,
              active = info && (streq_ptr(info->active_state, "active") || streq_ptr(info->active_state, "reloading"));
@@ -175,7 +175,7 @@ static void on_imex_query(FabricOp *op, int r, const FabricUnitInfo *info, const
 }
 
 /* Returns 1 when the unit step should follow (clique, auto, channels in place, a bus). */
-static int consumers_imex(Manager *m, char ***parts) {
+static int consumers_imex(Node *m, char ***parts) {
         const Config *c = m->config;
         _cleanup_(devnode_plan_freep) DevnodePlan *plan = NULL;
         _cleanup_free_ char *error = NULL, *text = NULL;
@@ -237,7 +237,7 @@ static int consumers_imex(Manager *m, char ***parts) {
         return m->bus ? 1 : 0;
 }
 
-int stage_consumers_run(Manager *m, char **ret_message) {
+int stage_consumers_run(Node *m, char **ret_message) {
         _cleanup_strv_free_ char **parts = NULL;
         int r, first = 0, imex;
 
@@ -260,7 +260,7 @@ int stage_consumers_run(Manager *m, char **ret_message) {
         }
         if (imex > 0) {
                 m->imex_op = fabric_op_free(m->imex_op);
-                manager_stage_progress(m, STAGE_CONSUMERS, text);
+                node_stage_progress(m, STAGE_CONSUMERS, text);
                 r = fabric_unit_query(m->bus, IMEX_UNIT, on_imex_query, m, &m->imex_op);
                 if (r < 0) {
                         *ret_message = strprintf("%s; cannot ask systemd about " IMEX_UNIT ": %s", strna(text), strerror(-r));
@@ -277,6 +277,6 @@ int stage_consumers_run(Manager *m, char **ret_message) {
         return STAGE_DONE;
 }
 
-void manager_consumers_done(Manager *m) {
+void stage_consumers_done(Node *m) {
         m->imex_op = fabric_op_free(m->imex_op);
 }

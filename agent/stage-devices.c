@@ -2,7 +2,7 @@
 /* Owns the devices stage: the /dev/nvidia* nodes nvidia-modprobe would make (modules/devnode.h does
  * the planning and the mknod), with the MIG capability nodes of the devices NVML last reported.
  * The nvml stage runs after this one in a pass and the capability nodes depend on what NVML says, so
- * every new snapshot calls manager_devices_sync_mig(), which re-makes the nodes when its MIG devices
+ * every new snapshot calls stage_devices_sync_mig(), which re-makes the nodes when its MIG devices
  * are not the ones the last refresh made nodes for. */
 #include <sys/stat.h>
 
@@ -59,7 +59,7 @@ static char *mig_key(const DevnodeMigDevice *mig, size_t n) {
         return l ? strv_join(l, " ") : strdup("");
 }
 
-void manager_devices_sync_mig(Manager *m) {
+void stage_devices_sync_mig(Node *m) {
         _cleanup_free_ DevnodeMigDevice *mig = NULL;
         _cleanup_free_ char *key = NULL, *message = NULL;
         size_t n_mig = 0;
@@ -72,12 +72,12 @@ void manager_devices_sync_mig(Manager *m) {
         key = mig_key(mig, n_mig);
         if (key && streq_ptr(key, m->devices_mig))
                 return;
-        if (manager_devices_refresh(m, &message) < 0)
+        if (stage_devices_refresh(m, &message) < 0)
                 log_warning("The capability nodes of the MIG devices NVML reports could not be made: %s",
                             strna(message));
 }
 
-int manager_devices_refresh(Manager *m, char **ret_message) {
+int stage_devices_refresh(Node *m, char **ret_message) {
         _cleanup_(devnode_plan_freep) DevnodePlan *plan = NULL;
         _cleanup_free_ DevnodeMigDevice *mig = NULL;
         _cleanup_free_ char *error = NULL;
@@ -96,7 +96,7 @@ int manager_devices_refresh(Manager *m, char **ret_message) {
                 *ret_message = strdup("no NVIDIA GPU");
                 return STAGE_SKIPPED;
         }
-        if (manager_driver_unload_held(m)) {
+        if (driver_unload_held(m)) {
                 *ret_message = strdup("the driver was unloaded with Unload(); Reconcile() loads it again");
                 return STAGE_SKIPPED;
         }
@@ -149,6 +149,6 @@ int manager_devices_refresh(Manager *m, char **ret_message) {
         return STAGE_DONE;
 }
 
-int stage_devices_run(Manager *m, char **ret_message) {
-        return manager_devices_refresh(m, ret_message);
+int stage_devices_run(Node *m, char **ret_message) {
+        return stage_devices_refresh(m, ret_message);
 }

@@ -4,7 +4,7 @@
  * changed since the last good load, pre-checks and loads in order, a DKMS build when the module for
  * this kernel is missing, stale or of another version (asynchronous: the stage returns STAGE_RUNNING
  * and finishes from the build's completion), the nvidia-peermem rule, the Modules and DkmsState
- * D-Bus rows, and the driver.state record. Also the Manager's libkmod context (driver.h). */
+ * D-Bus rows, and the driver.state record. */
 #include <fcntl.h>
 #include <inttypes.h>
 #include <libkmod.h>
@@ -19,6 +19,7 @@
 #include "driver.h"
 #include "metrics.h"
 #include "fileio.h"
+#include "driver-modules.h"
 #include "driver-release.h"
 #include "gpu-holders.h"
 #include "log.h"
@@ -65,42 +66,6 @@ static DriverModule module_id(const char *name) {
 }
 
 /* ---- shared helpers (driver.h) ---------------------------------------------------------------- */
-
-static void kmod_log(void *userdata, int priority, const char *message) {
-        log_debug("libkmod: %s", message);
-}
-
-int manager_module_context(Manager *m, ModuleContext **ret) {
-        const ConfigPaths *p = &m->config->paths;
-        int r;
-
-        if (!m->module_ctx) {
-                _cleanup_free_ char *modules_dir = path_join(p->modules, m->kernel_release),
-                                    *etc = path_join(p->etc, "modprobe.d"),
-                                    *run = path_join(p->root, "run/modprobe.d"),
-                                    *lib = path_join(p->root, "lib/modprobe.d"),
-                                    *usrlib = path_join(p->root, "usr/lib/modprobe.d"),
-                                    *firmware = path_join(p->root, "lib/firmware");
-                if (!modules_dir || !etc || !run || !lib || !usrlib || !firmware)
-                        return -ENOMEM;
-                const char *const config_paths[] = { etc, run, lib, usrlib, NULL };
-                const ModuleContextConfig cc = {
-                        .modules_dir = modules_dir,
-                        .config_paths = config_paths,
-                        .sys_dir = p->sys,
-                        .firmware_dir = firmware,
-                        .kernel_release = m->kernel_release,
-                };
-                r = module_context_new(&cc, &m->module_ctx);
-                if (r < 0)
-                        return r;
-                /* Formatting libkmod's chatter costs; only ask for it when it is shown. */
-                if (log_get_max_level() >= LOG_DEBUG)
-                        module_context_set_log(m->module_ctx, kmod_log, m, LOG_DEBUG);
-        }
-        *ret = m->module_ctx;
-        return 0;
-}
 
 void driver_dkms_options(const Config *c, DkmsOptions *ret) {
         *ret = (DkmsOptions) {
@@ -164,7 +129,7 @@ int driver_verify_built(const Config *c, const char *kver, char **ret_error) {
 
 static ModuleLoadJob *module_load_job_free(ModuleLoadJob *j);
 
-void manager_driver_done(Manager *m) {
+void stage_driver_done(Node *m) {
         m->module_load = module_load_job_free(m->module_load);
         m->peermem_insert = module_child_free(m->peermem_insert);
         m->reload_release = driver_release_free(m->reload_release);
@@ -179,23 +144,23 @@ void manager_driver_done(Manager *m) {
 
 /* ---- what the stage publishes ------------------------------------------------------------------ */
 
-static void driver_set_dkms_state(Manager *m, const char *state) {
+static void driver_set_dkms_state(Node *m, const char *state) {
         if (streq_ptr(m->dkms_state, state))
                 return;
         free(m->dkms_state);
         m->dkms_state = state ? strdup(state) : NULL;
-        manager_mark_dirty(m, NULL, AGENT_MANAGER_INTERFACE, "DkmsState");
+        node_mark_dirty(m, NULL, AGENT_MANAGER_INTERFACE, "DkmsState");
 }
 
 /* Takes rows over. */
-static void driver_publish_rows(Manager *m, char **rows) {
+static void driver_publish_rows(Node *m, char **rows) {
         if (strv_equal(m->module_rows, rows)) {
                 strv_free(rows);
                 return;
         }
         strv_free(m->module_rows);
         m->module_rows = rows;
-        manager_mark_dirty(m, NULL, AGENT_MANAGER_INTERFACE, "Modules");
+        node_mark_dirty(m, NULL, AGENT_MANAGER_INTERFACE, "Modules");
 }
 
 static int rows_add(char ***rows, const char *name, const char *state, const char *detail) {
@@ -326,7 +291,7 @@ static int installed_flavour(ModuleContext *ctx, ModuleFlavour f, char **ret_ver
 /* driver.kernel-module-type: sets the context's flavour and says why in *ret_reason (NULL: no
  * preference: nothing is installed yet, DKMS builds what is registered). *ret_needed: the GPUs cannot
  * work with the other flavour. A negative errno with *ret_reason when no flavour can drive them all. */
-static int driver_choose_flavour(Manager *m, ModuleContext *ctx, char **ret_reason, bool *ret_needed) {
+static int driver_choose_flavour(Node *m, ModuleContext *ctx, char **ret_reason, bool *ret_needed) {
         const PciDevice *newest = NULL, *oldest = NULL;
         _cleanup_free_ char *open_version = NULL, *prop_version = NULL;
         int type = m->config->driver.kernel_module_type, r, have_open, have_prop;
@@ -464,7 +429,7 @@ static void library_version(const Config *c, char **ret_version, char **ret_file
                 free(real);
 }
 
-static int driver_versions_read(Manager *m, ModuleContext *ctx, DriverVersions *v) {
+static int driver_versions_read(Node *m, ModuleContext *ctx, DriverVersions *v) {
         _cleanup_module_info_free_ ModuleInfo *info = NULL;
 
         *v = (DriverVersions) {};
@@ -522,7 +487,7 @@ typedef enum VersionVerdict {
 } VersionVerdict;
 
 /* Compares loaded, installed and user space; the sentence says what NVML will do and the fix. */
-static VersionVerdict versions_verdict(const Manager *m, const DriverVersions *v, char **ret_message) {
+static VersionVerdict versions_verdict(const Node *m, const DriverVersions *v, char **ret_message) {
         const char *loaded = v->loaded;
 
         *ret_message = NULL;
@@ -558,7 +523,7 @@ static VersionVerdict versions_verdict(const Manager *m, const DriverVersions *v
 }
 
 /* The GPU holders other than ourselves and our children (driver_own_child()); h->procs keeps the others. */
-static int holders_foreign(Manager *m, GpuHolders *h) {
+static int holders_foreign(Node *m, GpuHolders *h) {
         int r = gpu_holders_collect(m->config->paths.proc, m->config->paths.sys, m->config->paths.dev, getpid(), h);
         if (r < 0 && r != -ENOENT)
                 return r;
@@ -577,7 +542,7 @@ static int holders_foreign(Manager *m, GpuHolders *h) {
 
 /* driver.reload-on-mismatch: when-idle: whether anything but us, our NVML processes and the driver's
  * own modules holds the GPU. 1 idle, 0 busy with *ret_who, negative errno. */
-static int driver_idle(Manager *m, char **ret_who) {
+static int driver_idle(Node *m, char **ret_who) {
         _cleanup_(gpu_holders_done) GpuHolders h = {};
         static const char *const ours[] = { "nvidia_uvm", "nvidia_modeset", "nvidia_peermem", NULL };
         _cleanup_strv_free_ char **foreign = NULL;
@@ -597,42 +562,42 @@ static int driver_idle(Manager *m, char **ret_who) {
         return *ret_who ? 0 : -ENOMEM;
 }
 
-static int driver_ensure(Manager *m, const char *dkms_message, char **ret_message);
+static int driver_ensure(Node *m, const char *dkms_message, char **ret_message);
 
 #define RELOAD_REMOVAL_TIMEOUT_USEC (5 * 60 * USEC_PER_SEC)
 
 /* In the child: the old modules out, holders first, never forced. */
-static int reload_removal_child(Manager *m, void *userdata, char **ret_message, char ***ret_names) {
+static int reload_removal_child(Node *m, void *userdata, char **ret_message, char ***ret_names) {
         static char *const modules[] = { DRIVER_UNLOAD_MODULES, NULL };
         ModuleContext *ctx;
         int r;
 
-        r = manager_module_context(m, &ctx);
+        r = driver_module_context(m, &ctx);
         if (r < 0)
                 return r;
         return module_unload(ctx, modules, ret_message);
 }
 
 /* The old driver is out (or could not be taken out): the cold path loads the new one. */
-static void on_reload_removed(Manager *m, int r, const char *message, char **names, void *userdata) {
+static void on_reload_removed(Node *m, int r, const char *message, char **names, void *userdata) {
         _cleanup_free_ char *stage_message = NULL;
 
         m->reload_removal = NULL;
         if (r < 0) {
                 stage_message = strprintf("Cannot reload the driver: %s", message ?: strerror(-r));
-                manager_stage_complete(m, STAGE_DRIVER, r, stage_message);
+                node_stage_complete(m, STAGE_DRIVER, r, stage_message);
                 return;
         }
         /* depmod-fresh view of the tree, then the cold path loads the new one. */
         m->module_ctx = module_context_free(m->module_ctx);
         r = driver_ensure(m, NULL, &stage_message);
         if (r != STAGE_RUNNING)
-                manager_stage_complete(m, STAGE_DRIVER, r, stage_message);
+                node_stage_complete(m, STAGE_DRIVER, r, stage_message);
 }
 
 /* Our NVML processes let go of /dev/nvidia*: forget what NVML said of the old driver and remove it in a
  * child (delete_module() runs nvidia's exit in the kernel, which tears down every GPU). */
-static void on_reload_released(Manager *m, void *userdata) {
+static void on_reload_released(Node *m, void *userdata) {
         _cleanup_free_ char *message = NULL;
         NvmlSnapshot *old;
         int r;
@@ -641,7 +606,7 @@ static void on_reload_released(Manager *m, void *userdata) {
         old = m->nvml_snapshot;
         if (old) {
                 m->nvml_snapshot = NULL;
-                manager_nvml_changed(m, old);
+                node_nvml_changed(m, old);
                 gpu_nvml_snapshot_free(old);
         }
         /* We take it out ourselves: not an administrator's modprobe -r (driver_admin_unload_check()). */
@@ -652,14 +617,14 @@ static void on_reload_released(Manager *m, void *userdata) {
         if (r < 0) {
                 message = strprintf("Cannot reload the driver: cannot start removing the old modules: %s",
                                     strerror(-r));
-                manager_stage_complete(m, STAGE_DRIVER, r, message);
+                node_stage_complete(m, STAGE_DRIVER, r, message);
         }
 }
 
 /* Takes the old driver out for the reload, off the loop: our NVML handles first (the NVML worker's, the
  * MIG reader's and the health event worker's hold /dev/nvidia*; watched until they let go), then the
  * modules, holders first, in a child. The stage completes from there (STAGE_RUNNING until then). */
-static int driver_reload_start(Manager *m, char **ret_message) {
+static int driver_reload_start(Node *m, char **ret_message) {
         int r;
 
         r = driver_release_start(m, "NVML was closed: the driver is reloaded (driver.reload-on-mismatch: when-idle)",
@@ -695,7 +660,7 @@ static int options_digest(const Config *c, ModuleContext *ctx, char **ret) {
         return driver_options_digest(entries, ret);
 }
 
-static int driver_record(Manager *m, const char *version, const char *digest) {
+static int driver_record(Node *m, const char *version, const char *digest) {
         _cleanup_(driver_state_freep) DriverState *s = NULL;
         int r = driver_state_new(m->kernel_release, version, digest, &s);
         if (r >= 0)
@@ -711,7 +676,7 @@ static int driver_record(Manager *m, const char *version, const char *digest) {
 /* Checks nvidia-peermem against the rule. Never fails the stage: GPUDirect RDMA is optional, so the
  * outcome goes into its row and, when the sysadmin should act, into *ret_note. Returns 1 (no row added)
  * when it is to be inserted: peermem_insert_start() does that in a child process. */
-static int driver_peermem(Manager *m, ModuleContext *ctx, char ***rows, char **ret_note) {
+static int driver_peermem(Node *m, ModuleContext *ctx, char ***rows, char **ret_note) {
         const char *name = "nvidia-peermem";
         _cleanup_free_ char *reason = NULL;
         bool has_nic = m->inventory && m->inventory->n_nics > 0;
@@ -756,11 +721,11 @@ static void peermem_insert_free(void *userdata) {
         free(p);
 }
 
-static int peermem_insert_child(Manager *m, void *userdata, char **ret_message, char ***ret_names) {
+static int peermem_insert_child(Node *m, void *userdata, char **ret_message, char ***ret_names) {
         ModuleContext *ctx;
         int r;
 
-        r = manager_module_context(m, &ctx);
+        r = driver_module_context(m, &ctx);
         if (r < 0)
                 return r;
         r = module_load(ctx, "nvidia-peermem", module_parameters(m->config, DRIVER_MODULE_PEERMEM), ret_message);
@@ -769,7 +734,7 @@ static int peermem_insert_child(Manager *m, void *userdata, char **ret_message, 
         return r < 0 ? r : 0;
 }
 
-static void on_peermem_inserted(Manager *m, int r, const char *msg, char **names, void *userdata) {
+static void on_peermem_inserted(Node *m, int r, const char *msg, char **names, void *userdata) {
         PeermemInsert *p = userdata;
         _cleanup_strv_free_ char **rows = TAKE_PTR(p->rows);
         _cleanup_free_ char *message = TAKE_PTR(p->message), *note = NULL, *full = NULL;
@@ -787,22 +752,22 @@ static void on_peermem_inserted(Manager *m, int r, const char *msg, char **names
                         log_info("Loaded nvidia-peermem (GPUDirect RDMA).");
                         note = strdup("nvidia-peermem loaded");
                 }
-                k = manager_module_context(m, &ctx);
+                k = driver_module_context(m, &ctx);
                 if (k >= 0)
                         k = rows_add_status(&rows, ctx, "nvidia-peermem");
         }
         if (k < 0) {
-                manager_stage_complete(m, STAGE_DRIVER, k, NULL);
+                node_stage_complete(m, STAGE_DRIVER, k, NULL);
                 return;
         }
         driver_publish_rows(m, TAKE_PTR(rows));
         full = note ? strprintf("%s; %s", strna(message), note) : TAKE_PTR(message);
-        manager_stage_complete(m, STAGE_DRIVER, STAGE_DONE, full);
+        node_stage_complete(m, STAGE_DRIVER, STAGE_DONE, full);
 }
 
 /* The end of a pass that got the core modules live: peermem's rule, then the rows and the message
  * (rows and message taken). STAGE_DONE, or STAGE_RUNNING while peermem is inserted. */
-static int driver_finish(Manager *m, ModuleContext *ctx, char **rows_taken, char *message_taken, char **ret_message) {
+static int driver_finish(Node *m, ModuleContext *ctx, char **rows_taken, char *message_taken, char **ret_message) {
         _cleanup_strv_free_ char **rows = rows_taken;
         _cleanup_free_ char *message = message_taken, *note = NULL;
         PeermemInsert *p;
@@ -835,15 +800,15 @@ static int driver_finish(Manager *m, ModuleContext *ctx, char **rows_taken, char
                 free(p);
                 return *ret_message ? STAGE_DONE : -ENOMEM;
         }
-        manager_stage_progress(m, STAGE_DRIVER, "inserting nvidia-peermem");
+        node_stage_progress(m, STAGE_DRIVER, "inserting nvidia-peermem");
         return STAGE_RUNNING;
 }
 
 /* ---- the stage ----------------------------------------------------------------------------------- */
 
-static int driver_ensure(Manager *m, const char *dkms_message, char **ret_message);
+static int driver_ensure(Node *m, const char *dkms_message, char **ret_message);
 static void module_load_job_set_flavour(ModuleLoadJob *j, char *flavour);
-static int module_load_start(Manager *m, const char *dkms_message, bool enforcing, const char *sb,
+static int module_load_start(Node *m, const char *dkms_message, bool enforcing, const char *sb,
                              const char *digest, char **ret_message);
 
 static void on_dkms_line(DkmsRun *run, const char *line, void *userdata) {
@@ -851,15 +816,15 @@ static void on_dkms_line(DkmsRun *run, const char *line, void *userdata) {
 }
 
 static void on_dkms_progress(DkmsRun *run, const char *status, void *userdata) {
-        Manager *m = userdata;
+        Node *m = userdata;
 
-        manager_stage_progress(m, STAGE_DRIVER, status);
+        node_stage_progress(m, STAGE_DRIVER, status);
         driver_set_dkms_state(m, status);
 }
 
 static void on_dkms_done(DkmsRun *run, int error, const char *message, void *userdata) {
         _cleanup_free_ char *state = NULL, *stage_message = NULL;
-        Manager *m = userdata;
+        Node *m = userdata;
         int r;
 
         m->dkms_run = dkms_run_free(run);
@@ -881,9 +846,9 @@ static void on_dkms_done(DkmsRun *run, int error, const char *message, void *use
 
                 state = strprintf("failed: %s", strna(message));
                 driver_set_dkms_state(m, state ?: "failed");
-                if (manager_module_context(m, &ctx) >= 0 && rows_add_core(&rows, m->config, ctx) >= 0)
+                if (driver_module_context(m, &ctx) >= 0 && rows_add_core(&rows, m->config, ctx) >= 0)
                         driver_publish_rows(m, TAKE_PTR(rows));
-                manager_stage_complete(m, STAGE_DRIVER, error, message);
+                node_stage_complete(m, STAGE_DRIVER, error, message);
                 return;
         }
 
@@ -894,10 +859,10 @@ static void on_dkms_done(DkmsRun *run, int error, const char *message, void *use
         m->module_ctx = module_context_free(m->module_ctx);
         r = driver_ensure(m, message ?: "", &stage_message);
         if (r != STAGE_RUNNING)
-                manager_stage_complete(m, STAGE_DRIVER, r, stage_message);
+                node_stage_complete(m, STAGE_DRIVER, r, stage_message);
 }
 
-static int driver_start_dkms(Manager *m, const char *reason, char **ret_message) {
+static int driver_start_dkms(Node *m, const char *reason, char **ret_message) {
         static const DkmsRunCallbacks cb = {
                 .line = on_dkms_line,
                 .progress = on_dkms_progress,
@@ -938,14 +903,14 @@ static int driver_start_dkms(Manager *m, const char *reason, char **ret_message)
 
 /* The fast path's version check: 0 fine, DRIVER_RELOAD when driver.reload-on-mismatch: when-idle may
  * replace the loaded driver now, or a negative errno with the verdict. */
-static int driver_live_versions(Manager *m, char **ret_message) {
+static int driver_live_versions(Node *m, char **ret_message) {
         _cleanup_(driver_versions_done) DriverVersions v = {};
         _cleanup_free_ char *verdict = NULL, *who = NULL;
         ModuleContext *ctx;
         VersionVerdict vv;
         int r;
 
-        r = manager_module_context(m, &ctx);
+        r = driver_module_context(m, &ctx);
         if (r >= 0)
                 r = driver_versions_read(m, ctx, &v);
         if (r < 0)
@@ -972,7 +937,7 @@ static int driver_live_versions(Manager *m, char **ret_message) {
 }
 
 /* Everything already live: nothing is loaded; the record says whether anything changed. */
-static int driver_live(Manager *m, const char *digest, char **ret_message) {
+static int driver_live(Node *m, const char *digest, char **ret_message) {
         _cleanup_(driver_state_freep) DriverState *recorded = NULL, *now = NULL;
         _cleanup_free_ char *version = loaded_driver_version(m->config), *reason = NULL;
         const char *want = m->config->driver.version;
@@ -1020,7 +985,7 @@ static int driver_live(Manager *m, const char *digest, char **ret_message) {
 
 /* Why the module for name cannot be loaded as it is and needs a (re)build: 1 with *ret_reason, 0
  * when it is fine, or a negative errno with *ret_reason for what DKMS cannot fix. */
-static int driver_precheck(Manager *m, ModuleContext *ctx, const char *name, bool secure_boot, char **ret_reason) {
+static int driver_precheck(Node *m, ModuleContext *ctx, const char *name, bool secure_boot, char **ret_reason) {
         _cleanup_module_info_free_ ModuleInfo *info = NULL;
         const char *want = m->config->driver.version;
         int r;
@@ -1067,7 +1032,7 @@ static void driver_rollback(ModuleContext *ctx, char **loaded) {
                 log_warning("Cannot unload the modules loaded before the failure: %s", strna(msg));
 }
 
-static int driver_ensure(Manager *m, const char *dkms_message, char **ret_message) {
+static int driver_ensure(Node *m, const char *dkms_message, char **ret_message) {
         _cleanup_strv_free_ char **rows = NULL;
         _cleanup_free_ char *digest = NULL, *sb = NULL, *build_reason = NULL, *message = NULL, *flavour_reason = NULL;
         const Config *c = m->config;
@@ -1075,7 +1040,7 @@ static int driver_ensure(Manager *m, const char *dkms_message, char **ret_messag
         bool all_live = true, enforcing = false, flavour_needed = false;
         int r;
 
-        r = manager_module_context(m, &ctx);
+        r = driver_module_context(m, &ctx);
         if (r < 0)
                 return r;
         r = driver_choose_flavour(m, ctx, &flavour_reason, &flavour_needed);
@@ -1186,7 +1151,7 @@ static int driver_ensure(Manager *m, const char *dkms_message, char **ret_messag
 #define MODULE_LOAD_TIMEOUT_USEC (5 * 60 * USEC_PER_SEC)
 
 struct ModuleLoadJob {
-        Manager *manager;
+        Node *node;
         Spawn *child;
         int fd;
         char *dkms_message, *sb, *digest;
@@ -1214,7 +1179,7 @@ static ModuleLoadJob *module_load_job_free(ModuleLoadJob *j) {
 
 /* In the child: the ipmi modules (best effort), then the core modules in order; a failure unloads what
  * this run loaded. */
-static int load_modules(Manager *m, ModuleContext *ctx, char **ret_message, char ***ret_loaded) {
+static int load_modules(Node *m, ModuleContext *ctx, char **ret_message, char ***ret_loaded) {
         _cleanup_strv_free_ char **loaded = NULL;
         const Config *c = m->config;
         int r;
@@ -1255,9 +1220,9 @@ static int module_load_child(int fd, void *userdata) {
         ModuleContext *ctx;
         int r;
 
-        r = manager_module_context(j->manager, &ctx);
+        r = driver_module_context(j->node, &ctx);
         if (r >= 0)
-                r = load_modules(j->manager, ctx, &message, &loaded);
+                r = load_modules(j->node, ctx, &message, &loaded);
         return module_child_send(fd, r, message, loaded) < 0 ? 2 : 0;
 }
 
@@ -1268,7 +1233,7 @@ static int module_load_result(ModuleLoadJob *j, char **ret_message, char ***ret_
 }
 
 /* The tail of driver_ensure(), once the inserts are done: the record, the rows, peermem, the message. */
-static int module_load_finish(Manager *m, ModuleLoadJob *j, int r, char *load_message, char **loaded,
+static int module_load_finish(Node *m, ModuleLoadJob *j, int r, char *load_message, char **loaded,
                               char **ret_message) {
         _cleanup_strv_free_ char **rows = NULL;
         _cleanup_free_ char *version = NULL, *message = NULL;
@@ -1276,7 +1241,7 @@ static int module_load_finish(Manager *m, ModuleLoadJob *j, int r, char *load_me
         ModuleContext *ctx;
         int k;
 
-        k = manager_module_context(m, &ctx);
+        k = driver_module_context(m, &ctx);
         if (k < 0)
                 return k;
         if (r < 0) {
@@ -1313,7 +1278,7 @@ static int module_load_finish(Manager *m, ModuleLoadJob *j, int r, char *load_me
 }
 
 static void on_module_load_exit(Spawn *child, const SpawnResult *res, void *userdata) {
-        Manager *m = userdata;
+        Node *m = userdata;
         ModuleLoadJob *j = TAKE_PTR(m->module_load);
         _cleanup_strv_free_ char **loaded = NULL;
         _cleanup_free_ char *load_message = NULL, *message = NULL;
@@ -1335,10 +1300,10 @@ static void on_module_load_exit(Spawn *child, const SpawnResult *res, void *user
         r = module_load_finish(m, j, r, load_message, loaded, &message);
         module_load_job_free(j);
         if (r != STAGE_RUNNING) /* else nvidia-peermem is inserted, and on_peermem_inserted() completes */
-                manager_stage_complete(m, STAGE_DRIVER, r, message);
+                node_stage_complete(m, STAGE_DRIVER, r, message);
 }
 
-static int module_load_start(Manager *m, const char *dkms_message, bool enforcing, const char *sb,
+static int module_load_start(Node *m, const char *dkms_message, bool enforcing, const char *sb,
                              const char *digest, char **ret_message) {
         SpawnOptions o = {
                 .timeout_usec = MODULE_LOAD_TIMEOUT_USEC,
@@ -1352,7 +1317,7 @@ static int module_load_start(Manager *m, const char *dkms_message, bool enforcin
         j = calloc(1, sizeof *j);
         if (!j)
                 return -ENOMEM;
-        *j = (ModuleLoadJob) { .manager = m, .fd = -1, .enforcing = enforcing };
+        *j = (ModuleLoadJob) { .node = m, .fd = -1, .enforcing = enforcing };
         if ((dkms_message && !(j->dkms_message = strdup(dkms_message))) || (sb && !(j->sb = strdup(sb))) ||
             (digest && !(j->digest = strdup(digest)))) {
                 module_load_job_free(j);
@@ -1374,11 +1339,11 @@ static int module_load_start(Manager *m, const char *dkms_message, bool enforcin
                 return r;
         }
         m->module_load = j;
-        manager_stage_progress(m, STAGE_DRIVER, "loading the NVIDIA kernel modules");
+        node_stage_progress(m, STAGE_DRIVER, "loading the NVIDIA kernel modules");
         return STAGE_RUNNING;
 }
 
-static bool core_all_live(Manager *m, ModuleContext *ctx) {
+static bool core_all_live(Node *m, ModuleContext *ctx) {
         for (size_t i = 0; i < ELEMENTSOF(core_modules); i++)
                 if (core_wanted(m->config, &core_modules[i]) && !module_is_usable(ctx, core_modules[i].name))
                         return false;
@@ -1391,7 +1356,7 @@ static bool core_all_live(Manager *m, ModuleContext *ctx) {
  * Reload(), a restart of the agent, or until the administrator loads the driver again. Module uevents,
  * retries and other automatic passes do not load it back. STAGE_SKIPPED with a message while held,
  * 0 otherwise. */
-static int driver_admin_unload_check(Manager *m, char **ret_message) {
+static int driver_admin_unload_check(Node *m, char **ret_message) {
         ModuleContext *ctx;
         int r;
 
@@ -1399,7 +1364,7 @@ static int driver_admin_unload_check(Manager *m, char **ret_message) {
                 return 0;
         if (m->unload && !m->driver_admin_unloaded)
                 return 0; /* Unload() removed them: its own hold applies */
-        r = manager_module_context(m, &ctx);
+        r = driver_module_context(m, &ctx);
         if (r < 0)
                 return r;
         if (core_all_live(m, ctx)) {
@@ -1418,7 +1383,7 @@ static int driver_admin_unload_check(Manager *m, char **ret_message) {
         return *ret_message ? STAGE_SKIPPED : -ENOMEM;
 }
 
-int stage_driver_run(Manager *m, char **ret_message) {
+int stage_driver_run(Node *m, char **ret_message) {
         const Config *c = m->config;
         int r;
 
@@ -1440,7 +1405,7 @@ int stage_driver_run(Manager *m, char **ret_message) {
         r = driver_admin_unload_check(m, ret_message);
         if (r != 0)
                 return r;
-        if (manager_driver_unload_held(m)) {
+        if (driver_unload_held(m)) {
                 *ret_message = strdup("the driver was unloaded with Unload(); Reconcile() or Reload() loads it again");
                 return STAGE_SKIPPED;
         }
@@ -1449,7 +1414,7 @@ int stage_driver_run(Manager *m, char **ret_message) {
                 _cleanup_strv_free_ char **rows = NULL;
                 ModuleContext *ctx;
 
-                if (manager_module_context(m, &ctx) >= 0 && rows_add_core(&rows, c, ctx) >= 0)
+                if (driver_module_context(m, &ctx) >= 0 && rows_add_core(&rows, c, ctx) >= 0)
                         driver_publish_rows(m, TAKE_PTR(rows));
                 *ret_message = strdup("the kernel modules are not managed (driver.enabled: false)");
                 return STAGE_SKIPPED;

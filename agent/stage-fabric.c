@@ -16,18 +16,18 @@
 #include "log.h"
 #include "strv.h"
 
-static void fabric_persistenced_step(Manager *m);
+static void fabric_persistenced_step(Node *m);
 
 /* Appends part to the stage's progress text. */
-static void fabric_progress(Manager *m, const char *part) {
+static void fabric_progress(Node *m, const char *part) {
         const char *prev = m->stages[STAGE_FABRIC].message;
         _cleanup_free_ char *text = isempty(prev) ? strdup(part) : strprintf("%s; %s", prev, part);
 
         if (text)
-                manager_stage_progress(m, STAGE_FABRIC, text);
+                node_stage_progress(m, STAGE_FABRIC, text);
 }
 
-static void fabric_finish(Manager *m, int r, const char *message) {
+static void fabric_finish(Node *m, int r, const char *message) {
         _cleanup_free_ char *text = NULL;
 
         if (r >= 0 && !message) {
@@ -35,16 +35,16 @@ static void fabric_finish(Manager *m, int r, const char *message) {
                 text = strdup(m->stages[STAGE_FABRIC].message ?: "nothing to start");
                 message = text;
         }
-        manager_stage_complete(m, STAGE_FABRIC, r, message);
+        node_stage_complete(m, STAGE_FABRIC, r, message);
 }
 
 /* Finishes the stage with what the op said, then frees the op (its info and message may point into it). */
-static void fabric_op_done(Manager *m, FabricOp *op, int r, const char *message) {
+static void fabric_op_done(Node *m, FabricOp *op, int r, const char *message) {
         fabric_finish(m, r, message);
         m->fabric_op = fabric_op_free(op);
 }
 
-static void fabric_record_started(Manager *m, const char *unit) {
+static void fabric_record_started(Node *m, const char *unit) {
         if (!strv_contains(m->started_units, unit) && strv_extend(&m->started_units, unit) < 0)
                 log_oom();
 }
@@ -64,7 +64,7 @@ static bool unit_is_active(const FabricUnitInfo *info) {
 }
 
 /* An NVSwitch system by PCI (class 0x068000), or by the nvswitch driver's own list once it loaded. */
-static size_t fabric_nvswitches(Manager *m) {
+static size_t fabric_nvswitches(Node *m) {
         _cleanup_free_ char *p = path_join(m->config->paths.proc, "driver/nvidia-nvswitch/devices");
         _cleanup_closedir_ DIR *d = NULL;
         struct dirent *de;
@@ -97,7 +97,7 @@ static bool looks_like_version(const char *s, size_t n) {
 /* The loaded kernel module's version from <proc>/driver/nvidia/version: "NVRM version: NVIDIA UNIX
  * x86_64 Kernel Module  550.127.05  Tue Oct …" (or "… Open Kernel Module for x86_64  550.127.05 …"):
  * the first word shaped like a version. NULL when unknown. */
-static char *fabric_driver_version(Manager *m) {
+static char *fabric_driver_version(Node *m) {
         _cleanup_free_ char *p = path_join(m->config->paths.proc, "driver/nvidia/version"), *line = NULL;
 
         if (!p || read_one_line_file(p, &line) < 0 || !startswith(line, "NVRM version:"))
@@ -118,7 +118,7 @@ static char *fabric_driver_version(Manager *m) {
  * its Version without epoch and Debian revision ("1:550.127.05-1" → "550.127.05"). NULL when not
  * known (no dpkg, another package manager): the check is then skipped, as the unit itself refuses a
  * mismatch at start. */
-static char *fabric_manager_version(Manager *m) {
+static char *fabric_manager_version(Node *m) {
         _cleanup_free_ char *p = path_join(m->config->paths.root, "var/lib/dpkg/status"), *text = NULL;
         char *save = NULL;
         bool ours = false, installed = false;
@@ -156,7 +156,7 @@ static char *fabric_manager_version(Manager *m) {
 }
 
 static void on_persistenced_started(FabricOp *op, int r, const char *message, void *userdata) {
-        Manager *m = userdata;
+        Node *m = userdata;
 
         if (r < 0)
                 return fabric_op_done(m, op, r, message);
@@ -169,7 +169,7 @@ static void on_persistenced_started(FabricOp *op, int r, const char *message, vo
 
 static void on_persistenced_query(FabricOp *op, int r, const FabricUnitInfo *info, const char *message,
                                   void *userdata) {
-        Manager *m = userdata;
+        Node *m = userdata;
         /* Installed, as the query just said: if it vanished since, that is worth a failure. */
         FabricStartOptions opts = { .timeout_usec = m->config->fabric.timeout_usec, .require_installed = true };
         bool installed = info && info->installed, active = info && unit_is_active(info);
@@ -195,7 +195,7 @@ static void on_persistenced_query(FabricOp *op, int r, const FabricUnitInfo *inf
         }
 }
 
-static void fabric_persistenced_step(Manager *m) {
+static void fabric_persistenced_step(Node *m) {
         int r;
 
         if (!m->config->fabric.persistenced) {
@@ -211,7 +211,7 @@ static void fabric_persistenced_step(Manager *m) {
 }
 
 static void on_manager_started(FabricOp *op, int r, const char *message, void *userdata) {
-        Manager *m = userdata;
+        Node *m = userdata;
 
         if (r < 0)
                 return fabric_op_done(m, op, r, message);
@@ -223,7 +223,7 @@ static void on_manager_started(FabricOp *op, int r, const char *message, void *u
 }
 
 static void on_manager_query(FabricOp *op, int r, const FabricUnitInfo *info, const char *message, void *userdata) {
-        Manager *m = userdata;
+        Node *m = userdata;
         bool active = info && unit_is_active(info);
 
         if (systemd_absent(r))
@@ -244,7 +244,7 @@ static void on_manager_query(FabricOp *op, int r, const FabricUnitInfo *info, co
 }
 
 /* Returns STAGE_RUNNING when a query went out, or a final result with *ret_message. */
-static int fabric_manager_step(Manager *m, size_t n_nvswitches, char **ret_message) {
+static int fabric_manager_step(Node *m, size_t n_nvswitches, char **ret_message) {
         _cleanup_free_ char *fm = NULL, *drv = NULL, *error = NULL;
         int r;
 
@@ -262,7 +262,7 @@ static int fabric_manager_step(Manager *m, size_t n_nvswitches, char **ret_messa
 
         _cleanup_free_ char *count = strprintf("%zu NVSwitch%s", n_nvswitches, n_nvswitches == 1 ? "" : "es");
         if (count)
-                manager_stage_progress(m, STAGE_FABRIC, count);
+                node_stage_progress(m, STAGE_FABRIC, count);
         r = fabric_unit_query(m->bus, FABRIC_MANAGER_UNIT, on_manager_query, m, &m->fabric_op);
         if (r < 0) {
                 *ret_message = strprintf("Cannot ask systemd about " FABRIC_MANAGER_UNIT ": %s", strerror(-r));
@@ -271,7 +271,7 @@ static int fabric_manager_step(Manager *m, size_t n_nvswitches, char **ret_messa
         return STAGE_RUNNING;
 }
 
-int stage_fabric_run(Manager *m, char **ret_message) {
+int stage_fabric_run(Node *m, char **ret_message) {
         const ConfigFabric *c = &m->config->fabric;
         size_t n_nvswitches;
         int r;
@@ -284,7 +284,7 @@ int stage_fabric_run(Manager *m, char **ret_message) {
                 *ret_message = strdup("no NVIDIA GPU");
                 return STAGE_SKIPPED;
         }
-        if (manager_driver_unload_held(m)) {
+        if (driver_unload_held(m)) {
                 *ret_message = strdup("the driver was unloaded with Unload(); Reconcile() loads it again");
                 return STAGE_SKIPPED;
         }
@@ -305,15 +305,15 @@ int stage_fabric_run(Manager *m, char **ret_message) {
                 if (r != STAGE_RUNNING)
                         return r;
         } else {
-                manager_stage_progress(m, STAGE_FABRIC, n_nvswitches == 0 ? "not an NVSwitch system"
+                node_stage_progress(m, STAGE_FABRIC, n_nvswitches == 0 ? "not an NVSwitch system"
                                                                           : "fabric.fabricmanager is off");
                 fabric_persistenced_step(m);
         }
         return STAGE_RUNNING;
 }
 
-void manager_fabric_done(Manager *m) {
+void stage_fabric_done(Node *m) {
         m->fabric_op = fabric_op_free(m->fabric_op);
         m->started_units = strv_free(m->started_units);
-        manager_driver_unload_free(m);
+        driver_unload_stop(m);
 }

@@ -11,7 +11,7 @@
 #include "gpu-products.h"
 #include "health.h"
 #include "log.h"
-#include "manager.h"
+#include "stage-table.h"
 #include "mig-manager.h"
 #include "nfd.h"
 #include "probe.h"
@@ -161,7 +161,7 @@ static uint64_t now_realtime(void) {
 }
 
 /* The state label reflects the other stages; this one is running while it is computed. */
-static const char *labels_agent_state(const Manager *m) {
+static const char *labels_agent_state(const Node *m) {
         for (int i = 0; i < _STAGE_MAX; i++)
                 if (i != STAGE_LABELS && m->stages[i].state == STAGE_FAILED)
                         return i == STAGE_PROBE ? "failed" : "degraded";
@@ -171,13 +171,13 @@ static const char *labels_agent_state(const Manager *m) {
 }
 
 static int on_refresh(sd_event_source *s, uint64_t usec, void *userdata) {
-        manager_request_pass(userdata, "feature file expiry refresh");
+        node_request_pass(userdata, "feature file expiry refresh");
         return 0;
 }
 
 /* With labels.expiry set, the file carries an absolute expiry time; keep the one already written
  * while it has more than half its lifetime left, so an unchanged label set is not rewritten. */
-static uint64_t labels_pick_expiry(Manager *m, bool same_labels) {
+static uint64_t labels_pick_expiry(Node *m, bool same_labels) {
         uint64_t lifetime = m->config->labels.expiry_usec, now = now_realtime();
 
         if (lifetime == 0)
@@ -187,7 +187,7 @@ static uint64_t labels_pick_expiry(Manager *m, bool same_labels) {
         return now + lifetime;
 }
 
-static void labels_arm_refresh(Manager *m) {
+static void labels_arm_refresh(Node *m) {
         uint64_t lifetime = m->config->labels.expiry_usec;
         int r;
 
@@ -204,7 +204,7 @@ static void labels_arm_refresh(Manager *m) {
                 log_warning_errno(r, "Failed to arm the feature file refresh timer: %m");
 }
 
-static void labels_publish(Manager *m, LabelSet *labels, uint64_t expiry) {
+static void labels_publish(Node *m, LabelSet *labels, uint64_t expiry) {
         bool changed = !(m->labels && labels && label_set_equal(m->labels, labels)) && (m->labels || labels);
 
         m->labels_expiry_usec = expiry;
@@ -214,13 +214,13 @@ static void labels_publish(Manager *m, LabelSet *labels, uint64_t expiry) {
         }
         label_set_free(m->labels);
         m->labels = labels;
-        manager_mark_dirty(m, NULL, AGENT_MANAGER_INTERFACE, "Labels");
+        node_mark_dirty(m, NULL, AGENT_MANAGER_INTERFACE, "Labels");
 }
 
 /* Keeps NVML's product name per GPU in the state directory: written when NVML answers and the names
  * changed, read once when the labels must be made without NVML. A failure costs only the stable name
  * while NVML is down, so it is logged, never fatal. */
-static void labels_known_products(Manager *m, const LabelFacts *f) {
+static void labels_known_products(Node *m, const LabelFacts *f) {
         const char *dir = m->config->paths.state;
         bool changed = false;
         int r;
@@ -244,7 +244,7 @@ static void labels_known_products(Manager *m, const LabelFacts *f) {
                                   "come from the PCI ID database.", dir, GPU_PRODUCTS_FILE);
 }
 
-int stage_labels_run(Manager *m, char **ret_message) {
+int stage_labels_run(Node *m, char **ret_message) {
         const ConfigLabels *c = &m->config->labels;
         _cleanup_(label_set_freep) LabelSet *labels = NULL;
         _cleanup_strv_free_ char **warnings = NULL;
@@ -342,7 +342,7 @@ int stage_labels_run(Manager *m, char **ret_message) {
 /* Outside a pass: a MIG change takes seconds to minutes, and the stages after mig wait for it, so the
  * feature file is written once more as it starts, to say nvidia.com/mig.config.state=pending — as the
  * GPU Operator's MIG manager labels the node before it applies a new nvidia.com/mig.config. */
-void stage_labels_write_now(Manager *m) {
+void stage_labels_write_now(Node *m) {
         _cleanup_free_ char *message = NULL;
         int r;
 

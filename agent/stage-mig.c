@@ -6,13 +6,13 @@
  * pass describe the new MIG devices. */
 #include "devices.h"
 #include "log.h"
-#include "manager.h"
+#include "stage-table.h"
 #include "metrics.h"
 #include "mig-manager.h"
 #include "strv.h"
 
 /* The recovery note (if any) in front of the stage message. */
-static char *with_recovery(Manager *m, char *message) {
+static char *with_recovery(Node *m, char *message) {
         _cleanup_free_ char *note = mig_manager_take_recovery_note(m->mig);
         char *full;
 
@@ -23,26 +23,26 @@ static char *with_recovery(Manager *m, char *message) {
         return full;
 }
 
-static int apply_selected(Manager *m, char **ret_message);
+static int apply_selected(Node *m, char **ret_message);
 
 /* After NVML writes: the snapshot (re-read on the MIG reader, an NVML worker), then the device nodes; CDI
  * and labels follow in this pass. What to do once that is done waits here. */
 typedef struct AfterChange {
-        Manager *m;
+        Node *m;
         bool recovered;               /* after the journal recovery: apply the selection next */
         int r;
         char *message;                /* the apply's outcome line (not recovered) */
 } AfterChange;
 
 static void after_change_finish(AfterChange *ac, const char *refresh_error) {
-        Manager *m = ac->m;
+        Node *m = ac->m;
         _cleanup_free_ char *devices = NULL, *message = NULL;
         _cleanup_strv_free_ char **problems = NULL;
         int r;
 
         if (refresh_error)
                 (void) strv_extendf(&problems, "re-reading NVML failed: %s", refresh_error);
-        r = manager_devices_refresh(m, &devices);
+        r = stage_devices_refresh(m, &devices);
         if (r < 0)
                 (void) strv_extendf(&problems, "re-making the device nodes failed: %s", strna(devices));
         _cleanup_free_ char *joined = problems ? strv_join(problems, "; ") : NULL;
@@ -52,42 +52,42 @@ static void after_change_finish(AfterChange *ac, const char *refresh_error) {
                         log_warning("After the MIG journal recovery: %s", joined);
                 r = apply_selected(m, &message);
                 if (r != STAGE_RUNNING)
-                        manager_stage_complete(m, STAGE_MIG, r, message);
+                        node_stage_complete(m, STAGE_MIG, r, message);
         } else {
                 message = with_recovery(m, strprintf("%s%s%s", strna(ac->message), joined ? "; " : "", joined ? joined : ""));
-                manager_stage_complete(m, STAGE_MIG, ac->r, message);
+                node_stage_complete(m, STAGE_MIG, ac->r, message);
         }
         free(ac->message);
         free(ac);
 }
 
-static void on_refreshed(Manager *m, int r, const char *error, void *userdata) {
+static void on_refreshed(Node *m, int r, const char *error, void *userdata) {
         after_change_finish(userdata, r < 0 ? strna(error) : NULL);
 }
 
-static void after_change(Manager *m, char *const *changed_gpus, const NvmlSnapshot *mig_devices, bool recovered,
+static void after_change(Node *m, char *const *changed_gpus, const NvmlSnapshot *mig_devices, bool recovered,
                          int r, char *message) {
         _cleanup_free_ char *error = NULL;
         AfterChange *ac = calloc(1, sizeof *ac);
 
         if (!ac) {
                 free(message);
-                manager_stage_complete(m, STAGE_MIG, -ENOMEM, NULL);
+                node_stage_complete(m, STAGE_MIG, -ENOMEM, NULL);
                 return;
         }
         *ac = (AfterChange) { .m = m, .recovered = recovered, .r = r, .message = message };
-        if (manager_nvml_refresh_async(m, changed_gpus, mig_devices, on_refreshed, ac, &error) < 0)
+        if (stage_nvml_refresh_async(m, changed_gpus, mig_devices, on_refreshed, ac, &error) < 0)
                 after_change_finish(ac, strna(error));
 }
 
 static void on_applied(MigManager *mm, const MigApplyOutcome *o, void *userdata) {
-        Manager *m = userdata;
+        Node *m = userdata;
         _cleanup_free_ char *message = NULL;
         int r = o->error;
 
         if (o->refused) {
                 message = with_recovery(m, strdup(strna(o->message)));
-                manager_stage_complete(m, STAGE_MIG, r < 0 ? r : -EIO, message);
+                node_stage_complete(m, STAGE_MIG, r < 0 ? r : -EIO, message);
                 return;
         }
         message = strprintf("%s: %s: %s", o->config, o->state, strna(o->message));
@@ -99,10 +99,10 @@ static void on_applied(MigManager *mm, const MigApplyOutcome *o, void *userdata)
                 return;
         }
         message = with_recovery(m, TAKE_PTR(message));
-        manager_stage_complete(m, STAGE_MIG, r < 0 ? r : STAGE_DONE, message);
+        node_stage_complete(m, STAGE_MIG, r < 0 ? r : STAGE_DONE, message);
 }
 
-static int apply_selected(Manager *m, char **ret_message) {
+static int apply_selected(Node *m, char **ret_message) {
         _cleanup_free_ char *error = NULL;
         int r;
 
@@ -131,7 +131,7 @@ static int apply_selected(Manager *m, char **ret_message) {
 }
 
 static void on_recovered(MigManager *mm, const MigApplyOutcome *o, void *userdata) {
-        Manager *m = userdata;
+        Node *m = userdata;
         _cleanup_free_ char *message = NULL;
         int r;
 
@@ -141,10 +141,10 @@ static void on_recovered(MigManager *mm, const MigApplyOutcome *o, void *userdat
         }
         r = apply_selected(m, &message);
         if (r != STAGE_RUNNING)
-                manager_stage_complete(m, STAGE_MIG, r, message);
+                node_stage_complete(m, STAGE_MIG, r, message);
 }
 
-int stage_mig_run(Manager *m, char **ret_message) {
+int stage_mig_run(Node *m, char **ret_message) {
         _cleanup_free_ char *message = NULL;
         int r;
 

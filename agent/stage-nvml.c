@@ -9,12 +9,12 @@
 #include "driver-unload.h"
 #include "gpu-nvml-worker.h"
 #include "log.h"
-#include "manager.h"
+#include "stage-table.h"
 #include "mig-cache.h"
 #include "mig-manager.h"
 #include "strv.h"
 
-static void nvml_publish(Manager *m, NvmlSnapshot *snap) {
+static void nvml_publish(Node *m, NvmlSnapshot *snap) {
         NvmlSnapshot *old = m->nvml_snapshot;
 
         if (gpu_nvml_snapshot_equal(old, snap)) {
@@ -22,10 +22,10 @@ static void nvml_publish(Manager *m, NvmlSnapshot *snap) {
                 return;
         }
         m->nvml_snapshot = snap;
-        manager_nvml_changed(m, old);
+        node_nvml_changed(m, old);
         gpu_nvml_snapshot_free(old);
         /* The devices stage ran before this snapshot: MIG devices new in it get their nodes now. */
-        manager_devices_sync_mig(m);
+        stage_devices_sync_mig(m);
 }
 
 static char *nvml_summary(const NvmlSnapshot *s) {
@@ -40,7 +40,7 @@ static char *nvml_summary(const NvmlSnapshot *s) {
                          s->n_gpus, s->n_gpus == 1 ? "" : "s", mig_gpus, mig_devices, mig_devices == 1 ? "" : "s");
 }
 
-void manager_nvml_stop(Manager *m, const char *why) {
+void stage_nvml_stop(Node *m, const char *why) {
         /* The stage waiting for the worker hears why, so that its pass goes on; so does a MIG read. */
         gpu_nvml_worker_abort(m->nvml_worker, -ECANCELED, why);
         m->nvml_worker = gpu_nvml_worker_free(m->nvml_worker);
@@ -49,19 +49,19 @@ void manager_nvml_stop(Manager *m, const char *why) {
 }
 
 /* Both workers: their NVML handles keep /dev/nvidia* open. */
-static void nvml_stop_all(Manager *m) {
-        manager_nvml_stop(m, "NVML is not in use any more");
+static void nvml_stop_all(Node *m) {
+        stage_nvml_stop(m, "NVML is not in use any more");
 }
 
 static void on_snapshot(GpuNvmlWorker *worker, int r, NvmlSnapshot *snap, const char *error, void *userdata) {
-        Manager *m = userdata;
+        Node *m = userdata;
         _cleanup_free_ char *summary = NULL;
         bool first = !m->nvml_snapshot;
 
         if (r < 0) {
                 /* Start from scratch next time: the driver may have been unloaded or reset. */
                 nvml_publish(m, NULL);
-                manager_stage_complete(m, STAGE_NVML, r, error);
+                node_stage_complete(m, STAGE_NVML, r, error);
                 return;
         }
         if (!gpu_nvml_snapshot_equal(m->nvml_snapshot, snap))
@@ -71,15 +71,15 @@ static void on_snapshot(GpuNvmlWorker *worker, int r, NvmlSnapshot *snap, const 
                 log_info("NVML initialised from %s.", m->config->nvml.library);
         nvml_publish(m, snap);
         summary = nvml_summary(m->nvml_snapshot);
-        manager_stage_complete(m, STAGE_NVML, STAGE_DONE, summary);
+        node_stage_complete(m, STAGE_NVML, STAGE_DONE, summary);
 }
 
 /* Once a second while the worker works: "nvmlInit_v2 for 3 s" in the Stages property and STATUS=. */
 static void on_progress(GpuNvmlWorker *worker, const char *text, void *userdata) {
-        manager_stage_progress(userdata, STAGE_NVML, text);
+        node_stage_progress(userdata, STAGE_NVML, text);
 }
 
-int stage_nvml_run(Manager *m, char **ret_message) {
+int stage_nvml_run(Node *m, char **ret_message) {
         _cleanup_strv_free_ char **addresses = NULL;
         int r;
 
@@ -91,7 +91,7 @@ int stage_nvml_run(Manager *m, char **ret_message) {
         }
 
         /* Real NVML may call nvidia-modprobe and load the driver again behind the admin's back. */
-        if (manager_driver_unload_held(m)) {
+        if (driver_unload_held(m)) {
                 nvml_publish(m, NULL);
                 nvml_stop_all(m);
                 *ret_message = strdup("the driver was unloaded with Unload(); Reconcile() or Reload() loads it again");
@@ -126,7 +126,7 @@ int stage_nvml_run(Manager *m, char **ret_message) {
  * which the MIG reads need, and the static facts a re-read after a MIG change needs. Only when the
  * reader's NVML is the driver the snapshot was read from (same version; a reload stops the reader). */
 static void reader_seed(GpuNvml *n, void *userdata) {
-        Manager *m = userdata;
+        Node *m = userdata;
         const NvmlSnapshot *s = m->nvml_snapshot;
 
         if (!s || !gpu_nvml_seed_system(n, s))
@@ -150,7 +150,7 @@ static void reader_seed(GpuNvml *n, void *userdata) {
 }
 
 /* Before the MIG reader is forked (again): the profile tables it may take from the state directory. */
-static void reader_load_profiles(Manager *m) {
+static void reader_load_profiles(Node *m) {
         _cleanup_free_ char *why = NULL;
 
         m->mig_profiles = mig_profile_cache_free(m->mig_profiles);
@@ -161,7 +161,7 @@ static void reader_load_profiles(Manager *m) {
                 log_info("Not using the MIG profile cache: %s; NVML is asked (and the cache written again).", why);
 }
 
-static int reader_get(Manager *m, char **ret_error) {
+static int reader_get(Node *m, char **ret_error) {
         int r;
 
         if (!m->nvml_snapshot) {
@@ -183,7 +183,7 @@ static int reader_get(Manager *m, char **ret_error) {
         return 0;
 }
 
-static int gpu_addresses(Manager *m, char ***ret) {
+static int gpu_addresses(Node *m, char ***ret) {
         _cleanup_strv_free_ char **l = NULL;
 
         for (size_t i = 0; m->inventory && i < m->inventory->n_gpus; i++)
@@ -195,7 +195,7 @@ static int gpu_addresses(Manager *m, char ***ret) {
         return 0;
 }
 
-int manager_nvml_read_async(Manager *m, char *const *addresses, GpuNvmlJobFunc fn, GpuNvmlJobDone done,
+int stage_nvml_read_async(Node *m, char *const *addresses, GpuNvmlJobFunc fn, GpuNvmlJobDone done,
                             void *userdata, char **ret_error) {
         int r;
 
@@ -210,7 +210,7 @@ int manager_nvml_read_async(Manager *m, char *const *addresses, GpuNvmlJobFunc f
         return r;
 }
 
-int manager_nvml_read_input_async(Manager *m, const void *input, size_t len, GpuNvmlJobFunc fn, GpuNvmlJobDone done,
+int stage_nvml_read_input_async(Node *m, const void *input, size_t len, GpuNvmlJobFunc fn, GpuNvmlJobDone done,
                                   void *userdata, char **ret_error) {
         int r;
 
@@ -267,8 +267,8 @@ static NvmlSnapshot *snapshot_merge(const NvmlSnapshot *old, NvmlSnapshot *fresh
 }
 
 static void on_refreshed(GpuNvmlWorker *w, int r, NvmlSnapshot *snap, const char *error, void *userdata) {
-        Manager *m = userdata;
-        ManagerRefreshDone cb = TAKE_PTR(m->refresh_cb);
+        Node *m = userdata;
+        StageNvmlRefreshDone cb = TAKE_PTR(m->refresh_cb);
         void *ud = TAKE_PTR(m->refresh_userdata);
 
         if (r >= 0 && m->nvml_snapshot) {
@@ -318,8 +318,8 @@ static NvmlSnapshot *snapshot_with_mig(const NvmlSnapshot *old, NvmlSnapshot *fr
         return TAKE_PTR(copy);
 }
 
-int manager_nvml_refresh_async(Manager *m, char *const *pci_addresses, const NvmlSnapshot *mig_devices,
-                               ManagerRefreshDone cb, void *userdata, char **ret_error) {
+int stage_nvml_refresh_async(Node *m, char *const *pci_addresses, const NvmlSnapshot *mig_devices,
+                               StageNvmlRefreshDone cb, void *userdata, char **ret_error) {
         _cleanup_strv_free_ char **addresses = NULL;
         int r;
 

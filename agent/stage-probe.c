@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* Owns the probe stage: reads the PCI inventory and publishes changes (log, D-Bus objects). */
 #include "log.h"
-#include "manager.h"
+#include "stage-table.h"
 #include "strv.h"
 
 static void log_inventory(const Inventory *inv) {
@@ -17,7 +17,7 @@ static void log_inventory(const Inventory *inv) {
                 log_info("%zu Mellanox/NVIDIA networking device%s found.", inv->n_nics, inv->n_nics == 1 ? "" : "s");
 }
 
-int stage_probe_run(Manager *m, char **ret_message) {
+int stage_probe_run(Node *m, char **ret_message) {
         _cleanup_(inventory_freep) Inventory *inv = NULL;
         _cleanup_free_ char *error = NULL;
         int r;
@@ -35,7 +35,7 @@ int stage_probe_run(Manager *m, char **ret_message) {
 
                 Inventory *old = m->inventory;
                 m->inventory = TAKE_PTR(inv);
-                manager_gpus_changed(m, old);
+                node_gpus_changed(m, old);
                 inventory_free(old);
         }
 
