@@ -10,12 +10,12 @@ static void kmod_log(void *userdata, int priority, const char *message) {
         log_debug("libkmod: %s", message);
 }
 
-int driver_module_context(Node *m, ModuleContext **ret) {
-        const ConfigPaths *p = &m->config->paths;
+int driver_module_context(Node *n, ModuleContext **ret) {
+        const ConfigPaths *p = &n->config->paths;
         int r;
 
-        if (!m->module_ctx) {
-                _cleanup_free_ char *modules_dir = path_join(p->modules, m->kernel_release),
+        if (!n->module_ctx) {
+                _cleanup_free_ char *modules_dir = path_join(p->modules, n->kernel_release),
                                     *etc = path_join(p->etc, "modprobe.d"),
                                     *run = path_join(p->root, "run/modprobe.d"),
                                     *lib = path_join(p->root, "lib/modprobe.d"),
@@ -29,15 +29,15 @@ int driver_module_context(Node *m, ModuleContext **ret) {
                         .config_paths = config_paths,
                         .sys_dir = p->sys,
                         .firmware_dir = firmware,
-                        .kernel_release = m->kernel_release,
+                        .kernel_release = n->kernel_release,
                 };
-                r = module_context_new(&cc, &m->module_ctx);
+                r = module_context_new(&cc, &n->module_ctx);
                 if (r < 0)
                         return r;
                 /* Formatting libkmod's chatter costs; only ask for it when it is shown. */
                 if (log_get_max_level() >= LOG_DEBUG)
-                        module_context_set_log(m->module_ctx, kmod_log, m, LOG_DEBUG);
+                        module_context_set_log(n->module_ctx, kmod_log, n, LOG_DEBUG);
         }
-        *ret = m->module_ctx;
+        *ret = n->module_ctx;
         return 0;
 }

@@ -6,9 +6,9 @@
 #include "module.h"
 #include "node.h"
 
-/* The libkmod context for m->kernel_release: modules dir <paths.modules>/<kver>, modprobe.d from
+/* The libkmod context for n->kernel_release: modules dir <paths.modules>/<kver>, modprobe.d from
  * <paths.etc>/modprobe.d, <root>/run/modprobe.d, <root>/lib/modprobe.d, <root>/usr/lib/modprobe.d (in
  * that priority), sysfs paths.sys, firmware <root>/lib/firmware; libkmod's log goes to ours at debug
- * level. Created on first use and kept in m->module_ctx (owned by the Node: do not free it; it may
+ * level. Created on first use and kept in n->module_ctx (owned by the Node: do not free it; it may
  * be replaced at the next pass, so do not keep the pointer across event-loop iterations). */
-int driver_module_context(Node *m, ModuleContext **ret);
+int driver_module_context(Node *n, ModuleContext **ret);

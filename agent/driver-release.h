@@ -13,10 +13,10 @@ typedef struct DriverRelease DriverRelease;
 
 /* Called from the loop once our processes let go (or 5 s passed). The DriverRelease is finished: the
  * callback frees it (driver_release_free()). */
-typedef void (*DriverReleaseDone)(Node *m, void *userdata);
+typedef void (*DriverReleaseDone)(Node *n, void *userdata);
 
 /* why: the message NVML's state gets ("NVML was closed: …"). */
-int driver_release_start(Node *m, const char *why, DriverReleaseDone done, void *userdata, DriverRelease **ret);
+int driver_release_start(Node *n, const char *why, DriverReleaseDone done, void *userdata, DriverRelease **ret);
 DriverRelease *driver_release_free(DriverRelease *r);
 
 /* Whether pid is a child of ours (the PPID in <proc_dir>/<pid>/stat). */

@@ -25,4 +25,4 @@ int driver_verify_built(const Config *c, const char *kver, char **ret_error);
 
 /* Releases what the driver stage holds: cancels a DKMS build in flight (its process group is
  * killed), frees the module context, the Modules rows and DkmsState. Called from manager_free(). */
-void stage_driver_done(Node *m);
+void stage_driver_done(Node *n);

@@ -134,17 +134,17 @@ static void on_exit_child(Spawn *child, const SpawnResult *res, void *userdata) 
         module_child_free(c);
 }
 
-int module_child_start(Node *m, sd_event *e, const char *what, uint64_t timeout_usec, ModuleChildFunc fn,
+int module_child_start(Node *n, sd_event *e, const char *what, uint64_t timeout_usec, ModuleChildFunc fn,
                        void *fn_userdata, ModuleChildDone done, void *userdata, void (*destroy)(void *userdata),
                        ModuleChild **ret) {
         ModuleChild *c;
         int sv[2], r;
 
-        assert(m && e && what && *what && fn && done && ret);
+        assert(n && e && what && *what && fn && done && ret);
         c = calloc(1, sizeof *c);
         if (!c)
                 return -ENOMEM;
-        *c = (ModuleChild) { .node = m, .fd = -1, .timeout_usec = timeout_usec, .fn = fn,
+        *c = (ModuleChild) { .node = n, .fd = -1, .timeout_usec = timeout_usec, .fn = fn,
                              .fn_userdata = fn_userdata, .done = done, .userdata = userdata };
         /* destroy is set only once started: a failed start leaves userdata to the caller. */
         if (!(c->what = strdup(what))) {

@@ -70,14 +70,14 @@ struct MigManager {
         char *recovery_note;          /* what recovery found and did, until taken */
 };
 
-int mig_manager_new(Node *m, MigManager **ret) {
+int mig_manager_new(Node *n, MigManager **ret) {
         MigManager *mm;
         const char *p = getenv("GNA_MIG_RESET_PROGRAM"), *t = getenv("GNA_MIG_RESET_TIMEOUT_MS");
 
         mm = calloc(1, sizeof *mm);
         if (!mm)
                 return -ENOMEM;
-        mm->node = m;
+        mm->node = n;
         if (p && *p && !(mm->reset_program = strdup(p))) {
                 free(mm);
                 return -ENOMEM;

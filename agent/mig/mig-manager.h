@@ -35,7 +35,7 @@ typedef void (*MigApplyDone)(MigManager *mm, const MigApplyOutcome *outcome, voi
 /* Called whenever mig_manager_config()/mig_manager_state() change (for PropertiesChanged). */
 typedef void (*MigChanged)(MigManager *mm, void *userdata);
 
-int mig_manager_new(Node *m, MigManager **ret);
+int mig_manager_new(Node *n, MigManager **ret);
 /* Cancels an apply in flight (its callback is not called; the journal stays and is recovered at the next
  * start). NULL-safe. */
 MigManager *mig_manager_free(MigManager *mm);
