@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /* The D-Bus side of the Manager: connection and name, the Manager and Gpu interfaces
- * (bus-manager.c, bus-gpu.c), and coalesced PropertiesChanged (bus-util.c). */
+ * (bus-manager.c, bus-gpu.c), and coalesced PropertiesChanged (bus-util.c). The bus layer sees the
+ * Manager only through manager-bus.h (opaque; its Node, reload, a pass, the state getters). */
 #pragma once
 
-#include "manager.h"
+#include "manager-bus.h"
 
 #define AGENT_ERROR_PREFIX "org.gpunodeagent.Agent1.Error."
 #define AGENT_ERROR_INVALID_CONFIG AGENT_ERROR_PREFIX "InvalidConfig"

@@ -67,6 +67,26 @@ static const NodeOps manager_node_ops = {
         .labels_write_now = stage_labels_write_now,
 };
 
+Node *manager_node(Manager *m) {
+        return &m->node;
+}
+
+const Node *manager_node_const(const Manager *m) {
+        return &m->node;
+}
+
+Manager *manager_from_node(Node *n) {
+        return (Manager *) ((char *) n - offsetof(Manager, node));
+}
+
+BusDirty **manager_bus_dirty(Manager *m) {
+        return &m->bus_dirty;
+}
+
+const char *manager_config_error(const Manager *m) {
+        return m->config_error;
+}
+
 int manager_new(const ManagerOptions *o, Manager **ret) {
         _cleanup_(manager_freep) Manager *m = calloc(1, sizeof(Manager));
         int r;

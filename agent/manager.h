@@ -10,24 +10,9 @@
 #include <systemd/sd-device.h>
 #include <systemd/sd-event.h>
 
+#include "manager-bus.h"
 #include "node.h"
 #include "stage-table.h"
-
-typedef struct BusDirty BusDirty;
-struct Manager;
-
-/* The bus layer's side of the Manager (bus.h: manager_bus_ops, given by main.c). The manager, its
- * stages, health and the driver unload reach D-Bus only through it, with manager_mark_dirty() and the
- * others below, so that only bus-*.c (and main.c) include bus.h and the bus stays out of the include
- * cycles of agent/ (tests/layers). */
-typedef struct ManagerBusOps {
-        int (*connect)(struct Manager *m);
-        void (*disconnect)(struct Manager *m);
-        void (*mark_dirty)(struct Manager *m, const char *path, const char *interface, const char *property);
-        void (*gpus_changed)(struct Manager *m, const Inventory *old);
-        void (*nvml_changed)(struct Manager *m, const NvmlSnapshot *old);
-        void (*stage_changed)(struct Manager *m, StageId id);
-} ManagerBusOps;
 
 typedef struct ManagerOptions {
         ConfigLoadOptions config;  /* strings owned by the caller, must outlive the Manager */
@@ -36,7 +21,7 @@ typedef struct ManagerOptions {
         const ManagerBusOps *bus;  /* NULL: no D-Bus (the unit tests' managers) */
 } ManagerOptions;
 
-typedef struct Manager {
+struct Manager {
         Node node;                       /* what the stages see (node.h); its event and bus are ours */
         sd_device_monitor *monitor;
         sd_event_source *sig_term, *sig_int, *sig_hup;
@@ -45,11 +30,7 @@ typedef struct Manager {
         sd_event_source *settle_timer;   /* coalesces device events into one pass */
         sd_event_source *coalesce_timer; /* a pass requested right after one ended: starts it later */
         uint64_t last_pass_end_usec;     /* CLOCK_MONOTONIC */
-        /* AssertMigConfig/ExportMigConfig by unprivileged callers read NVML: at most
-         * BUS_MIG_UNPRIVILEGED_BURST of them per BUS_MIG_UNPRIVILEGED_WINDOW_USEC (bus-mig.c). */
-        uint64_t mig_read_window_usec;
-        unsigned mig_read_count;
-        BusDirty *bus_dirty;             /* owned by bus-util.c */
+        BusDirty *bus_dirty;             /* the bus layer's own state, owned by bus-util.c */
 
         ManagerOptions options;
         char *config_error;              /* why the last load/reload failed, NULL if it did not */
@@ -71,12 +52,7 @@ typedef struct Manager {
         bool pass_again_coalesced;       /* … by manager_request_pass_coalesced() only */
         unsigned retry_attempt;
         int exit_code;
-} Manager;
-
-/* The Manager of a Node (every Node is a Manager's). */
-static inline Manager *manager_from_node(Node *n) {
-        return (Manager *) ((char *) n - offsetof(Manager, node));
-}
+};
 
 #define MANAGER_PASS_MIN_INTERVAL_USEC (500 * USEC_PER_MSEC)
 
@@ -90,17 +66,6 @@ int manager_startup(Manager *m);
 /* Runs the event loop until SIGTERM/SIGINT (or, oneshot, the first pass); returns the exit code. */
 int manager_run(Manager *m);
 
-/* Asks for a full pass of the stages (coalesced; runs from the event loop). One asked for while a pass
- * runs is queued (one, however many ask). */
-void manager_request_pass(Manager *m, const char *reason);
-/* The same for requests anyone may repeat at will (Reconcile()): one asked for within
- * MANAGER_PASS_MIN_INTERVAL_USEC of the end of the last pass starts at that interval, together with
- * everything asked for meanwhile: 1000 Reconcile() calls in a row cost a handful of passes. */
-void manager_request_pass_coalesced(Manager *m, const char *reason);
-
-/* Reloads the configuration transactionally: on success swaps it in and requests a pass; on failure
- * keeps the old one, stores the error in config_error (visible on D-Bus) and returns it. */
-int manager_reload(Manager *m, char **ret_error);
 
 /* Loads the configuration as config_load() does, with the last good remote document (config.remote)
  * merged in when there is one for the configured URL (manager-remote.c). */
@@ -121,10 +86,6 @@ void manager_stage_complete(Manager *m, StageId id, int r, const char *message);
 /* A running stage's progress ("building nvidia 550.54.15 for 6.1.0-27-amd64: 2m10s"): STATUS= and the
  * Stages property, no state change. */
 void manager_stage_progress(Manager *m, StageId id, const char *text);
-
-/* Name of the Stage property: "starting", the running stage's name, or "ready" between passes. */
-const char *manager_stage_name(const Manager *m);
-bool manager_is_ready(const Manager *m);
 
 
 /* Through options.bus (no-ops without it): a property changed (path NULL = the manager object; one

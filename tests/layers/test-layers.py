@@ -103,6 +103,29 @@ def subsystem(rel):
     return re.split(r"[-.]", stem)[0]
 
 
+# Headers of agent/ that only some files may include (docs/HACKING.md, "Layers"): the Manager's full
+# definition is the manager's own (and main.c's); the bus layer sees it through manager-bus.h; nothing
+# but the bus layer, main.c and gpunodectl includes the bus's headers.
+RESTRICTED = {
+    "manager.h": ("the manager's own files and main.c", lambda rel: re.match(r"manager[-.]", rel) or rel == "main.c",
+                  "; the bus layer includes manager-bus.h, the code below the manager node.h"),
+    "bus.h": ("the bus layer, main.c and gpunodectl", lambda rel: rel.startswith(("bus-", "bus.", "ctl/")) or rel == "main.c",
+              "; below the bus, tell D-Bus what changed with node_mark_dirty() and the like (node.h)"),
+    "bus-mig.h": ("the bus layer", lambda rel: rel.startswith(("bus-", "bus.")), ""),
+}
+
+
+def check_restricted(files):
+    for rel, text in sorted(files.items()):
+        for n, line in enumerate(text.splitlines(), 1):
+            m = re.match(r'\s*#\s*include\s+"([^"]+)"', line)
+            if m and m.group(1) in RESTRICTED:
+                who, allowed, hint = RESTRICTED[m.group(1)]
+                if not allowed(rel):
+                    failures.append(f"agent/{rel}:{n} includes {m.group(1)}: only {who} may{hint} "
+                                    f"(docs/HACKING.md, \"Layers\")")
+
+
 def strip_comments(text):
     return re.sub(r"/\*.*?\*/|//[^\n]*", lambda m: re.sub(r"[^\n]", " ", m.group(0)), text, flags=re.S)
 
@@ -197,6 +220,7 @@ def path(edges, inside, a, b):
 
 def check_agent_cycles():
     files, edges = agent_graph()
+    check_restricted(files)
     for comp in strongly_connected(files, edges):
         subs = {subsystem(f) for f in comp}
         if len(subs) < 2:
