@@ -11,6 +11,7 @@
 #include "module.h"
 
 typedef struct ModuleLoadJob ModuleLoadJob;
+typedef struct DriverStage DriverStage;
 
 /* Fills *ret from the config's driver.dkms.* and paths (the strings point into c, which must outlive
  * the options). dkms_module "" means autoinstall. */

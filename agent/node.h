@@ -96,15 +96,8 @@ struct Node {
 
         /* Driver lifecycle (stage-driver.c, stage-devices.c, stage-fabric.c). */
         struct ModuleContext *module_ctx;/* libkmod for the running kernel, created on first use */
-        struct DkmsRun *dkms_run;        /* a DKMS build in flight, NULL otherwise */
-        struct ModuleLoadJob *module_load; /* module inserts in flight in a child process (stage-driver.c) */
-        struct ModuleChild *peermem_insert; /* nvidia-peermem's insert in flight in a child (stage-driver.c) */
-        struct DriverRelease *reload_release; /* a when-idle reload waiting for our NVML processes (stage-driver.c) */
-        struct ModuleChild *reload_removal; /* a when-idle reload's removal of the old modules in a child */
+        struct DriverStage *driver_stage; /* the driver stage's own state (stage-driver.c), NULL before it ran */
         char *dkms_state;                /* DkmsState property: "idle", "building …", "failed: …", "built …" */
-        char *dkms_failed_fingerprint;   /* dkms_fingerprint() when the last build failed, NULL otherwise */
-        char *dkms_failed_message;       /* … and what it said, for retries that do not run it again */
-        int dkms_failed_error;
         bool driver_admin_unloaded;      /* nvidia was removed outside the agent: do not load it back */
         bool driver_was_live;            /* the driver stage last saw the core modules live */
         char **module_rows;              /* Modules property: "name\tstate\tdetail" per module, in load order */

@@ -35,6 +35,19 @@ static inline const char *strempty(const char *s) {
         return s ?: "";
 }
 
+/* The driver stage's own state (Node.driver_stage, made by its first run, freed by stage_driver_done()):
+ * the work in flight, and what the last failed DKMS build said. */
+struct DriverStage {
+        DkmsRun *dkms_run;               /* a DKMS build in flight, NULL otherwise */
+        ModuleLoadJob *module_load;      /* module inserts in flight in a child process */
+        ModuleChild *peermem_insert;     /* nvidia-peermem's insert in flight in a child */
+        DriverRelease *reload_release;   /* a when-idle reload waiting for our NVML processes */
+        ModuleChild *reload_removal;     /* a when-idle reload's removal of the old modules in a child */
+        char *dkms_failed_fingerprint;   /* dkms_fingerprint() when the last build failed, NULL otherwise */
+        char *dkms_failed_message;       /* … and what it said, for retries that do not run it again */
+        int dkms_failed_error;
+};
+
 typedef struct CoreModule {
         DriverModule id;
         const char *name;
@@ -130,16 +143,21 @@ int driver_verify_built(const Config *c, const char *kver, char **ret_error) {
 static ModuleLoadJob *module_load_job_free(ModuleLoadJob *j);
 
 void stage_driver_done(Node *n) {
-        n->module_load = module_load_job_free(n->module_load);
-        n->peermem_insert = module_child_free(n->peermem_insert);
-        n->reload_release = driver_release_free(n->reload_release);
-        n->reload_removal = module_child_free(n->reload_removal);
-        n->dkms_run = dkms_run_free(n->dkms_run);
+        DriverStage *ds = n->driver_stage;
+
+        if (ds) {
+                ds->module_load = module_load_job_free(ds->module_load);
+                ds->peermem_insert = module_child_free(ds->peermem_insert);
+                ds->reload_release = driver_release_free(ds->reload_release);
+                ds->reload_removal = module_child_free(ds->reload_removal);
+                ds->dkms_run = dkms_run_free(ds->dkms_run);
+                free(ds->dkms_failed_fingerprint);
+                free(ds->dkms_failed_message);
+                n->driver_stage = mfree(ds);
+        }
         n->module_ctx = module_context_free(n->module_ctx);
         n->module_rows = strv_free(n->module_rows);
         n->dkms_state = mfree(n->dkms_state);
-        n->dkms_failed_fingerprint = mfree(n->dkms_failed_fingerprint);
-        n->dkms_failed_message = mfree(n->dkms_failed_message);
 }
 
 /* ---- what the stage publishes ------------------------------------------------------------------ */
@@ -582,7 +600,7 @@ static int reload_removal_child(Node *n, void *userdata, char **ret_message, cha
 static void on_reload_removed(Node *n, int r, const char *message, char **names, void *userdata) {
         _cleanup_free_ char *stage_message = NULL;
 
-        n->reload_removal = NULL;
+        n->driver_stage->reload_removal = NULL;
         if (r < 0) {
                 stage_message = strprintf("Cannot reload the driver: %s", message ?: strerror(-r));
                 node_stage_complete(n, STAGE_DRIVER, r, stage_message);
@@ -602,7 +620,7 @@ static void on_reload_released(Node *n, void *userdata) {
         NvmlSnapshot *old;
         int r;
 
-        n->reload_release = driver_release_free(n->reload_release);
+        n->driver_stage->reload_release = driver_release_free(n->driver_stage->reload_release);
         old = n->nvml_snapshot;
         if (old) {
                 n->nvml_snapshot = NULL;
@@ -613,7 +631,7 @@ static void on_reload_released(Node *n, void *userdata) {
         n->driver_was_live = false;
         r = module_child_start(n, n->event, "removing the old NVIDIA modules for the reload",
                                RELOAD_REMOVAL_TIMEOUT_USEC, reload_removal_child, NULL, on_reload_removed, NULL, NULL,
-                               &n->reload_removal);
+                               &n->driver_stage->reload_removal);
         if (r < 0) {
                 message = strprintf("Cannot reload the driver: cannot start removing the old modules: %s",
                                     strerror(-r));
@@ -628,7 +646,7 @@ static int driver_reload_start(Node *n, char **ret_message) {
         int r;
 
         r = driver_release_start(n, "NVML was closed: the driver is reloaded (driver.reload-on-mismatch: when-idle)",
-                                 on_reload_released, NULL, &n->reload_release);
+                                 on_reload_released, NULL, &n->driver_stage->reload_release);
         if (r < 0) {
                 *ret_message = strprintf("Cannot reload the driver: %s", strerror(-r));
                 return r;
@@ -742,7 +760,7 @@ static void on_peermem_inserted(Node *n, int r, const char *msg, char **names, v
         int k;
 
         free(p);
-        n->peermem_insert = NULL;
+        n->driver_stage->peermem_insert = NULL;
         if (r < 0) {
                 log_warning("%s", strna(msg));
                 note = strprintf("nvidia-peermem (GPUDirect RDMA) is not loaded: %s", strna(msg));
@@ -789,7 +807,7 @@ static int driver_finish(Node *n, ModuleContext *ctx, char **rows_taken, char *m
         *p = (PeermemInsert) { .rows = TAKE_PTR(rows), .message = TAKE_PTR(message) };
         r = module_child_start(n, n->event, "inserting nvidia-peermem", PEERMEM_INSERT_TIMEOUT_USEC,
                                peermem_insert_child, NULL, on_peermem_inserted, p, peermem_insert_free,
-                               &n->peermem_insert);
+                               &n->driver_stage->peermem_insert);
         if (r < 0) {
                 *ret_message = strprintf("%s; nvidia-peermem (GPUDirect RDMA) is not loaded: cannot start the "
                                          "insert: %s", p->message, strerror(-r));
@@ -827,10 +845,10 @@ static void on_dkms_done(DkmsRun *run, int error, const char *message, void *use
         Node *n = userdata;
         int r;
 
-        n->dkms_run = dkms_run_free(run);
+        n->driver_stage->dkms_run = dkms_run_free(run);
         metrics_dkms_finished(n, error >= 0);
-        n->dkms_failed_fingerprint = mfree(n->dkms_failed_fingerprint);
-        n->dkms_failed_message = mfree(n->dkms_failed_message);
+        n->driver_stage->dkms_failed_fingerprint = mfree(n->driver_stage->dkms_failed_fingerprint);
+        n->driver_stage->dkms_failed_message = mfree(n->driver_stage->dkms_failed_message);
         if (error < 0) {
                 ModuleContext *ctx;
                 _cleanup_strv_free_ char **rows = NULL;
@@ -839,9 +857,9 @@ static void on_dkms_done(DkmsRun *run, int error, const char *message, void *use
                 /* Remember what the failure saw: a retry runs dkms again only when that changed. */
                 driver_dkms_options(n->config, &o);
                 if (error != -ECANCELED && error != -ETIME &&
-                    dkms_fingerprint(n->kernel_release, &o, &n->dkms_failed_fingerprint) >= 0) {
-                        n->dkms_failed_message = message ? strdup(message) : NULL;
-                        n->dkms_failed_error = error;
+                    dkms_fingerprint(n->kernel_release, &o, &n->driver_stage->dkms_failed_fingerprint) >= 0) {
+                        n->driver_stage->dkms_failed_message = message ? strdup(message) : NULL;
+                        n->driver_stage->dkms_failed_error = error;
                 }
 
                 state = strprintf("failed: %s", strna(message));
@@ -873,21 +891,21 @@ static int driver_start_dkms(Node *n, const char *reason, char **ret_message) {
         int r;
 
         driver_dkms_options(n->config, &o);
-        if (n->dkms_failed_fingerprint) {
+        if (n->driver_stage->dkms_failed_fingerprint) {
                 _cleanup_free_ char *now = NULL;
-                if (dkms_fingerprint(n->kernel_release, &o, &now) >= 0 && streq(now, n->dkms_failed_fingerprint)) {
+                if (dkms_fingerprint(n->kernel_release, &o, &now) >= 0 && streq(now, n->driver_stage->dkms_failed_fingerprint)) {
                         /* The same build would fail the same way: say so instead of rebuilding. */
                         log_debug("Not running dkms again: nothing it depends on changed since it failed.");
                         *ret_message = strprintf("%s (dkms not run again: the kernel headers, the DKMS tree and "
                                                  "/usr/src are unchanged since this failure; it runs again once "
                                                  "one of them changes)",
-                                                 strna(n->dkms_failed_message));
-                        return n->dkms_failed_error < 0 ? n->dkms_failed_error : -EIO;
+                                                 strna(n->driver_stage->dkms_failed_message));
+                        return n->driver_stage->dkms_failed_error < 0 ? n->driver_stage->dkms_failed_error : -EIO;
                 }
         }
         log_info("%s Building it with DKMS (%s %s -k %s).", reason, o.program ?: "dkms",
                  o.module ? "install" : "autoinstall", n->kernel_release);
-        r = dkms_run_start(n->event, n->kernel_release, &o, &cb, n, &n->dkms_run, &error);
+        r = dkms_run_start(n->event, n->kernel_release, &o, &cb, n, &n->driver_stage->dkms_run, &error);
         if (r >= 0)
                 metrics_dkms_started(n);
         if (r < 0) {
@@ -1137,8 +1155,8 @@ static int driver_ensure(Node *n, const char *dkms_message, char **ret_message) 
         }
 
         r = module_load_start(n, dkms_message, enforcing, sb, digest, ret_message);
-        if (r == STAGE_RUNNING && n->module_load && flavour_reason)
-                module_load_job_set_flavour(n->module_load, TAKE_PTR(flavour_reason));
+        if (r == STAGE_RUNNING && n->driver_stage->module_load && flavour_reason)
+                module_load_job_set_flavour(n->driver_stage->module_load, TAKE_PTR(flavour_reason));
         return r;
 }
 
@@ -1279,7 +1297,7 @@ static int module_load_finish(Node *n, ModuleLoadJob *j, int r, char *load_messa
 
 static void on_module_load_exit(Spawn *child, const SpawnResult *res, void *userdata) {
         Node *n = userdata;
-        ModuleLoadJob *j = TAKE_PTR(n->module_load);
+        ModuleLoadJob *j = TAKE_PTR(n->driver_stage->module_load);
         _cleanup_strv_free_ char **loaded = NULL;
         _cleanup_free_ char *load_message = NULL, *message = NULL;
         int r;
@@ -1338,7 +1356,7 @@ static int module_load_start(Node *n, const char *dkms_message, bool enforcing, 
                 *ret_message = strprintf("Cannot start loading the NVIDIA modules: %s", strerror(-r));
                 return r;
         }
-        n->module_load = j;
+        n->driver_stage->module_load = j;
         node_stage_progress(n, STAGE_DRIVER, "loading the NVIDIA kernel modules");
         return STAGE_RUNNING;
 }
@@ -1387,8 +1405,13 @@ int stage_driver_run(Node *n, char **ret_message) {
         const Config *c = n->config;
         int r;
 
+        if (!n->driver_stage) {
+                n->driver_stage = calloc(1, sizeof(DriverStage));
+                if (!n->driver_stage)
+                        return -ENOMEM;
+        }
         /* A build or the inserts in flight finish the stage from their completion handlers. */
-        if (n->dkms_run || n->module_load || n->peermem_insert || n->reload_release || n->reload_removal)
+        if (n->driver_stage->dkms_run || n->driver_stage->module_load || n->driver_stage->peermem_insert || n->driver_stage->reload_release || n->driver_stage->reload_removal)
                 return STAGE_RUNNING;
         if (!n->dkms_state)
                 driver_set_dkms_state(n, "idle");
