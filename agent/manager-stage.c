@@ -429,6 +429,7 @@ static void manager_start_pass(Manager *m, const char *reason) {
                         log_error_errno(r, "Failed to schedule the stages: %m");
                         return;
                 }
+                (void) sd_event_source_set_description(m->stage_source, "manager-stage");
         }
         if (m->retry_timer)
                 (void) sd_event_source_set_enabled(m->retry_timer, SD_EVENT_OFF);

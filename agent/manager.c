@@ -285,6 +285,10 @@ int manager_startup(Manager *m) {
                 r = sd_event_add_signal(m->node.event, &m->sig_hup, SIGHUP, on_sighup, m);
         if (r < 0)
                 return log_error_errno(r, "Failed to install signal handlers: %m");
+        (void) sd_event_source_set_description(m->sig_term, "manager-sigterm");
+        (void) sd_event_source_set_description(m->sig_int, "manager-sigint");
+        if (m->sig_hup)
+                (void) sd_event_source_set_description(m->sig_hup, "manager-sighup");
 
         /* Sends WATCHDOG=1 at half of $WATCHDOG_USEC; a no-op without it. */
         r = sd_event_set_watchdog(m->node.event, true);

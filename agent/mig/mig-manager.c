@@ -347,6 +347,8 @@ static void plan_deliver(MigManager *mm, MigApplyOutcome o, char *message) {
         mm->plan.refusal_message = message;
         if (sd_event_add_defer(mm->node->event, &mm->plan.defer, on_refusal, mm) < 0)
                 (void) on_refusal(NULL, mm);
+        else
+                (void) sd_event_source_set_description(mm->plan.defer, "mig-refusal");
 }
 
 /* Ends the planning with a refusal (nothing was changed), delivered from the next loop iteration (we may
@@ -929,6 +931,7 @@ static void on_read_done(GpuNvmlWorker *w, int r, const uint8_t *data, size_t le
         /* The worker is still in its callback: free from the next iteration. */
         if (sd_event_add_defer(rd->mm->node->event, &rd->defer, on_read_free, rd) < 0)
                 return; /* out of memory: it stays listed, and goes with the MigManager */
+        (void) sd_event_source_set_description(rd->defer, "mig-read-free");
 }
 
 static void mig_reads_cancel(MigManager *mm) {

@@ -13,7 +13,13 @@ config, …; a file's subsystem is its folder under agent/, else the first word 
 and driver.h, the headers of stage-devices.c and stage-driver.c, in stage). The graph has an arrow from a
 file to each header it includes and from a header to each file that defines a function it declares (so
 that a header stands for the code behind it); a strongly connected part of it with files of more than
-one subsystem is such a cycle, and is named with the arrows of one round trip."""
+one subsystem is such a cycle, and is named with the arrows of one round trip. None is tolerated: the
+code below the manager sees node.h and asks the manager through NodeOps. Only the manager's own files
+and main.c include manager.h (the bus layer: manager-bus.h), only the bus layer, main.c and gpunodectl
+bus.h.
+
+And every event source has a description: timers through agent/basic/event-util.c, the others with
+sd_event_source_set_description()."""
 import collections
 import json
 import os
@@ -236,8 +242,10 @@ def check_agent_cycles():
                         f"(docs/HACKING.md, \"Layers\")")
 
 
-def check_timers():
-    """Every timer of ours is added through agent/basic/event-util.c, which names it (issue 8, item 5)."""
+def check_event_sources():
+    """Every event source of ours has a description (issue 8, item 5): timers are added through
+    agent/basic/event-util.c, which names them; any other sd_event_add_*() is followed, in its file, by
+    sd_event_source_set_description() on the same source."""
     for d, _, names in os.walk(SRC):
         rel_d = os.path.relpath(d, SRC)
         if rel_d.split(os.sep)[0] not in ("agent", "modules", "labels"):
@@ -247,15 +255,23 @@ def check_timers():
             if not name.endswith((".c", ".h")) or rel == "agent/basic/event-util.c":
                 continue
             with open(os.path.join(d, name)) as f:
-                for n, line in enumerate(strip_comments(f.read()).splitlines(), 1):
-                    if re.search(r"\bsd_event_add_time(_relative)?\s*\(", line):
-                        failures.append(f"{rel}:{n} calls sd_event_add_time*(): use event_reset_time[_relative]() "
-                                        f"(agent/basic/event-util.h), which gives the source a description")
+                text = strip_comments(f.read())
+            for m in re.finditer(r"\bsd_event_add_(\w+)\s*\(\s*[^,]+,\s*&([^,]+),", text):
+                n = text.count("\n", 0, m.start()) + 1
+                kind, source = m.group(1), re.sub(r"\s+", "", m.group(2))
+                if kind.startswith("time"):
+                    failures.append(f"{rel}:{n} calls sd_event_add_{kind}(): use event_reset_time[_relative]() "
+                                    f"(agent/basic/event-util.h), which gives the source a description")
+                    continue
+                if not re.search(r"sd_event_source_set_description\(\s*" + re.escape(source) + r"\s*,", text):
+                    failures.append(f"{rel}:{n}: the {kind} source {source} has no description: add "
+                                    f"sd_event_source_set_description({source}, \"…\") (sd-event's debug output "
+                                    f"and a core dump name it)")
 
 
 check_compile_commands()
 check_includes()
-check_timers()
+check_event_sources()
 check_agent_cycles()
 for f in failures:
     print("FAIL:", f)
