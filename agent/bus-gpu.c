@@ -40,14 +40,15 @@ static int gpu_index_from_path(const char *path, unsigned *ret) {
 static int gpu_object_find(sd_bus *bus, const char *path, const char *interface, void *userdata,
                            void **found, sd_bus_error *error) {
         Manager *m = userdata;
+        Node *n = manager_node(m);
         const Inventory *vanishing;
         unsigned index;
 
         if (gpu_index_from_path(path, &index) < 0)
                 return 0;
 
-        if (m->inventory && index < m->inventory->n_gpus) {
-                *found = &m->inventory->gpus[index];
+        if (n->inventory && index < n->inventory->n_gpus) {
+                *found = &n->inventory->gpus[index];
                 return 1;
         }
         vanishing = bus_dirty_vanishing(m);
@@ -62,9 +63,10 @@ static int gpu_node_enumerator(sd_bus *bus, const char *path, void *userdata, ch
                                sd_bus_error *error) {
         _cleanup_strv_free_ char **l = NULL;
         Manager *m = userdata;
+        Node *n = manager_node(m);
         int r;
 
-        for (size_t i = 0; m->inventory && i < m->inventory->n_gpus; i++) {
+        for (size_t i = 0; n->inventory && i < n->inventory->n_gpus; i++) {
                 char *p;
                 r = gpu_path((unsigned) i, &p);
                 if (r < 0)
@@ -113,8 +115,9 @@ static const GpuInfo *snapshot_find(const NvmlSnapshot *s, const char *address) 
 static const GpuInfo *gpu_nvml_info(sd_bus *bus, const PciDevice *d) {
         sd_bus_slot *slot = sd_bus_get_current_slot(bus);
         const Manager *m = slot ? sd_bus_slot_get_userdata(slot) : NULL;
+        const Node *n = m ? manager_node_const(m) : NULL;
 
-        return m ? snapshot_find(m->nvml_snapshot, d->address) : NULL;
+        return n ? snapshot_find(n->nvml_snapshot, d->address) : NULL;
 }
 
 /* Every NVML property has one rendering, used both by the getters and by the change detection, so
@@ -269,14 +272,15 @@ static bool gpu_equal(const PciDevice *a, const PciDevice *b) {
 }
 
 void manager_bus_gpus_changed(Manager *m, const Inventory *old) {
-        size_t n_old = old ? old->n_gpus : 0, n_new = m->inventory ? m->inventory->n_gpus : 0;
+        Node *n = manager_node(m);
+        size_t n_old = old ? old->n_gpus : 0, n_new = n->inventory ? n->inventory->n_gpus : 0;
         int r;
 
-        if (!m->bus)
+        if (!n->bus)
                 return;
 
         for (size_t i = 0; i < n_old && i < n_new; i++)
-                if (!gpu_equal(&old->gpus[i], &m->inventory->gpus[i])) {
+                if (!gpu_equal(&old->gpus[i], &n->inventory->gpus[i])) {
                         _cleanup_free_ char *p = NULL;
                         if (gpu_path((unsigned) i, &p) < 0)
                                 return (void) log_oom();
@@ -289,7 +293,7 @@ void manager_bus_gpus_changed(Manager *m, const Inventory *old) {
                         return (void) log_oom();
                 /* sd-bus lists the interfaces of a removed object by looking it up once more. */
                 bus_dirty_set_vanishing(m, old);
-                r = sd_bus_emit_object_removed(m->bus, p);
+                r = sd_bus_emit_object_removed(n->bus, p);
                 bus_dirty_set_vanishing(m, NULL);
                 if (r < 0)
                         log_warning("Could not emit InterfacesRemoved for %s: %s", p, strerror(-r));
@@ -299,7 +303,7 @@ void manager_bus_gpus_changed(Manager *m, const Inventory *old) {
                 _cleanup_free_ char *p = NULL;
                 if (gpu_path((unsigned) i, &p) < 0)
                         return (void) log_oom();
-                r = sd_bus_emit_object_added(m->bus, p);
+                r = sd_bus_emit_object_added(n->bus, p);
                 if (r < 0)
                         log_warning("Could not emit InterfacesAdded for %s: %s", p, strerror(-r));
         }
@@ -332,11 +336,12 @@ static void gpu_nvml_mark_changed(Manager *m, const char *path, const GpuInfo *a
 /* Lives here rather than in bus-manager.c because nearly all of it is per GPU; the two Manager
  * properties are compared the way their getters render them. */
 void manager_bus_nvml_changed(Manager *m, const NvmlSnapshot *old) {
-        const NvmlSnapshot *new = m->nvml_snapshot;
+        Node *n = manager_node(m);
+        const NvmlSnapshot *new = n->nvml_snapshot;
         int cuda_old = old && old->cuda_version > 0 ? old->cuda_version : 0;
         int cuda_new = new && new->cuda_version > 0 ? new->cuda_version : 0;
 
-        if (!m->bus)
+        if (!n->bus)
                 return;
 
         if (!streq(old && old->driver_version ? old->driver_version : "",
@@ -346,8 +351,8 @@ void manager_bus_nvml_changed(Manager *m, const NvmlSnapshot *old) {
                 manager_bus_mark_dirty(m, NULL, NULL, "CudaVersion");
 
         /* By PCI address: the snapshot lists only the GPUs NVML knows, so positions need not match. */
-        for (size_t i = 0; m->inventory && i < m->inventory->n_gpus; i++) {
-                const char *address = m->inventory->gpus[i].address;
+        for (size_t i = 0; n->inventory && i < n->inventory->n_gpus; i++) {
+                const char *address = n->inventory->gpus[i].address;
                 _cleanup_free_ char *p = NULL;
 
                 if (gpu_path((unsigned) i, &p) < 0)

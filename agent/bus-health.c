@@ -20,15 +20,17 @@ static int append_health(sd_bus_message *reply, GpuHealthState s, const char *wh
 int bus_health_property_get_node(sd_bus *bus, const char *path, const char *interface, const char *property,
                                  sd_bus_message *reply, void *userdata, sd_bus_error *error) {
         Manager *m = userdata;
+        Node *n = manager_node(m);
         const char *why;
-        GpuHealthState s = health_node_state(m->health, &why);
+        GpuHealthState s = health_node_state(n->health, &why);
         return append_health(reply, s, why);
 }
 
 int bus_health_property_get_unhealthy(sd_bus *bus, const char *path, const char *interface, const char *property,
                                       sd_bus_message *reply, void *userdata, sd_bus_error *error) {
         Manager *m = userdata;
-        return sd_bus_message_append(reply, "u", health_unhealthy_gpus(m->health));
+        Node *n = manager_node(m);
+        return sd_bus_message_append(reply, "u", health_unhealthy_gpus(n->health));
 }
 
 /* The Gpu object's userdata is its PciDevice; the Manager is the fallback slot's (bus-gpu.c). */
@@ -41,8 +43,9 @@ int bus_health_property_get_gpu(sd_bus *bus, const char *path, const char *inter
                                 sd_bus_message *reply, void *userdata, sd_bus_error *error) {
         const PciDevice *d = userdata;
         const Manager *m = gpu_manager(bus);
+        const Node *n = m ? manager_node_const(m) : NULL;
         const char *why = NULL;
-        GpuHealthState s = m ? health_gpu_state(m->health, d->address, &why) : GPU_HEALTH_OK;
+        GpuHealthState s = n ? health_gpu_state(n->health, d->address, &why) : GPU_HEALTH_OK;
         return append_health(reply, s, why);
 }
 
@@ -51,11 +54,13 @@ int bus_health_property_get_gpu_events(sd_bus *bus, const char *path, const char
                                        sd_bus_error *error) {
         const PciDevice *d = userdata;
         const Manager *m = gpu_manager(bus);
-        return sd_bus_message_append_strv(reply, m ? (char **) health_gpu_events(m->health, d->address) : NULL);
+        const Node *n = m ? manager_node_const(m) : NULL;
+        return sd_bus_message_append_strv(reply, n ? (char **) health_gpu_events(n->health, d->address) : NULL);
 }
 
 int bus_health_method_reset_gpu(sd_bus_message *msg, void *userdata, sd_bus_error *error) {
         Manager *m = userdata;
+        Node *n = manager_node(m);
         unsigned index;
         int r;
 
@@ -65,10 +70,10 @@ int bus_health_method_reset_gpu(sd_bus_message *msg, void *userdata, sd_bus_erro
         r = sd_bus_message_read(msg, "u", &index);
         if (r < 0)
                 return r;
-        if (!m->inventory || index >= m->inventory->n_gpus)
+        if (!n->inventory || index >= n->inventory->n_gpus)
                 return sd_bus_error_setf(error, SD_BUS_ERROR_INVALID_ARGS, "There is no GPU %u (the node has %zu).",
-                                         index, m->inventory ? m->inventory->n_gpus : 0);
-        r = health_reset_gpu(m->health, m->inventory->gpus[index].address);
+                                         index, n->inventory ? n->inventory->n_gpus : 0);
+        r = health_reset_gpu(n->health, n->inventory->gpus[index].address);
         if (r == -ENOENT)
                 return sd_bus_error_setf(error, AGENT_ERROR_PREFIX "NotWatched",
                                          "GPU %u is not watched for health (NVML does not list it, or health.enabled "

@@ -31,19 +31,21 @@ static int property_get_ready(sd_bus *bus, const char *path, const char *interfa
 static int property_get_state(sd_bus *bus, const char *path, const char *interface, const char *property,
                               sd_bus_message *reply, void *userdata, sd_bus_error *error) {
         Manager *m = userdata;
-        return sd_bus_message_append(reply, "s", agent_state_to_string(m->state) ?: "");
+        Node *n = manager_node(m);
+        return sd_bus_message_append(reply, "s", agent_state_to_string(n->state) ?: "");
 }
 
 static int property_get_stages(sd_bus *bus, const char *path, const char *interface, const char *property,
                                sd_bus_message *reply, void *userdata, sd_bus_error *error) {
         Manager *m = userdata;
+        Node *n = manager_node(m);
         int r;
 
         r = sd_bus_message_open_container(reply, 'a', "(sstts)");
         if (r < 0)
                 return r;
         for (StageId id = 0; id < _STAGE_MAX; id++) {
-                const StageResult *s = &m->stages[id];
+                const StageResult *s = &n->stages[id];
                 r = sd_bus_message_append(reply, "(sstts)", stage_to_string(id),
                                           stage_state_to_string(s->state) ?: "", s->started_usec,
                                           s->finished_usec, s->message ?: "");
@@ -56,7 +58,8 @@ static int property_get_stages(sd_bus *bus, const char *path, const char *interf
 static int property_get_gpu_count(sd_bus *bus, const char *path, const char *interface, const char *property,
                                   sd_bus_message *reply, void *userdata, sd_bus_error *error) {
         Manager *m = userdata;
-        return sd_bus_message_append(reply, "u", m->inventory ? (uint32_t) m->inventory->n_gpus : 0);
+        Node *n = manager_node(m);
+        return sd_bus_message_append(reply, "u", n->inventory ? (uint32_t) n->inventory->n_gpus : 0);
 }
 
 static int append_labels(sd_bus_message *reply, const LabelSet *labels) {
@@ -76,21 +79,24 @@ static int append_labels(sd_bus_message *reply, const LabelSet *labels) {
 static int property_get_labels(sd_bus *bus, const char *path, const char *interface, const char *property,
                                sd_bus_message *reply, void *userdata, sd_bus_error *error) {
         Manager *m = userdata;
-        return append_labels(reply, m->labels);
+        Node *n = manager_node(m);
+        return append_labels(reply, n->labels);
 }
 
 static int property_get_kernel_release(sd_bus *bus, const char *path, const char *interface,
                                        const char *property, sd_bus_message *reply, void *userdata,
                                        sd_bus_error *error) {
         Manager *m = userdata;
-        return sd_bus_message_append(reply, "s", m->kernel_release ?: "");
+        Node *n = manager_node(m);
+        return sd_bus_message_append(reply, "s", n->kernel_release ?: "");
 }
 
 static int property_get_driver_version(sd_bus *bus, const char *path, const char *interface,
                                        const char *property, sd_bus_message *reply, void *userdata,
                                        sd_bus_error *error) {
         Manager *m = userdata;
-        const char *v = m->nvml_snapshot ? m->nvml_snapshot->driver_version : NULL;
+        Node *n = manager_node(m);
+        const char *v = n->nvml_snapshot ? n->nvml_snapshot->driver_version : NULL;
         return sd_bus_message_append(reply, "s", v ?: "");
 }
 
@@ -99,7 +105,8 @@ static int property_get_cuda_version(sd_bus *bus, const char *path, const char *
                                      const char *property, sd_bus_message *reply, void *userdata,
                                      sd_bus_error *error) {
         Manager *m = userdata;
-        int v = m->nvml_snapshot ? m->nvml_snapshot->cuda_version : 0;
+        Node *n = manager_node(m);
+        int v = n->nvml_snapshot ? n->nvml_snapshot->cuda_version : 0;
         char buf[32] = "";
 
         if (v > 0)
@@ -107,16 +114,17 @@ static int property_get_cuda_version(sd_bus *bus, const char *path, const char *
         return sd_bus_message_append(reply, "s", buf);
 }
 
-/* m->module_rows holds "name\tstate\tdetail" (stage-driver.c); the detail may itself hold tabs. */
+/* Node.module_rows holds "name\tstate\tdetail" (stage-driver.c); the detail may itself hold tabs. */
 static int property_get_modules(sd_bus *bus, const char *path, const char *interface, const char *property,
                                 sd_bus_message *reply, void *userdata, sd_bus_error *error) {
         Manager *m = userdata;
+        Node *n = manager_node(m);
         int r;
 
         r = sd_bus_message_open_container(reply, 'a', "(sss)");
         if (r < 0)
                 return r;
-        STRV_FOREACH(row, m->module_rows) {
+        STRV_FOREACH(row, n->module_rows) {
                 const char *p = *row;
                 size_t n1 = strcspn(p, "\t"), n2 = p[n1] ? strcspn(p + n1 + 1, "\t") : 0;
                 _cleanup_free_ char *name = strndup(p, n1),
@@ -135,21 +143,23 @@ static int property_get_modules(sd_bus *bus, const char *path, const char *inter
 static int property_get_dkms_state(sd_bus *bus, const char *path, const char *interface, const char *property,
                                    sd_bus_message *reply, void *userdata, sd_bus_error *error) {
         Manager *m = userdata;
-        return sd_bus_message_append(reply, "s", m->dkms_state ?: "");
+        Node *n = manager_node(m);
+        return sd_bus_message_append(reply, "s", n->dkms_state ?: "");
 }
 
 static int property_get_config_error(sd_bus *bus, const char *path, const char *interface,
                                      const char *property, sd_bus_message *reply, void *userdata,
                                      sd_bus_error *error) {
         Manager *m = userdata;
-        return sd_bus_message_append(reply, "s", m->config_error ?: "");
+        return sd_bus_message_append(reply, "s", manager_config_error(m) ?: "");
 }
 
 static int property_get_config_sources(sd_bus *bus, const char *path, const char *interface,
                                        const char *property, sd_bus_message *reply, void *userdata,
                                        sd_bus_error *error) {
         Manager *m = userdata;
-        return sd_bus_message_append_strv(reply, m->config ? m->config->sources : NULL);
+        Node *n = manager_node(m);
+        return sd_bus_message_append_strv(reply, n->config ? n->config->sources : NULL);
 }
 
 static int method_reload(sd_bus_message *msg, void *userdata, sd_bus_error *error) {
@@ -175,6 +185,7 @@ static int method_reload(sd_bus_message *msg, void *userdata, sd_bus_error *erro
 
 static int method_reconcile(sd_bus_message *msg, void *userdata, sd_bus_error *error) {
         Manager *m = userdata;
+        Node *n = manager_node(m);
         int r;
 
         r = bus_check_privileged(msg, error);
@@ -184,7 +195,7 @@ static int method_reconcile(sd_bus_message *msg, void *userdata, sd_bus_error *e
         char reason[128];
         snprintf(reason, sizeof reason, "Reconcile() over D-Bus from %s", strna(sd_bus_message_get_sender(msg)));
         /* After Unload() this is how the admin says "the new driver is in place, load it". */
-        manager_driver_unload_release(m);
+        driver_unload_release(n);
         manager_request_pass_coalesced(m, reason);
         return sd_bus_reply_method_return(msg, NULL);
 }
@@ -192,12 +203,13 @@ static int method_reconcile(sd_bus_message *msg, void *userdata, sd_bus_error *e
 static int method_get_labels(sd_bus_message *msg, void *userdata, sd_bus_error *error) {
         _cleanup_(sd_bus_message_unrefp) sd_bus_message *reply = NULL;
         Manager *m = userdata;
+        Node *n = manager_node(m);
         int r;
 
         r = sd_bus_message_new_method_return(msg, &reply);
         if (r < 0)
                 return r;
-        r = append_labels(reply, m->labels);
+        r = append_labels(reply, n->labels);
         if (r < 0)
                 return r;
         return sd_bus_send(NULL, reply, NULL);
@@ -206,23 +218,25 @@ static int method_get_labels(sd_bus_message *msg, void *userdata, sd_bus_error *
 /* Answered later, from driver-unload.c, when the units are stopped and the modules removed. */
 static int method_unload(sd_bus_message *msg, void *userdata, sd_bus_error *error) {
         Manager *m = userdata;
+        Node *n = manager_node(m);
         int r;
 
         r = bus_check_privileged(msg, error);
         if (r < 0)
                 return r;
-        return manager_driver_unload(m, msg, error);
+        return driver_unload_request(n, msg, error);
 }
 
 void manager_bus_emit_stage_changed(Manager *m, StageId id) {
+        Node *n = manager_node(m);
         const StageResult *s;
         int r;
 
-        if (!m->bus || id < 0 || id >= _STAGE_MAX)
+        if (!n->bus || id < 0 || id >= _STAGE_MAX)
                 return;
 
-        s = &m->stages[id];
-        r = sd_bus_emit_signal(m->bus, AGENT_OBJECT_PATH, AGENT_MANAGER_INTERFACE, "StageChanged", "sss",
+        s = &n->stages[id];
+        r = sd_bus_emit_signal(n->bus, AGENT_OBJECT_PATH, AGENT_MANAGER_INTERFACE, "StageChanged", "sss",
                                stage_to_string(id), stage_state_to_string(s->state) ?: "", s->message ?: "");
         if (r < 0)
                 log_warning("Could not emit StageChanged for stage %s: %s", stage_to_string(id), strerror(-r));

@@ -14,6 +14,7 @@
 #include "label.h"
 #include "log.h"
 #include "mig-manager.h"
+#include "stage-table.h"
 #include "strv.h"
 
 static void on_mig_changed(MigManager *mm, void *userdata) {
@@ -24,36 +25,40 @@ static void on_mig_changed(MigManager *mm, void *userdata) {
 }
 
 int bus_mig_attach(Manager *m) {
+        Node *n = manager_node(m);
         int r;
 
-        if (!m->mig) {
-                r = mig_manager_new(m, &m->mig);
+        if (!n->mig) {
+                r = mig_manager_new(n, &n->mig);
                 if (r < 0)
                         return r;
         }
-        mig_manager_set_changed_callback(m->mig, on_mig_changed, m);
+        mig_manager_set_changed_callback(n->mig, on_mig_changed, m);
         return 0;
 }
 
 int bus_mig_property_get_config(sd_bus *bus, const char *path, const char *interface, const char *property,
                                 sd_bus_message *reply, void *userdata, sd_bus_error *error) {
         Manager *m = userdata;
-        return sd_bus_message_append(reply, "s", mig_manager_config(m->mig) ?: "");
+        Node *n = manager_node(m);
+        return sd_bus_message_append(reply, "s", mig_manager_config(n->mig) ?: "");
 }
 
 int bus_mig_property_get_config_state(sd_bus *bus, const char *path, const char *interface,
                                       const char *property, sd_bus_message *reply, void *userdata,
                                       sd_bus_error *error) {
         Manager *m = userdata;
-        return sd_bus_message_append(reply, "s", mig_manager_state(m->mig) ?: "");
+        Node *n = manager_node(m);
+        return sd_bus_message_append(reply, "s", mig_manager_state(n->mig) ?: "");
 }
 
 /* The stages own device nodes, CDI and labels: a pass makes them follow an apply — also when only
  * mig.config/mig.config.state moved, e.g. to "failed". Nothing at all changed: no pass. */
 static void follow_up(Manager *m, bool changed, const char *reason) {
-        if (changed || !m->labels ||
-            !streq_ptr(label_set_get(m->labels, "nvidia.com/mig.config"), mig_manager_config(m->mig)) ||
-            !streq_ptr(label_set_get(m->labels, "nvidia.com/mig.config.state"), mig_manager_state(m->mig)))
+        Node *n = manager_node(m);
+        if (changed || !n->labels ||
+            !streq_ptr(label_set_get(n->labels, "nvidia.com/mig.config"), mig_manager_config(n->mig)) ||
+            !streq_ptr(label_set_get(n->labels, "nvidia.com/mig.config.state"), mig_manager_state(n->mig)))
                 manager_request_pass(m, reason);
 }
 
@@ -93,13 +98,14 @@ typedef struct ApplyAnswer {
 } ApplyAnswer;
 
 static void apply_answer(Manager *m, ApplyAnswer *a) {
+        Node *n = manager_node(m);
         sd_bus_message **slot = bus_mig_pending_request(m);
         _cleanup_(sd_bus_message_unrefp) sd_bus_message *request = slot ? TAKE_PTR(*slot) : NULL;
         _cleanup_(sd_bus_error_free) sd_bus_error error = SD_BUS_ERROR_NULL;
         int r = 0;
 
         if (!a->refused)
-                metrics_count_mig_apply(m, a->state, a->changed);
+                metrics_count_mig_apply(n, a->state, a->changed);
         follow_up(m, a->changed, a->refused ? "ApplyMigConfig() refused" : "ApplyMigConfig() finished");
         if (request) {
                 if (a->refused) {
@@ -123,14 +129,15 @@ static void apply_answer(Manager *m, ApplyAnswer *a) {
 
 /* After a change the NVML snapshot is re-read (on the MIG reader) before the answer, so that the GPUs'
  * MigDevices are current when the caller gets it. */
-static void on_refreshed(Manager *m, int r, const char *error, void *userdata) {
+static void on_refreshed(Node *n, int r, const char *error, void *userdata) {
         if (r < 0)
                 log_warning("Re-reading NVML after the MIG change failed: %s", strna(error));
-        apply_answer(m, userdata);
+        apply_answer(manager_from_node(n), userdata);
 }
 
 static void on_applied(MigManager *mm, const MigApplyOutcome *o, void *userdata) {
         Manager *m = userdata;
+        Node *n = manager_node(m);
         _cleanup_free_ char *error = NULL;
         ApplyAnswer *a = calloc(1, sizeof *a);
 
@@ -143,7 +150,7 @@ static void on_applied(MigManager *mm, const MigApplyOutcome *o, void *userdata)
                              .state = strdup(strna(o->state)), .message = o->message ? strdup(o->message) : NULL };
         if (a->refused)
                 log_error("ApplyMigConfig(%s) refused: %s", strna(o->config), strna(o->message));
-        if (o->changed && manager_nvml_refresh_async(m, o->changed_gpus, o->mig_devices, on_refreshed, a, &error) >= 0)
+        if (o->changed && stage_nvml_refresh_async(n, o->changed_gpus, o->mig_devices, on_refreshed, a, &error) >= 0)
                 return;
         if (error)
                 log_warning("Re-reading NVML after the MIG change failed: %s", error);
@@ -153,6 +160,7 @@ static void on_applied(MigManager *mm, const MigApplyOutcome *o, void *userdata)
 int bus_mig_method_apply(sd_bus_message *msg, void *userdata, sd_bus_error *error) {
         _cleanup_free_ char *message = NULL;
         Manager *m = userdata;
+        Node *n = manager_node(m);
         const char *name, *file;
         sd_bus_message **slot;
         int force, r;
@@ -173,7 +181,7 @@ int bus_mig_method_apply(sd_bus_message *msg, void *userdata, sd_bus_error *erro
 
         /* Until the mig stage ran once, a journal left by a crash may still be waiting to be rolled back: an
          * apply now would overwrite it. */
-        if (m->stages[STAGE_MIG].started_usec == 0)
+        if (n->stages[STAGE_MIG].started_usec == 0)
                 return sd_bus_error_set(error, AGENT_ERROR_BUSY,
                                         "The agent has not run its mig stage yet (it first checks for an apply a "
                                         "crash interrupted); try again when 'gpunodectl wait-ready' returns.");
@@ -183,14 +191,14 @@ int bus_mig_method_apply(sd_bus_message *msg, void *userdata, sd_bus_error *erro
         slot = bus_mig_pending_request(m);
         if (!slot)
                 return -ENOMEM;
-        if (*slot || mig_manager_busy(m->mig))
+        if (*slot || mig_manager_busy(n->mig))
                 return sd_bus_error_setf(error, AGENT_ERROR_BUSY,
                                          "A MIG apply (%s) is already running; try again when it has finished.",
-                                         mig_manager_config(m->mig) ?: "the selected config");
+                                         mig_manager_config(n->mig) ?: "the selected config");
 
         log_info("ApplyMigConfig(%s%s%s%s) requested over D-Bus by %s.", name, isempty(file) ? "" : ", ",
                  isempty(file) ? "" : file, force ? ", force" : "", strna(sd_bus_message_get_sender(msg)));
-        r = mig_manager_apply(m->mig, name, isempty(file) ? NULL : file, force, on_applied, m, &message);
+        r = mig_manager_apply(n->mig, name, isempty(file) ? NULL : file, force, on_applied, m, &message);
         if (r < 0) {
                 log_error("ApplyMigConfig(%s) refused: %s", name, message ?: strerror(-r));
                 follow_up(m, false, "ApplyMigConfig() refused");
@@ -203,16 +211,17 @@ int bus_mig_method_apply(sd_bus_message *msg, void *userdata, sd_bus_error *erro
 /* Reading a file the caller names, with the agent's privileges, would let anyone read any file through
  * the parser's error messages: only mig.config-file is open to everyone. */
 static int check_file_access(Manager *m, sd_bus_message *msg, const char *file, sd_bus_error *error) {
+        Node *n = manager_node(m);
         _cleanup_(sd_bus_error_free) sd_bus_error denied = SD_BUS_ERROR_NULL;
 
-        if (isempty(file) || streq_ptr(file, m->config->mig.config_file))
+        if (isempty(file) || streq_ptr(file, n->config->mig.config_file))
                 return 0;
         if (bus_check_privileged(msg, &denied) >= 0)
                 return 0;
         return sd_bus_error_setf(error, AGENT_ERROR_ACCESS_DENIED,
                                  "AssertMigConfig with a config file other than mig.config-file (%s) requires root: "
                                  "the agent would read %s with its own privileges. Run it as "
-                                 "root, or leave the file out.", strna(m->config->mig.config_file), file);
+                                 "root, or leave the file out.", strna(n->config->mig.config_file), file);
 }
 
 /* AssertMigConfig/ExportMigConfig read the MIG layout through NVML and are open to everyone: an
@@ -222,25 +231,19 @@ static int check_file_access(Manager *m, sd_bus_message *msg, const char *file, 
 #define BUS_MIG_UNPRIVILEGED_WINDOW_USEC (5 * USEC_PER_SEC)
 
 static int check_read_rate(Manager *m, sd_bus_message *msg, const char *method, sd_bus_error *error) {
+        Node *n = manager_node(m);
         _cleanup_(sd_bus_error_free) sd_bus_error denied = SD_BUS_ERROR_NULL;
-        uint64_t now = 0;
+        uint64_t now = 0, wait = 0;
 
         if (bus_check_privileged(msg, &denied) >= 0)
                 return 0;
-        (void) sd_event_now(m->event, CLOCK_MONOTONIC, &now);
-        if (now >= m->mig_read_window_usec + BUS_MIG_UNPRIVILEGED_WINDOW_USEC) {
-                m->mig_read_window_usec = now;
-                m->mig_read_count = 0;
-        }
-        if (m->mig_read_count < BUS_MIG_UNPRIVILEGED_BURST) {
-                m->mig_read_count++;
+        (void) sd_event_now(n->event, CLOCK_MONOTONIC, &now);
+        if (bus_mig_read_budget_take(m, now, BUS_MIG_UNPRIVILEGED_BURST, BUS_MIG_UNPRIVILEGED_WINDOW_USEC, &wait))
                 return 0;
-        }
         return sd_bus_error_setf(error, AGENT_ERROR_BUSY,
                                  "%s: too many MIG reads by unprivileged callers (%u per %u s, each reads NVML); try "
                                  "again in %" PRIu64 " ms, or call as root.", method, BUS_MIG_UNPRIVILEGED_BURST,
-                                 (unsigned) (BUS_MIG_UNPRIVILEGED_WINDOW_USEC / USEC_PER_SEC),
-                                 (m->mig_read_window_usec + BUS_MIG_UNPRIVILEGED_WINDOW_USEC - now) / USEC_PER_MSEC);
+                                 (unsigned) (BUS_MIG_UNPRIVILEGED_WINDOW_USEC / USEC_PER_SEC), wait / USEC_PER_MSEC);
 }
 
 /* An asynchronous reply to msg (a reference we hold): the error as mig_error() words it. */
@@ -275,6 +278,7 @@ static void on_export_done(MigManager *mm, int r, const char *yaml, void *userda
 int bus_mig_method_assert(sd_bus_message *msg, void *userdata, sd_bus_error *error) {
         _cleanup_free_ char *report = NULL;
         Manager *m = userdata;
+        Node *n = manager_node(m);
         const char *name, *file;
         int r;
 
@@ -298,7 +302,7 @@ int bus_mig_method_assert(sd_bus_message *msg, void *userdata, sd_bus_error *err
                 const char *selected_file;
 
                 /* The selection, with its own file unless the caller named one. */
-                mig_manager_selected(m->mig, &name, &selected_file);
+                mig_manager_selected(n->mig, &name, &selected_file);
                 if (isempty(name))
                         return sd_bus_error_set(error, AGENT_ERROR_INVALID_CONFIG,
                                                 "AssertMigConfig: no MIG config name given and none is selected "
@@ -308,7 +312,7 @@ int bus_mig_method_assert(sd_bus_message *msg, void *userdata, sd_bus_error *err
         }
 
         /* The reply comes when the NVML worker has read the GPUs: nothing waits for NVML here. */
-        r = mig_manager_assert_async(m->mig, name, isempty(file) ? NULL : file, on_assert_done,
+        r = mig_manager_assert_async(n->mig, name, isempty(file) ? NULL : file, on_assert_done,
                                      sd_bus_message_ref(msg), &report);
         if (r < 0) {
                 sd_bus_message_unref(msg);
@@ -320,6 +324,7 @@ int bus_mig_method_assert(sd_bus_message *msg, void *userdata, sd_bus_error *err
 int bus_mig_method_export(sd_bus_message *msg, void *userdata, sd_bus_error *error) {
         _cleanup_free_ char *yaml = NULL;
         Manager *m = userdata;
+        Node *n = manager_node(m);
         int r;
 
         r = check_read_rate(m, msg, "ExportMigConfig", error);
@@ -328,7 +333,7 @@ int bus_mig_method_export(sd_bus_message *msg, void *userdata, sd_bus_error *err
         r = bus_mig_attach(m);
         if (r < 0)
                 return r;
-        r = mig_manager_export_async(m->mig, on_export_done, sd_bus_message_ref(msg), &yaml);
+        r = mig_manager_export_async(n->mig, on_export_done, sd_bus_message_ref(msg), &yaml);
         if (r < 0) {
                 sd_bus_message_unref(msg);
                 if (r == -ENODEV)

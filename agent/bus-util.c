@@ -33,6 +33,9 @@ struct BusDirty {
         const Inventory *vanishing;
         /* The ApplyMigConfig() call waiting for its apply (bus-mig.c); dropped unanswered at exit. */
         sd_bus_message *mig_request;
+        /* The unprivileged MIG reads (bus-mig.c): when the current window began, how many it had. */
+        uint64_t mig_read_window_usec;
+        unsigned mig_read_count;
 };
 
 static const sd_bus_error_map agent_error_map[] = {
@@ -69,23 +72,28 @@ void bus_dirty_free(BusDirty *d) {
 }
 
 const Inventory *bus_dirty_vanishing(const Manager *m) {
-        return m->bus_dirty ? m->bus_dirty->vanishing : NULL;
+        BusDirty *const *d = manager_bus_dirty((Manager *) m);
+
+        return *d ? (*d)->vanishing : NULL;
 }
 
 void bus_dirty_set_vanishing(Manager *m, const Inventory *old) {
-        if (m->bus_dirty)
-                m->bus_dirty->vanishing = old;
+        BusDirty *d = *manager_bus_dirty(m);
+
+        if (d)
+                d->vanishing = old;
 }
 
 static void bus_dirty_flush(BusDirty *d) {
         Manager *m = d->manager;
+        Node *n = manager_node(m);
 
         for (size_t i = 0; i < d->n_entries; i++) {
                 BusDirtyEntry *e = &d->entries[i];
                 int r;
 
-                if (m->bus) {
-                        r = sd_bus_emit_properties_changed_strv(m->bus, e->path, e->interface,
+                if (n->bus) {
+                        r = sd_bus_emit_properties_changed_strv(n->bus, e->path, e->interface,
                                                                 e->all ? NULL : e->properties);
                         /* An object can vanish between marking and flushing (GPU removed): nothing to
                          * announce then, InterfacesRemoved already told the clients. */
@@ -104,15 +112,36 @@ static int on_bus_dirty(sd_event_source *s, void *userdata) {
 }
 
 static int bus_dirty_get(Manager *m, BusDirty **ret) {
-        if (!m->bus_dirty) {
+        BusDirty **slot = manager_bus_dirty(m);
+
+        if (!*slot) {
                 BusDirty *d = calloc(1, sizeof(*d));
                 if (!d)
                         return -ENOMEM;
                 d->manager = m;
-                m->bus_dirty = d;
+                *slot = d;
         }
-        *ret = m->bus_dirty;
+        *ret = *slot;
         return 0;
+}
+
+bool bus_mig_read_budget_take(Manager *m, uint64_t now, unsigned burst, uint64_t window_usec, uint64_t *ret_wait_usec) {
+        BusDirty *d;
+
+        if (bus_dirty_get(m, &d) < 0) {
+                *ret_wait_usec = window_usec;
+                return false;
+        }
+        if (now >= d->mig_read_window_usec + window_usec) {
+                d->mig_read_window_usec = now;
+                d->mig_read_count = 0;
+        }
+        if (d->mig_read_count < burst) {
+                d->mig_read_count++;
+                return true;
+        }
+        *ret_wait_usec = d->mig_read_window_usec + window_usec - now;
+        return false;
 }
 
 sd_bus_message **bus_mig_pending_request(Manager *m) {
@@ -122,14 +151,15 @@ sd_bus_message **bus_mig_pending_request(Manager *m) {
 }
 
 static int bus_dirty_schedule(Manager *m, BusDirty *d) {
+        Node *n = manager_node(m);
         int r;
 
-        if (!m->event) {
+        if (!n->event) {
                 bus_dirty_flush(d);
                 return 0;
         }
         if (!d->defer) {
-                r = sd_event_add_defer(m->event, &d->defer, on_bus_dirty, d);
+                r = sd_event_add_defer(n->event, &d->defer, on_bus_dirty, d);
                 if (r < 0)
                         return r;
                 r = sd_event_source_set_priority(d->defer, BUS_DIRTY_PRIORITY);
@@ -182,9 +212,10 @@ static int bus_dirty_add(Manager *m, const char *path, const char *interface, co
 }
 
 void manager_bus_mark_dirty(Manager *m, const char *path, const char *interface, const char *property) {
+        Node *n = manager_node(m);
         int r;
 
-        if (!m->bus)
+        if (!n->bus)
                 return;
         r = bus_dirty_add(m, path ?: AGENT_OBJECT_PATH, interface ?: AGENT_MANAGER_INTERFACE, property);
         if (r < 0)
@@ -232,6 +263,7 @@ static void log_name_owner(sd_bus *bus) {
 }
 
 int manager_bus_connect(Manager *m) {
+        Node *n = manager_node(m);
         _cleanup_(sd_bus_flush_close_unrefp) sd_bus *bus = NULL;
         const char *address = getenv("DBUS_SYSTEM_BUS_ADDRESS");
         BusDirty *d;
@@ -242,7 +274,7 @@ int manager_bus_connect(Manager *m) {
                 return log_error_errno(r, "Failed to connect to the system bus%s%s: %s", address ? " at " : "",
                                        address ?: "", strerror(-r));
 
-        r = sd_bus_attach_event(bus, m->event, SD_EVENT_PRIORITY_NORMAL);
+        r = sd_bus_attach_event(bus, n->event, SD_EVENT_PRIORITY_NORMAL);
         if (r < 0)
                 return log_error_errno(r, "Failed to attach the bus to the event loop: %s", strerror(-r));
 
@@ -288,16 +320,19 @@ int manager_bus_connect(Manager *m) {
         if (r < 0 && r != -EALREADY)
                 return log_error_errno(r, "Failed to request bus name %s: %s", AGENT_BUS_NAME, strerror(-r));
 
-        m->bus = TAKE_PTR(bus);
+        n->bus = TAKE_PTR(bus);
         log_debug("Connected to the system bus as %s.", AGENT_BUS_NAME);
         return 0;
 }
 
 void manager_bus_disconnect(Manager *m) {
+        Node *n = manager_node(m);
         /* Pending PropertiesChanged are dropped: the name goes away with the connection anyway. */
-        bus_dirty_free(m->bus_dirty);
-        m->bus_dirty = NULL;
-        m->bus = sd_bus_flush_close_unref(m->bus);
+        BusDirty **d = manager_bus_dirty(m);
+
+        bus_dirty_free(*d);
+        *d = NULL;
+        n->bus = sd_bus_flush_close_unref(n->bus);
 }
 
 const ManagerBusOps manager_bus_ops = {

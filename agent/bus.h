@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /* The D-Bus side of the Manager: connection and name, the Manager and Gpu interfaces
- * (bus-manager.c, bus-gpu.c), and coalesced PropertiesChanged (bus-util.c). */
+ * (bus-manager.c, bus-gpu.c), and coalesced PropertiesChanged (bus-util.c). The bus layer sees the
+ * Manager only through manager-bus.h (opaque; its Node, reload, a pass, the state getters). */
 #pragma once
 
-#include "manager.h"
+#include "manager-bus.h"
 
 #define AGENT_ERROR_PREFIX "org.gpunodeagent.Agent1.Error."
 #define AGENT_ERROR_INVALID_CONFIG AGENT_ERROR_PREFIX "InvalidConfig"
@@ -28,7 +29,7 @@ void manager_bus_mark_dirty(Manager *m, const char *path, const char *interface,
  * GpuCount. old may be NULL. */
 void manager_bus_gpus_changed(Manager *m, const Inventory *old);
 
-/* The NVML snapshot changed (old may be NULL, m->nvml_snapshot may be NULL): marks DriverVersion,
+/* The NVML snapshot changed (old may be NULL, m->node.nvml_snapshot may be NULL): marks DriverVersion,
  * CudaVersion and the per-GPU NVML properties that differ. */
 void manager_bus_nvml_changed(Manager *m, const NvmlSnapshot *old);
 

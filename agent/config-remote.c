@@ -248,6 +248,7 @@ static int on_curl_socket(CURL *easy, curl_socket_t fd, int what, void *userp, v
         f->io = io;
         if (sd_event_add_io(f->event, &s, fd, events, on_io, f) < 0)
                 return -1;
+        (void) sd_event_source_set_description(s, "config-remote-io");
         f->io[f->n_io++] = s;
         sym_curl_multi_assign(f->multi, fd, s);
         return 0;

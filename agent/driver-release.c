@@ -19,7 +19,7 @@
 #define RELEASE_MAX_USEC (5 * USEC_PER_SEC)
 
 struct DriverRelease {
-        Manager *manager;
+        Node *node;
         sd_event_source *timer;
         uint64_t start_usec;
         bool killed;
@@ -44,12 +44,12 @@ bool driver_own_child(const char *proc_dir, pid_t pid) {
 
 static void release_finish(DriverRelease *r) {
         r->timer = sd_event_source_disable_unref(r->timer);
-        r->done(r->manager, r->userdata);
+        r->done(r->node, r->userdata);
 }
 
 static int on_tick(sd_event_source *s, uint64_t usec, void *userdata) {
         DriverRelease *r = userdata;
-        Manager *m = r->manager;
+        Node *n = r->node;
         _cleanup_(gpu_holders_done) GpuHolders h = {};
         uint64_t t;
         size_t own = 0;
@@ -57,7 +57,7 @@ static int on_tick(sd_event_source *s, uint64_t usec, void *userdata) {
 
         (void) sd_event_now(sd_event_source_get_event(s), CLOCK_MONOTONIC, &usec);
         t = usec - r->start_usec;
-        if (gpu_holders_processes("/proc", m->config->paths.dev, getpid(), &h) < 0) {
+        if (gpu_holders_processes("/proc", n->config->paths.dev, getpid(), &h) < 0) {
                 release_finish(r);
                 return 0;
         }
@@ -98,22 +98,22 @@ static int on_tick(sd_event_source *s, uint64_t usec, void *userdata) {
         return 0;
 }
 
-int driver_release_start(Manager *m, const char *why, DriverReleaseDone done, void *userdata, DriverRelease **ret) {
+int driver_release_start(Node *n, const char *why, DriverReleaseDone done, void *userdata, DriverRelease **ret) {
         _cleanup_(driver_release_freep) DriverRelease *r = NULL;
         int k;
 
-        assert(m);
+        assert(n);
         assert(done);
         assert(ret);
         r = calloc(1, sizeof(DriverRelease));
         if (!r)
                 return -ENOMEM;
-        *r = (DriverRelease) { .manager = m, .done = done, .userdata = userdata };
-        manager_nvml_stop(m, why);
-        health_release_driver(m->health);
-        (void) sd_event_now(m->event, CLOCK_MONOTONIC, &r->start_usec);
+        *r = (DriverRelease) { .node = n, .done = done, .userdata = userdata };
+        node_nvml_stop(n, why);
+        health_release_driver(n->health);
+        (void) sd_event_now(n->event, CLOCK_MONOTONIC, &r->start_usec);
         /* The first look at once (from the loop: the stopped workers are reaped there). */
-        k = event_reset_time_relative(m->event, &r->timer, CLOCK_MONOTONIC, 0, 0, on_tick, r, "driver-release");
+        k = event_reset_time_relative(n->event, &r->timer, CLOCK_MONOTONIC, 0, 0, on_tick, r, "driver-release");
         if (k < 0)
                 return k;
         *ret = TAKE_PTR(r);

@@ -7,16 +7,16 @@
  * 5 s, after which the removal names whoever still holds the GPU. */
 #pragma once
 
-#include "manager.h"
+#include "node.h"
 
 typedef struct DriverRelease DriverRelease;
 
 /* Called from the loop once our processes let go (or 5 s passed). The DriverRelease is finished: the
  * callback frees it (driver_release_free()). */
-typedef void (*DriverReleaseDone)(Manager *m, void *userdata);
+typedef void (*DriverReleaseDone)(Node *n, void *userdata);
 
 /* why: the message NVML's state gets ("NVML was closed: …"). */
-int driver_release_start(Manager *m, const char *why, DriverReleaseDone done, void *userdata, DriverRelease **ret);
+int driver_release_start(Node *n, const char *why, DriverReleaseDone done, void *userdata, DriverRelease **ret);
 DriverRelease *driver_release_free(DriverRelease *r);
 
 /* Whether pid is a child of ours (the PPID in <proc_dir>/<pid>/stat). */

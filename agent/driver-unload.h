@@ -5,7 +5,7 @@
 #include <stdbool.h>
 #include <systemd/sd-bus.h>
 
-#include "manager.h"
+#include "node.h"
 
 /* The refusal ("the GPU is in use: processes …") and every other failure of Unload(). */
 #define AGENT_ERROR_BUSY "org.gpunodeagent.Agent1.Error.Busy"
@@ -21,16 +21,16 @@
  * the modules that hold nvidia, refuse with that list, or remove the modules in holder order.
  * Returns < 0 (with error set) when it cannot start, e.g. AGENT_ERROR_BUSY while another Unload()
  * runs. */
-int manager_driver_unload(Manager *m, sd_bus_message *request, sd_bus_error *error);
+int driver_unload_request(Node *n, sd_bus_message *request, sd_bus_error *error);
 
 /* After a successful Unload() the driver stays out of the kernel: the driver, devices and fabric
  * stages leave it alone (skipped) until Reconcile(), Reload() or a restart. Also true while an
  * Unload() runs. */
-bool manager_driver_unload_held(const Manager *m);
+bool driver_unload_held(const Node *n);
 
 /* Ends the hold (Reconcile(), Reload()); no-op while an Unload() runs. */
-void manager_driver_unload_release(Manager *m);
+void driver_unload_release(Node *n);
 
 /* Cancels an Unload() in flight (its caller gets no reply: the connection goes away with the
  * agent) and frees the state. */
-void manager_driver_unload_free(Manager *m);
+void driver_unload_stop(Node *n);

@@ -20,8 +20,7 @@
 #include "gpu-nvml-events.h"
 #include "health.h"
 #include "log.h"
-#include "manager.h"
-#include "metrics.h"
+#include "node.h"
 #include "nvml-abi.h"
 #include "spawn-child.h"
 #include "strv.h"
@@ -72,7 +71,7 @@ typedef struct HealthPipe {
 } HealthPipe;
 
 struct Health {
-        Manager *m;
+        Node *n;
         HealthGpu *gpus;
         size_t n_gpus;
         char **addresses;          /* the GPUs the children watch, in our order */
@@ -167,11 +166,11 @@ static void gpu_add_event(HealthGpu *g, const char *text) {
         }
 }
 
-int health_new(Manager *m, Health **ret) {
+int health_new(Node *n, Health **ret) {
         Health *h = calloc(1, sizeof *h);
         if (!h)
                 return -ENOMEM;
-        h->m = m;
+        h->n = n;
         h->worker_pipe.fd = -1;
         *ret = h;
         return 0;
@@ -254,11 +253,11 @@ static int record_add(Health *h, const char *pci_address, const char *uuid, cons
 }
 
 static char *state_path(const Health *h) {
-        return path_join(h->m->config->paths.state, HEALTH_STATE_FILE);
+        return path_join(h->n->config->paths.state, HEALTH_STATE_FILE);
 }
 
 static void state_load(Health *h) {
-        _cleanup_free_ char *path = state_path(h), *boot_path = path_join(h->m->config->paths.proc,
+        _cleanup_free_ char *path = state_path(h), *boot_path = path_join(h->n->config->paths.proc,
                                                                             "sys/kernel/random/boot_id");
         _cleanup_free_ char *text = NULL, *file_boot = NULL;
         unsigned lineno = 0, bad = 0;
@@ -403,7 +402,7 @@ static void state_save(Health *h) {
                          "boot %s\n%s", h->boot_id, records);
         if (!text)
                 return (void) log_oom();
-        r = mkdir_p(h->m->config->paths.state, 0755);
+        r = mkdir_p(h->n->config->paths.state, 0755);
         if (r >= 0)
                 r = write_file_atomic(path, NULL, text, strlen(text), 0644);
         if (r < 0)
@@ -415,9 +414,9 @@ static void state_save(Health *h) {
 
 /* ---- Publishing -------------------------------------------------------------------------------------- */
 
-static int inventory_index(const Manager *m, const char *pci_address) {
-        for (size_t i = 0; m->inventory && i < m->inventory->n_gpus; i++)
-                if (streq(m->inventory->gpus[i].address, pci_address))
+static int inventory_index(const Node *n, const char *pci_address) {
+        for (size_t i = 0; n->inventory && i < n->inventory->n_gpus; i++)
+                if (streq(n->inventory->gpus[i].address, pci_address))
                         return (int) i;
         return -1;
 }
@@ -441,11 +440,11 @@ static void hook_exited(Spawn *s, const SpawnResult *res, void *userdata) {
 
 static void run_hook(Health *h, const HealthGpu *g, GpuHealthState s, const char *reason) {
         extern char **environ;
-        const char *cmd = h->m->config->health.on_unhealthy;
+        const char *cmd = h->n->config->health.on_unhealthy;
         _cleanup_strv_free_ char **env = NULL;
         char host[256] = "";
-        int idx = inventory_index(h->m, g->pci_address);
-        const GpuInfo *info = h->m->nvml_snapshot ? gpu_nvml_snapshot_find(h->m->nvml_snapshot, g->pci_address) : NULL;
+        int idx = inventory_index(h->n, g->pci_address);
+        const GpuInfo *info = h->n->nvml_snapshot ? gpu_nvml_snapshot_find(h->n->nvml_snapshot, g->pci_address) : NULL;
         Spawn *child = NULL;
         int r;
 
@@ -467,7 +466,7 @@ static void run_hook(Health *h, const HealthGpu *g, GpuHealthState s, const char
         if (!l)
                 return (void) log_oom();
         h->hooks = l;
-        r = spawn_start(h->m->event, argv, &o, &child);
+        r = spawn_start(h->n->event, argv, &o, &child);
         if (r < 0)
                 return (void) log_warning_errno(r, "Failed to run the health.on-unhealthy hook: %s", strerror(-r));
         h->hooks[h->n_hooks++] = child;
@@ -499,14 +498,14 @@ static char *node_reason_text(const Health *h, GpuHealthState *ret) {
         _cleanup_free_ char *why = NULL;
         (void) gpu_effective(first, &why);
         return strprintf("%u GPU%s unhealthy; GPU %d (%s) %s: %s%s%s", n_bad, n_bad == 1 ? "" : "s",
-                         inventory_index(h->m, first->pci_address), first->pci_address, gpu_health_to_string(worst),
+                         inventory_index(h->n, first->pci_address), first->pci_address, gpu_health_to_string(worst),
                          why ?: "unknown reason", h->check_node_reason ? "; " : "", h->check_node_reason ?: "");
 }
 
 /* Compares what is now with what was published; tells D-Bus, the hook and (through a pass: labels,
  * node state) everything else about each difference. */
 static void health_publish(Health *h) {
-        Manager *m = h->m;
+        Node *n = h->n;
         bool changed = false;
 
         for (size_t i = 0; i < h->n_gpus; i++) {
@@ -528,12 +527,12 @@ static void health_publish(Health *h) {
                 g->published_reason = why ? strdup(why) : NULL;
                 changed = true;
 
-                int idx = inventory_index(m, g->pci_address);
+                int idx = inventory_index(n, g->pci_address);
                 if (idx >= 0) {
                         _cleanup_free_ char *path = strprintf("%s/%d", AGENT_GPU_PATH_PREFIX, idx);
                         if (path) {
-                                manager_mark_dirty(m, path, AGENT_GPU_INTERFACE, "Health");
-                                manager_mark_dirty(m, path, AGENT_GPU_INTERFACE, "HealthEvents");
+                                node_mark_dirty(n, path, AGENT_GPU_INTERFACE, "Health");
+                                node_mark_dirty(n, path, AGENT_GPU_INTERFACE, "HealthEvents");
                         }
                 }
         }
@@ -544,15 +543,15 @@ static void health_publish(Health *h) {
                 h->node_published = node;
                 free(h->node_published_reason);
                 h->node_published_reason = TAKE_PTR(reason);
-                manager_mark_dirty(m, NULL, AGENT_MANAGER_INTERFACE, "Health");
-                manager_mark_dirty(m, NULL, AGENT_MANAGER_INTERFACE, "UnhealthyGpus");
+                node_mark_dirty(n, NULL, AGENT_MANAGER_INTERFACE, "Health");
+                node_mark_dirty(n, NULL, AGENT_MANAGER_INTERFACE, "UnhealthyGpus");
                 changed = true;
         }
         /* Labels, the feature file and the node state follow from a pass; the metrics (counters change
          * with every event, even one that changes no state) now. */
         if (changed)
-                manager_request_pass(m, "GPU health changed");
-        metrics_update(m);
+                node_request_pass(n, "GPU health changed");
+        node_metrics_update(n);
         state_save(h);
 }
 
@@ -615,9 +614,9 @@ static void check_line(Health *h, CheckResult *res, char *line) {
 }
 
 static void check_apply(Health *h, const CheckResult *res, bool complete, const char *failure) {
-        const Manager *m = h->m;
-        unsigned expect = m->config->probe.expect_gpus;
-        size_t found = m->inventory ? m->inventory->n_gpus : 0;
+        const Node *n = h->n;
+        unsigned expect = n->config->probe.expect_gpus;
+        size_t found = n->inventory ? n->inventory->n_gpus : 0;
 
         free(h->check_node_reason);
         h->check_node_reason = NULL;
@@ -637,7 +636,7 @@ static void check_apply(Health *h, const CheckResult *res, bool complete, const 
                 memcpy(g->remap, res[i].remap, sizeof g->remap);
                 /* Recovery: a recoverable fault ends with a clean re-check. */
                 if (res[i].seen && res[i].state == GPU_HEALTH_OK && g->event.state == GPU_HEALTH_DEGRADED &&
-                    h->check_usec >= g->event_usec + h->m->config->health.recheck_delay_usec) {
+                    h->check_usec >= g->event_usec + h->n->config->health.recheck_delay_usec) {
                         log_info("GPU %s passed its health re-check.", g->pci_address);
                         gpu_add_event(g, "health re-check passed");
                         fault_set(&g->event, GPU_HEALTH_OK, NULL);
@@ -673,7 +672,7 @@ static void check_finish(Health *h, bool complete, const char *failure) {
 }
 
 static void handle_event(Health *h, HealthGpu *g, unsigned long long type, unsigned long long data, unsigned gi) {
-        const ConfigHealth *c = &h->m->config->health;
+        const ConfigHealth *c = &h->n->config->health;
         char text[256], where[48] = "";
 
         if (gi != 0xFFFFFFFFu)
@@ -693,7 +692,7 @@ static void handle_event(Health *h, HealthGpu *g, unsigned long long type, unsig
                 case XID_RECOVERABLE:
                         if (g->event.state < GPU_HEALTH_FAILED) {
                                 fault_set(&g->event, GPU_HEALTH_DEGRADED, text);
-                                (void) sd_event_now(h->m->event, CLOCK_MONOTONIC, &g->event_usec);
+                                (void) sd_event_now(h->n->event, CLOCK_MONOTONIC, &g->event_usec);
                         }
                         /* Clears once a re-check passes. */
                         health_check_now(h);
@@ -740,7 +739,7 @@ static void worker_line(Health *h, char *line) {
                         check_send(h);
         } else if (startswith(line, "armed ")) {
                 h->armed = true;
-                (void) sd_event_now(h->m->event, CLOCK_MONOTONIC, &h->armed_usec);
+                (void) sd_event_now(h->n->event, CLOCK_MONOTONIC, &h->armed_usec);
                 h->arm_timer = sd_event_source_disable_unref(h->arm_timer);
                 log_debug("GPU event worker armed on %s GPU(s).", line + 6);
                 if (h->check_again)
@@ -813,7 +812,7 @@ static int on_restart(sd_event_source *s, uint64_t usec, void *userdata);
 
 static void worker_start(Health *h) {
         SpawnOptions o = { .on_exit = on_worker_exit, .userdata = h, .kill_grace_usec = 1 * USEC_PER_SEC };
-        HealthChildArgs args = { .library = h->m->config->nvml.library, .addresses = h->addresses };
+        HealthChildArgs args = { .library = h->n->config->nvml.library, .addresses = h->addresses };
         int sv[2], r;
 
         worker_stop(h);
@@ -826,7 +825,7 @@ static void worker_start(Health *h) {
                 return worker_schedule_restart(h, "could not be started");
         }
         /* The child is a fork: args on our stack is its copy. Its end blocks: it has nothing else to do. */
-        r = spawn_fork(h->m->event, sv[1], worker_body, &args, &o, &h->worker);
+        r = spawn_fork(h->n->event, sv[1], worker_body, &args, &o, &h->worker);
         close(sv[1]);
         if (r < 0) {
                 close(sv[0]);
@@ -836,11 +835,12 @@ static void worker_start(Health *h) {
         (void) fcntl(sv[0], F_SETFL, O_NONBLOCK);
         h->worker_pipe.fd = sv[0];
         h->worker_pipe.len = 0;
-        r = sd_event_add_io(h->m->event, &h->worker_pipe.io, sv[0], EPOLLIN, on_worker_io, h);
+        r = sd_event_add_io(h->n->event, &h->worker_pipe.io, sv[0], EPOLLIN, on_worker_io, h);
         if (r >= 0) {
                 (void) sd_event_source_set_description(h->worker_pipe.io, "health-events");
-                r = sd_event_add_time_relative(h->m->event, &h->arm_timer, CLOCK_MONOTONIC,
-                                               h->m->config->nvml.timeout_usec, 0, on_arm_timeout, h);
+                r = event_reset_time_relative(h->n->event, &h->arm_timer, CLOCK_MONOTONIC,
+                                              h->n->config->nvml.timeout_usec, 0, on_arm_timeout, h,
+                                              "health-arm-timeout");
         }
         if (r < 0) {
                 log_warning_errno(r, "Failed to watch the GPU event worker: %s", strerror(-r));
@@ -857,7 +857,7 @@ static void worker_schedule_restart(Health *h, const char *why) {
         uint64_t now = 0, delay = HEALTH_RESTART_MIN_USEC;
         int r;
 
-        (void) sd_event_now(h->m->event, CLOCK_MONOTONIC, &now);
+        (void) sd_event_now(h->n->event, CLOCK_MONOTONIC, &now);
         if (h->armed && now - h->armed_usec > HEALTH_STABLE_USEC)
                 h->restarts = 0;
         worker_stop(h);
@@ -872,7 +872,8 @@ static void worker_schedule_restart(Health *h, const char *why) {
         log_warning("GPU event worker %s; restarting it in %.1fs (attempt %u). GPU events are not seen meanwhile.",
                     why, (double) delay / USEC_PER_SEC, h->restarts);
         h->restart_timer = sd_event_source_disable_unref(h->restart_timer);
-        r = sd_event_add_time_relative(h->m->event, &h->restart_timer, CLOCK_MONOTONIC, delay, 0, on_restart, h);
+        r = event_reset_time_relative(h->n->event, &h->restart_timer, CLOCK_MONOTONIC, delay, 0, on_restart, h,
+                                      "health-worker-restart");
         if (r < 0)
                 log_warning_errno(r, "Failed to arm the event worker restart timer: %m");
 }
@@ -901,9 +902,9 @@ static void check_send(Health *h) {
                 return worker_schedule_restart(h, "does not take requests");
         }
         h->check_again = false;
-        (void) sd_event_now(h->m->event, CLOCK_MONOTONIC, &h->check_usec);
-        r = sd_event_add_time_relative(h->m->event, &h->check_timer, CLOCK_MONOTONIC, h->m->config->nvml.timeout_usec,
-                                       0, on_check_timeout, h);
+        (void) sd_event_now(h->n->event, CLOCK_MONOTONIC, &h->check_usec);
+        r = event_reset_time_relative(h->n->event, &h->check_timer, CLOCK_MONOTONIC, h->n->config->nvml.timeout_usec,
+                                      0, on_check_timeout, h, "health-check-timeout");
         if (r < 0)
                 log_warning_errno(r, "Failed to arm the health check timeout: %m");
 }
@@ -926,14 +927,14 @@ void health_release_driver(Health *h) {
 }
 
 void health_check_now(Health *h) {
-        uint64_t delay = h->m->config->health.recheck_delay_usec;
+        uint64_t delay = h->n->config->health.recheck_delay_usec;
         int r;
 
         if (!h->active)
                 return;
         if (delay == 0)
                 return check_send(h);
-        r = event_reset_time_relative(h->m->event, &h->recheck_timer, CLOCK_MONOTONIC, delay, 0, on_recheck, h,
+        r = event_reset_time_relative(h->n->event, &h->recheck_timer, CLOCK_MONOTONIC, delay, 0, on_recheck, h,
                                       "health-recheck");
         if (r < 0)
                 check_send(h);
@@ -953,7 +954,7 @@ static void health_set_gpus(Health *h, char **addresses) {
                         gpus[n] = *old;
                         *old = (HealthGpu) {};
                 } else {
-                        const GpuInfo *info = h->m->nvml_snapshot ? gpu_nvml_snapshot_find(h->m->nvml_snapshot, *a) : NULL;
+                        const GpuInfo *info = h->n->nvml_snapshot ? gpu_nvml_snapshot_find(h->n->nvml_snapshot, *a) : NULL;
                         snprintf(gpus[n].pci_address, sizeof gpus[n].pci_address, "%s", *a);
                         gpus[n].uuid = info && info->uuid ? strdup(info->uuid) : NULL;
                         state_restore(h, &gpus[n]);
@@ -976,9 +977,9 @@ static void health_set_gpus(Health *h, char **addresses) {
 }
 
 void health_pass_done(Health *h) {
-        const Manager *m = h->m;
+        const Node *n = h->n;
         _cleanup_strv_free_ char **addresses = NULL;
-        bool active = m->config->health.enabled && m->nvml_snapshot && !m->options.oneshot;
+        bool active = n->config->health.enabled && n->nvml_snapshot && !n->oneshot;
 
         if (!active) {
                 if (h->active) {
@@ -994,8 +995,8 @@ void health_pass_done(Health *h) {
                 }
                 return;
         }
-        for (size_t i = 0; i < m->nvml_snapshot->n_gpus; i++)
-                if (strv_extend(&addresses, m->nvml_snapshot->gpus[i].pci_address) < 0)
+        for (size_t i = 0; i < n->nvml_snapshot->n_gpus; i++)
+                if (strv_extend(&addresses, n->nvml_snapshot->gpus[i].pci_address) < 0)
                         return (void) log_oom();
         h->active = true;
         if (!h->state_loaded)
@@ -1079,7 +1080,7 @@ unsigned health_unhealthy_gpus(const Health *h) {
 bool health_active(const Health *h) {
         /* From the facts rather than h->active, which follows at the end of the pass whose labels
          * already ask. */
-        return h && h->m->config && h->m->config->health.enabled && h->m->nvml_snapshot && !h->m->options.oneshot;
+        return h && h->n->config && h->n->config->health.enabled && h->n->nvml_snapshot && !h->n->oneshot;
 }
 
 bool health_armed(const Health *h) {

@@ -13,7 +13,7 @@
 
 #include "macro.h"
 
-struct Manager;
+struct Node;
 typedef struct Health Health;
 
 typedef enum GpuHealthState {
@@ -39,7 +39,7 @@ XidAction health_xid_classify(unsigned xid, char *const *ignore, char *const *fa
 const char *xid_action_to_string(XidAction a);
 const char *gpu_health_to_string(GpuHealthState s);
 
-int health_new(struct Manager *m, Health **ret);
+int health_new(struct Node *n, Health **ret);
 Health *health_free(Health *h);
 DEFINE_CLEANUP_FUNC(Health *, health_free);
 

@@ -15,11 +15,11 @@ static void on_kube_event(KubeNode *k, const KubeNodeEvent *ev, void *userdata) 
 
         if (!ev->label) {
                 log_warning("Kubernetes node watch: %s; MIG stays at %s.", ev->message,
-                            m->kube_mig_config ? m->kube_mig_config : "its current layout");
+                            m->node.kube_mig_config ? m->node.kube_mig_config : "its current layout");
                 return;
         }
-        free(m->kube_mig_config);
-        m->kube_mig_config = ev->value ? strdup(ev->value) : NULL;
+        free(m->node.kube_mig_config);
+        m->node.kube_mig_config = ev->value ? strdup(ev->value) : NULL;
         log_info("Node label " MIG_CONFIG_LABEL " is %s%s%s.", ev->value ? "'" : "", ev->value ?: "not set",
                  ev->value ? "'" : "");
         manager_request_pass(m, "node label " MIG_CONFIG_LABEL " changed");
@@ -31,11 +31,11 @@ void manager_kube_update(Manager *m) {
         int r;
 
         m->kube = kube_node_free(m->kube);
-        if (m->options.oneshot || m->config->mig.selected_from != MIG_SELECTED_FROM_NODE_LABEL) {
-                m->kube_mig_config = mfree(m->kube_mig_config);
+        if (m->options.oneshot || m->node.config->mig.selected_from != MIG_SELECTED_FROM_NODE_LABEL) {
+                m->node.kube_mig_config = mfree(m->node.kube_mig_config);
                 return;
         }
-        const char *name = m->config->kubernetes.node_name;
+        const char *name = m->node.config->kubernetes.node_name;
         if (isempty(name)) {
                 if (gethostname(hostname, sizeof(hostname) - 1) < 0) {
                         log_error_errno(errno, "mig.selected-from is node-label but the host name is unknown (%m); "
@@ -56,13 +56,13 @@ void manager_kube_update(Manager *m) {
         if (fd >= 0)
                 close(fd);
         KubeNodeOptions o = {
-                .kubeconfig = m->config->kubernetes.kubeconfig,
+                .kubeconfig = m->node.config->kubernetes.kubeconfig,
                 .node_name = name,
                 .label = MIG_CONFIG_LABEL,
-                .retry_min_usec = m->config->engine.retry_min_usec,
-                .retry_max_usec = m->config->engine.retry_max_usec,
+                .retry_min_usec = m->node.config->engine.retry_min_usec,
+                .retry_max_usec = m->node.config->engine.retry_max_usec,
         };
-        r = kube_node_new(m->event, &o, on_kube_event, m, &m->kube, &error);
+        r = kube_node_new(m->node.event, &o, on_kube_event, m, &m->kube, &error);
         if (r < 0)
                 log_error("mig.selected-from is node-label, but the node cannot be watched: %s",
                           error ?: strerror(-r));

@@ -101,7 +101,7 @@ static int on_remote_timer(sd_event_source *s, uint64_t usec, void *userdata);
 static void remote_schedule(Manager *m, uint64_t delay_usec) {
         int r;
 
-        r = event_reset_time_relative(m->event, &m->remote_timer, CLOCK_MONOTONIC, delay_usec, 0, on_remote_timer, m,
+        r = event_reset_time_relative(m->node.event, &m->remote_timer, CLOCK_MONOTONIC, delay_usec, 0, on_remote_timer, m,
                                       "remote-config");
         if (r < 0)
                 log_warning_errno(r, "Cannot arm the remote configuration timer, not fetching again: %m");
@@ -127,8 +127,8 @@ static void on_fetched(ConfigRemoteFetcher *f, const ConfigRemoteResult *res, vo
         char why[64];
         int r;
 
-        if (m->config->remote.interval_usec > 0)
-                remote_schedule(m, m->config->remote.interval_usec);
+        if (m->node.config->remote.interval_usec > 0)
+                remote_schedule(m, m->node.config->remote.interval_usec);
 
         if (res->error < 0) {
                 remote_failed(m, res->error_text);
@@ -176,10 +176,10 @@ static void on_fetched(ConfigRemoteFetcher *f, const ConfigRemoteResult *res, vo
         memcpy(n->data, res->body, res->body_size);
         n->data[res->body_size] = 0;
         n->size = res->body_size;
-        r = config_remote_cache_save(m->config->paths.state, n);
+        r = config_remote_cache_save(m->node.config->paths.state, n);
         if (r < 0)
                 log_warning_errno(r, "Cannot save the remote configuration in %s as the last known good copy: %m",
-                                  m->config->paths.state);
+                                  m->node.config->paths.state);
         if (old)
                 config_remote_cache_done(old);
         free(old);
@@ -196,7 +196,7 @@ static void on_fetched(ConfigRemoteFetcher *f, const ConfigRemoteResult *res, vo
 }
 
 static void remote_fetch_now(Manager *m) {
-        const ConfigRemote *rc = &m->config->remote;
+        const ConfigRemote *rc = &m->node.config->remote;
         const ConfigRemoteCache *cache = m->remote_cache && streq_ptr(m->remote_cache->url, m->remote_url)
                                                  ? m->remote_cache
                                                  : NULL;
@@ -205,7 +205,7 @@ static void remote_fetch_now(Manager *m) {
         if (config_remote_busy(m->remote_fetcher))
                 config_remote_cancel(m->remote_fetcher);
         if (!m->remote_fetcher) {
-                r = config_remote_fetcher_new(m->event, &m->remote_fetcher);
+                r = config_remote_fetcher_new(m->node.event, &m->remote_fetcher);
                 if (r < 0) {
                         log_error_errno(r, "Cannot set up libcurl for the remote configuration: %m");
                         return;
@@ -250,7 +250,7 @@ static int on_remote_timer(sd_event_source *s, uint64_t usec, void *userdata) {
 void manager_remote_update(Manager *m) {
         _cleanup_free_ char *url = NULL;
 
-        if (m->options.oneshot || isempty(m->config->remote.url) || remote_expand_url(m->config, &url) < 0) {
+        if (m->options.oneshot || isempty(m->node.config->remote.url) || remote_expand_url(m->node.config, &url) < 0) {
                 manager_remote_done(m);
                 return;
         }

@@ -35,39 +35,39 @@ static bool stage_state_is_final(StageState s) {
  * flight or holding, or an administrator removed it (modprobe -r) and the agent leaves it so. The
  * stages that need it are skipped, not failed, but the node cannot run GPU work: not ready. */
 static bool manager_driver_held(const Manager *m) {
-        return m->unload || m->driver_admin_unloaded;
+        return m->node.unload || m->node.driver_admin_unloaded;
 }
 
 bool manager_is_ready(const Manager *m) {
-        if (!m->first_pass_done)
+        if (!m->node.first_pass_done)
                 return false;
         if (manager_driver_held(m))
                 return false;
         for (int i = 0; i < _STAGE_MAX; i++)
-                if (!stage_state_is_success(m->stages[i].state))
+                if (!stage_state_is_success(m->node.stages[i].state))
                         return false;
         return true;
 }
 
 const char *manager_stage_name(const Manager *m) {
-        if (m->current_stage >= 0)
-                return stage_to_string(m->current_stage);
-        return m->first_pass_done ? "ready" : "starting";
+        if (m->node.current_stage >= 0)
+                return stage_to_string(m->node.current_stage);
+        return m->node.first_pass_done ? "ready" : "starting";
 }
 
 static AgentState manager_compute_state(const Manager *m) {
-        if (!m->first_pass_done)
+        if (!m->node.first_pass_done)
                 return AGENT_STARTING;
-        if (m->stages[STAGE_PROBE].state == STAGE_FAILED)
+        if (m->node.stages[STAGE_PROBE].state == STAGE_FAILED)
                 return AGENT_FAILED;
         /* An unhealthy GPU (or one missing from the bus) degrades the node without failing a stage. */
-        if (health_node_state(m->health, NULL) != GPU_HEALTH_OK)
+        if (health_node_state(m->node.health, NULL) != GPU_HEALTH_OK)
                 return AGENT_DEGRADED;
         return manager_is_ready(m) ? AGENT_READY : AGENT_DEGRADED;
 }
 
 static char *manager_runtime_path(const Manager *m, const char *name) {
-        _cleanup_free_ char *dir = path_join(m->config->paths.run, "gpu-node-agent");
+        _cleanup_free_ char *dir = path_join(m->node.config->paths.run, "gpu-node-agent");
         return dir ? path_join(dir, name) : NULL;
 }
 
@@ -86,7 +86,7 @@ static void manager_update_ready_file(const Manager *m, const char *name, bool r
         }
         if (access(p, F_OK) == 0)
                 return;
-        _cleanup_free_ char *dir = path_join(m->config->paths.run, "gpu-node-agent");
+        _cleanup_free_ char *dir = path_join(m->node.config->paths.run, "gpu-node-agent");
         r = dir ? mkdir_p(dir, 0755) : -ENOMEM;
         if (r >= 0)
                 r = write_file_atomic(p, NULL, "", 0, 0644);
@@ -102,13 +102,13 @@ static void manager_write_state_file(const Manager *m) {
 
         if (!p)
                 return;
-        r = strv_extendf(&l, "STATE=%s", agent_state_to_string(m->state));
+        r = strv_extendf(&l, "STATE=%s", agent_state_to_string(m->node.state));
         if (r >= 0)
                 r = strv_extendf(&l, "READY=%s", manager_is_ready(m) ? "yes" : "no");
         if (r >= 0)
-                r = strv_extendf(&l, "GPU_COUNT=%zu", m->inventory ? m->inventory->n_gpus : 0);
+                r = strv_extendf(&l, "GPU_COUNT=%zu", m->node.inventory ? m->node.inventory->n_gpus : 0);
         for (int i = 0; r >= 0 && i < _STAGE_MAX; i++)
-                r = strv_extendf(&l, "STAGE_%s=%s", stage_to_string(i), stage_state_to_string(m->stages[i].state));
+                r = strv_extendf(&l, "STAGE_%s=%s", stage_to_string(i), stage_state_to_string(m->node.stages[i].state));
         if (r >= 0)
                 r = strv_extend(&l, "");
         if (r < 0 || !(text = strv_join(l, "\n")))
@@ -117,7 +117,7 @@ static void manager_write_state_file(const Manager *m) {
         _cleanup_free_ char *old = NULL;
         if (read_full_file(p, 1 << 16, &old, NULL) >= 0 && streq(old, text))
                 return;
-        _cleanup_free_ char *dir = path_join(m->config->paths.run, "gpu-node-agent");
+        _cleanup_free_ char *dir = path_join(m->node.config->paths.run, "gpu-node-agent");
         r = dir ? mkdir_p(dir, 0755) : -ENOMEM;
         if (r >= 0)
                 r = write_file_atomic(p, NULL, text, strlen(text), 0644);
@@ -129,9 +129,9 @@ static void manager_update_status(const Manager *m) {
         const StageResult *failed = NULL;
         StageId failed_id = _STAGE_INVALID;
 
-        if (m->current_stage >= 0) {
-                (void) sd_notifyf(false, "STATUS=Running stage %s (%d/%d).", stage_to_string(m->current_stage),
-                                  (int) m->current_stage + 1, (int) _STAGE_MAX);
+        if (m->node.current_stage >= 0) {
+                (void) sd_notifyf(false, "STATUS=Running stage %s (%d/%d).", stage_to_string(m->node.current_stage),
+                                  (int) m->node.current_stage + 1, (int) _STAGE_MAX);
                 return;
         }
         /* Between two stages of a pass the outcome is not known yet: keep "Running stage …" rather
@@ -139,30 +139,30 @@ static void manager_update_status(const Manager *m) {
         if (m->pass_active)
                 return;
         for (int i = 0; i < _STAGE_MAX && !failed; i++)
-                if (m->stages[i].state == STAGE_FAILED) {
-                        failed = &m->stages[i];
+                if (m->node.stages[i].state == STAGE_FAILED) {
+                        failed = &m->node.stages[i];
                         failed_id = (StageId) i;
                 }
-        size_t n = m->inventory ? m->inventory->n_gpus : 0;
+        size_t n = m->node.inventory ? m->node.inventory->n_gpus : 0;
         if (failed)
-                (void) sd_notifyf(false, "STATUS=%s: stage %s failed: %s", m->state == AGENT_FAILED ? "Failed" : "Degraded",
+                (void) sd_notifyf(false, "STATUS=%s: stage %s failed: %s", m->node.state == AGENT_FAILED ? "Failed" : "Degraded",
                                   stage_to_string(failed_id), strna(failed->message));
-        else if (manager_is_ready(m) && m->state == AGENT_READY)
+        else if (manager_is_ready(m) && m->node.state == AGENT_READY)
                 (void) sd_notifyf(false, "STATUS=Ready: %zu GPU%s.", n, n == 1 ? "" : "s");
-        else if (m->first_pass_done) {
+        else if (m->node.first_pass_done) {
                 /* Degraded without a failed stage: the driver held out of the kernel, or a GPU unhealthy. */
                 const char *why = NULL;
                 if (manager_driver_held(m))
-                        why = m->stages[STAGE_DRIVER].message;
+                        why = m->node.stages[STAGE_DRIVER].message;
                 else
-                        (void) health_node_state(m->health, &why);
+                        (void) health_node_state(m->node.health, &why);
                 (void) sd_notifyf(false, "STATUS=Degraded: %s", strna(why));
         } else
                 (void) sd_notify(false, "STATUS=Starting.");
 }
 
 void manager_set_stage(Manager *m, StageId id, StageState state, int error, const char *message) {
-        StageResult *r = &m->stages[id];
+        StageResult *r = &m->node.stages[id];
         StageState old = r->state;
         bool changed = old != state || !streq_ptr(r->message, message);
         uint64_t now = now_realtime();
@@ -172,12 +172,12 @@ void manager_set_stage(Manager *m, StageId id, StageState state, int error, cons
         if (state == STAGE_RUNNING) {
                 r->started_usec = now;
                 r->finished_usec = 0;
-                m->current_stage = id;
+                m->node.current_stage = id;
         } else {
                 if (stage_state_is_final(state))
                         r->finished_usec = now;
-                if (m->current_stage == id)
-                        m->current_stage = _STAGE_INVALID;
+                if (m->node.current_stage == id)
+                        m->node.current_stage = _STAGE_INVALID;
         }
         if (state == STAGE_FAILED)
                 r->failures++;
@@ -230,12 +230,12 @@ static int on_retry(sd_event_source *s, uint64_t usec, void *userdata) {
 }
 
 static void manager_schedule_retry(Manager *m) {
-        uint64_t delay = m->config->engine.retry_min_usec;
+        uint64_t delay = m->node.config->engine.retry_min_usec;
         bool failed = false;
         int r;
 
         for (int i = 0; i < _STAGE_MAX; i++)
-                failed = failed || m->stages[i].state == STAGE_FAILED;
+                failed = failed || m->node.stages[i].state == STAGE_FAILED;
         if (!failed) {
                 m->retry_attempt = 0;
                 if (m->retry_timer)
@@ -243,13 +243,13 @@ static void manager_schedule_retry(Manager *m) {
                 return;
         }
 
-        for (unsigned i = 0; i < m->retry_attempt && delay < m->config->engine.retry_max_usec; i++)
+        for (unsigned i = 0; i < m->retry_attempt && delay < m->node.config->engine.retry_max_usec; i++)
                 delay *= 2;
-        if (delay > m->config->engine.retry_max_usec)
-                delay = m->config->engine.retry_max_usec;
+        if (delay > m->node.config->engine.retry_max_usec)
+                delay = m->node.config->engine.retry_max_usec;
         m->retry_attempt++;
 
-        r = event_reset_time_relative(m->event, &m->retry_timer, CLOCK_MONOTONIC, delay, 0, on_retry, m,
+        r = event_reset_time_relative(m->node.event, &m->retry_timer, CLOCK_MONOTONIC, delay, 0, on_retry, m,
                                       "stage-retry");
         if (r < 0)
                 log_warning_errno(r, "Failed to arm the retry timer: %m");
@@ -259,20 +259,20 @@ static void manager_schedule_retry(Manager *m) {
 }
 
 static void manager_finish_pass(Manager *m) {
-        AgentState old = m->state;
-        bool first = !m->first_pass_done;
+        AgentState old = m->node.state;
+        bool first = !m->node.first_pass_done;
 
         m->pass_active = false;
-        m->first_pass_done = true;
-        m->n_passes++;
-        (void) sd_event_now(m->event, CLOCK_MONOTONIC, &m->last_pass_end_usec);
-        m->state = manager_compute_state(m);
+        m->node.first_pass_done = true;
+        m->node.n_passes++;
+        (void) sd_event_now(m->node.event, CLOCK_MONOTONIC, &m->last_pass_end_usec);
+        m->node.state = manager_compute_state(m);
 
         manager_update_ready_file(m, "ready", manager_is_ready(m));
         manager_write_state_file(m);
         manager_update_status(m);
-        if (old != m->state) {
-                log_info("Node state: %s → %s.", agent_state_to_string(old), agent_state_to_string(m->state));
+        if (old != m->node.state) {
+                log_info("Node state: %s → %s.", agent_state_to_string(old), agent_state_to_string(m->node.state));
                 manager_mark_dirty(m, NULL, AGENT_MANAGER_INTERFACE, "State");
         }
         manager_mark_dirty(m, NULL, AGENT_MANAGER_INTERFACE, "Ready");
@@ -285,13 +285,13 @@ static void manager_finish_pass(Manager *m) {
 
         if (m->options.oneshot) {
                 m->exit_code = manager_is_ready(m) ? 0 : 1;
-                (void) sd_event_exit(m->event, m->exit_code);
+                (void) sd_event_exit(m->node.event, m->exit_code);
                 return;
         }
 
         manager_schedule_retry(m);
-        health_pass_done(m->health);
-        metrics_update(m);
+        health_pass_done(m->node.health);
+        metrics_update(&m->node);
         if (m->pass_again) {
                 m->pass_again = m->pass_again_coalesced = false;
                 manager_request_pass(m, "queued request");
@@ -303,10 +303,10 @@ static void manager_finish_pass(Manager *m) {
 
 static bool manager_stage_blocked(Manager *m, const StageDescriptor *d, char **ret_message) {
         for (int i = 0; i < _STAGE_MAX; i++) {
-                if (!(d->depends & (1u << i)) || stage_state_is_success(m->stages[i].state))
+                if (!(d->depends & (1u << i)) || stage_state_is_success(m->node.stages[i].state))
                         continue;
                 *ret_message = strprintf("waiting for stage %s (%s)", stage_to_string(i),
-                                         stage_state_to_string(m->stages[i].state));
+                                         stage_state_to_string(m->node.stages[i].state));
                 return true;
         }
         return false;
@@ -332,9 +332,9 @@ static int on_stage(sd_event_source *s, void *userdata) {
         }
 
         manager_set_stage(m, id, STAGE_RUNNING, 0, NULL);
-        r = d->run(m, &message);
+        r = d->run(&m->node, &message);
         if (r == STAGE_RUNNING)
-                return 0; /* it finishes from its own event source with manager_stage_complete() */
+                return 0; /* it finishes from its own event source with node_stage_complete() */
         manager_stage_complete(m, id, r, message);
         return 0;
 }
@@ -347,7 +347,7 @@ void manager_stage_complete(Manager *m, StageId id, int r, const char *message) 
 }
 
 void manager_stage_progress(Manager *m, StageId id, const char *text) {
-        StageResult *r = &m->stages[id];
+        StageResult *r = &m->node.stages[id];
 
         if (r->state != STAGE_RUNNING || streq_ptr(r->message, text))
                 return;
@@ -359,7 +359,7 @@ void manager_stage_progress(Manager *m, StageId id, const char *text) {
          * the middle of any build longer than that, restarts it, and the build starts over, forever.
          * A stage that hangs silently still hits the timeout; the build itself is bounded by
          * driver.dkms.timeout. */
-        if (!m->first_pass_done)
+        if (!m->node.first_pass_done)
                 (void) sd_notifyf(false, "EXTEND_TIMEOUT_USEC=%" PRIu64, STAGE_PROGRESS_EXTEND_USEC);
         manager_mark_dirty(m, NULL, AGENT_MANAGER_INTERFACE, "Stages");
 }
@@ -398,12 +398,12 @@ void manager_request_pass_coalesced(Manager *m, const char *reason) {
         }
         /* Right after a pass: what it would find is what that one found. Wait out the interval, and let
          * everything asked for meanwhile share the one pass. */
-        (void) sd_event_now(m->event, CLOCK_MONOTONIC, &now);
+        (void) sd_event_now(m->node.event, CLOCK_MONOTONIC, &now);
         at = m->last_pass_end_usec + MANAGER_PASS_MIN_INTERVAL_USEC;
-        if (m->first_pass_done && now < at) {
+        if (m->node.first_pass_done && now < at) {
                 log_debug("Pass requested (%s) %" PRIu64 " ms after the last one: starts in %" PRIu64 " ms.",
                           reason, (now - m->last_pass_end_usec) / USEC_PER_MSEC, (at - now) / USEC_PER_MSEC);
-                r = event_reset_time(m->event, &m->coalesce_timer, CLOCK_MONOTONIC, at, 0, on_coalesced, m,
+                r = event_reset_time(m->node.event, &m->coalesce_timer, CLOCK_MONOTONIC, at, 0, on_coalesced, m,
                                      "pass-coalesce");
                 if (r >= 0)
                         return;
@@ -424,11 +424,12 @@ static void manager_start_pass(Manager *m, const char *reason) {
         log_debug("Starting a pass over all stages (%s).", reason);
 
         if (!m->stage_source) {
-                r = sd_event_add_defer(m->event, &m->stage_source, on_stage, m);
+                r = sd_event_add_defer(m->node.event, &m->stage_source, on_stage, m);
                 if (r < 0) {
                         log_error_errno(r, "Failed to schedule the stages: %m");
                         return;
                 }
+                (void) sd_event_source_set_description(m->stage_source, "manager-stage");
         }
         if (m->retry_timer)
                 (void) sd_event_source_set_enabled(m->retry_timer, SD_EVENT_OFF);

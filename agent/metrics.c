@@ -15,7 +15,7 @@
 #include "fileio.h"
 #include "health.h"
 #include "log.h"
-#include "manager.h"
+#include "node.h"
 #include "metrics.h"
 #include "strv.h"
 
@@ -46,31 +46,31 @@ Metrics *metrics_free(Metrics *x) {
         return NULL;
 }
 
-void metrics_count_mig_apply(Manager *m, const char *state, bool changed) {
+void metrics_count_mig_apply(Node *n, const char *state, bool changed) {
         static const char *const states[] = { "success", "rebooting", "failed" };
         for (size_t i = 0; i < ELEMENTSOF(states); i++)
                 if (streq_ptr(state, states[i]))
-                        m->metrics->mig_applies[i]++;
+                        n->metrics->mig_applies[i]++;
         if (changed)
-                m->metrics->mig_apply_changes++;
-        metrics_update(m);
+                n->metrics->mig_apply_changes++;
+        metrics_update(n);
 }
 
-void metrics_dkms_started(Manager *m) {
-        (void) sd_event_now(m->event, CLOCK_MONOTONIC, &m->metrics->dkms_started_usec);
+void metrics_dkms_started(Node *n) {
+        (void) sd_event_now(n->event, CLOCK_MONOTONIC, &n->metrics->dkms_started_usec);
 }
 
-void metrics_dkms_finished(Manager *m, bool ok) {
+void metrics_dkms_finished(Node *n, bool ok) {
         uint64_t now = 0;
 
-        (void) sd_event_now(m->event, CLOCK_MONOTONIC, &now);
-        if (m->metrics->dkms_started_usec == 0 || now < m->metrics->dkms_started_usec)
+        (void) sd_event_now(n->event, CLOCK_MONOTONIC, &now);
+        if (n->metrics->dkms_started_usec == 0 || now < n->metrics->dkms_started_usec)
                 return;
-        m->metrics->dkms_build_usec = now - m->metrics->dkms_started_usec;
-        m->metrics->dkms_started_usec = 0;
-        m->metrics->dkms_known = true;
-        m->metrics->dkms_ok = ok;
-        metrics_update(m);
+        n->metrics->dkms_build_usec = now - n->metrics->dkms_started_usec;
+        n->metrics->dkms_started_usec = 0;
+        n->metrics->dkms_known = true;
+        n->metrics->dkms_ok = ok;
+        metrics_update(n);
 }
 
 /* The exposition format's label value escapes: backslash, double quote, newline. */
@@ -118,16 +118,16 @@ typedef enum GpuSeries {
         SERIES_XID_COUNT,
 } GpuSeries;
 
-static void gpu_family(FILE *f, const Manager *m, const char *host, const char *name, const char *type,
+static void gpu_family(FILE *f, const Node *n, const char *host, const char *name, const char *type,
                        const char *help, GpuSeries which) {
-        const NvmlSnapshot *s = m->nvml_snapshot;
+        const NvmlSnapshot *s = n->nvml_snapshot;
         bool any = false;
 
         for (size_t i = 0; s && i < s->n_gpus; i++) {
                 HealthCounters c;
                 uint64_t v = 0;
 
-                if (health_gpu_counters(m->health, s->gpus[i].pci_address, &c) < 0)
+                if (health_gpu_counters(n->health, s->gpus[i].pci_address, &c) < 0)
                         continue;
                 switch (which) {
                 case SERIES_XID: v = c.last_xid; break;
@@ -149,7 +149,7 @@ static void gpu_family(FILE *f, const Manager *m, const char *host, const char *
         }
 }
 
-int metrics_format(const Manager *m, char **ret) {
+int metrics_format(const Node *n, char **ret) {
         _cleanup_free_ char *buf = NULL;
         size_t size = 0;
         char host[256] = "";
@@ -158,22 +158,22 @@ int metrics_format(const Manager *m, char **ret) {
         if (!f)
                 return -ENOMEM;
         (void) gethostname(host, sizeof host - 1);
-        const NvmlSnapshot *s = m->nvml_snapshot;
+        const NvmlSnapshot *s = n->nvml_snapshot;
 
         /* DCGM exporter–compatible fields. */
-        gpu_family(f, m, host, "DCGM_FI_DEV_XID_ERRORS", "gauge", "Value of the last XID error encountered.",
+        gpu_family(f, n, host, "DCGM_FI_DEV_XID_ERRORS", "gauge", "Value of the last XID error encountered.",
                    SERIES_XID);
-        gpu_family(f, m, host, "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "counter",
+        gpu_family(f, n, host, "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "counter",
                    "Total number of single-bit volatile ECC errors (events seen since the agent started).",
                    SERIES_SBE);
-        gpu_family(f, m, host, "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "counter",
+        gpu_family(f, n, host, "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "counter",
                    "Total number of double-bit volatile ECC errors (events seen since the agent started).",
                    SERIES_DBE);
-        gpu_family(f, m, host, "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", "counter",
+        gpu_family(f, n, host, "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", "counter",
                    "Number of remapped rows for correctable errors", SERIES_REMAP_CORR);
-        gpu_family(f, m, host, "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "counter",
+        gpu_family(f, n, host, "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "counter",
                    "Number of remapped rows for uncorrectable errors", SERIES_REMAP_UNC);
-        gpu_family(f, m, host, "DCGM_FI_DEV_ROW_REMAP_FAILURE", "gauge", "Whether remapping of rows has failed",
+        gpu_family(f, n, host, "DCGM_FI_DEV_ROW_REMAP_FAILURE", "gauge", "Whether remapping of rows has failed",
                    SERIES_REMAP_FAILURE);
 
         /* Ours. */
@@ -188,20 +188,20 @@ int metrics_format(const Manager *m, char **ret) {
 
         header(f, "gpu_node_agent_node_state", "gauge", "1 for the node's state (the State property), 0 for the others.");
         for (int i = 0; i < _AGENT_STATE_MAX; i++)
-                fprintf(f, "gpu_node_agent_node_state{state=\"%s\"} %d\n", agent_state_to_string(i), m->state == i);
+                fprintf(f, "gpu_node_agent_node_state{state=\"%s\"} %d\n", agent_state_to_string(i), n->state == i);
 
         header(f, "gpu_node_agent_passes_total", "counter", "Passes of the stages finished since the agent started.");
-        fprintf(f, "gpu_node_agent_passes_total %" PRIu64 "\n", m->n_passes);
+        fprintf(f, "gpu_node_agent_passes_total %" PRIu64 "\n", n->n_passes);
 
         header(f, "gpu_node_agent_stage_state", "gauge", "1 for each stage's state in the last pass, 0 for the others.");
         for (int i = 0; i < _STAGE_MAX; i++)
                 for (int st = 0; st < _STAGE_STATE_MAX; st++)
                         fprintf(f, "gpu_node_agent_stage_state{stage=\"%s\",state=\"%s\"} %d\n", stage_to_string(i),
-                                stage_state_to_string(st), (int) m->stages[i].state == st);
+                                stage_state_to_string(st), (int) n->stages[i].state == st);
 
         header(f, "gpu_node_agent_stage_duration_seconds", "gauge", "How long each stage took the last time it ran.");
         for (int i = 0; i < _STAGE_MAX; i++) {
-                const StageResult *r = &m->stages[i];
+                const StageResult *r = &n->stages[i];
                 if (r->started_usec == 0 || r->finished_usec < r->started_usec)
                         continue;
                 fprintf(f, "gpu_node_agent_stage_duration_seconds{stage=\"%s\"} %.6f\n", stage_to_string(i),
@@ -209,14 +209,14 @@ int metrics_format(const Manager *m, char **ret) {
         }
 
         header(f, "gpu_node_agent_gpus", "gauge", "NVIDIA GPUs found on the PCI bus.");
-        fprintf(f, "gpu_node_agent_gpus %zu\n", m->inventory ? m->inventory->n_gpus : 0);
+        fprintf(f, "gpu_node_agent_gpus %zu\n", n->inventory ? n->inventory->n_gpus : 0);
         header(f, "gpu_node_agent_unhealthy_gpus", "gauge", "GPUs whose health is degraded or failed.");
-        fprintf(f, "gpu_node_agent_unhealthy_gpus %u\n", health_unhealthy_gpus(m->health));
+        fprintf(f, "gpu_node_agent_unhealthy_gpus %u\n", health_unhealthy_gpus(n->health));
 
         bool any = false;
         for (size_t i = 0; s && i < s->n_gpus; i++) {
                 const char *why;
-                GpuHealthState st = health_gpu_state(m->health, s->gpus[i].pci_address, &why);
+                GpuHealthState st = health_gpu_state(n->health, s->gpus[i].pci_address, &why);
                 if (!any)
                         header(f, "gpu_node_agent_gpu_health", "gauge",
                                "1 for each GPU's health (ok, degraded, failed), 0 for the others.");
@@ -227,7 +227,7 @@ int metrics_format(const Manager *m, char **ret) {
                         fprintf(f, ",health=\"%s\"} %d\n", gpu_health_to_string(h), (int) st == h);
                 }
         }
-        gpu_family(f, m, host, "gpu_node_agent_xid_events_total", "counter",
+        gpu_family(f, n, host, "gpu_node_agent_xid_events_total", "counter",
                    "XID events seen since the agent started, all classes.", SERIES_XID_COUNT);
 
         any = false;
@@ -250,24 +250,24 @@ int metrics_format(const Manager *m, char **ret) {
 
         header(f, "gpu_node_agent_health_event_worker_armed", "gauge",
                "1 while the event worker is registered for NVML events and waiting.");
-        fprintf(f, "gpu_node_agent_health_event_worker_armed %d\n", health_armed(m->health));
+        fprintf(f, "gpu_node_agent_health_event_worker_armed %d\n", health_armed(n->health));
         header(f, "gpu_node_agent_health_event_worker_restarts_total", "counter",
                "Times the event worker crashed, hung or exited and was restarted.");
-        fprintf(f, "gpu_node_agent_health_event_worker_restarts_total %" PRIu64 "\n", health_worker_restarts(m->health));
+        fprintf(f, "gpu_node_agent_health_event_worker_restarts_total %" PRIu64 "\n", health_worker_restarts(n->health));
 
         static const char *const results[] = { "success", "rebooting", "failed" };
         header(f, "gpu_node_agent_mig_applies_total", "counter", "MIG applies finished, by result.");
         for (size_t i = 0; i < ELEMENTSOF(results); i++)
                 fprintf(f, "gpu_node_agent_mig_applies_total{result=\"%s\"} %" PRIu64 "\n", results[i],
-                        m->metrics->mig_applies[i]);
+                        n->metrics->mig_applies[i]);
         header(f, "gpu_node_agent_mig_apply_changes_total", "counter", "MIG applies that changed the MIG devices.");
-        fprintf(f, "gpu_node_agent_mig_apply_changes_total %" PRIu64 "\n", m->metrics->mig_apply_changes);
-        if (m->metrics->dkms_known) {
+        fprintf(f, "gpu_node_agent_mig_apply_changes_total %" PRIu64 "\n", n->metrics->mig_apply_changes);
+        if (n->metrics->dkms_known) {
                 header(f, "gpu_node_agent_dkms_build_seconds", "gauge",
                        "How long the last DKMS build took, and whether it succeeded.");
                 fprintf(f, "gpu_node_agent_dkms_build_seconds{result=\"%s\"} %.3f\n",
-                        m->metrics->dkms_ok ? "success" : "failed",
-                        (double) m->metrics->dkms_build_usec / USEC_PER_SEC);
+                        n->metrics->dkms_ok ? "success" : "failed",
+                        (double) n->metrics->dkms_build_usec / USEC_PER_SEC);
         }
 
         if (fclose(f) != 0)
@@ -276,15 +276,15 @@ int metrics_format(const Manager *m, char **ret) {
         return 0;
 }
 
-void metrics_update(Manager *m) {
-        const char *path = m->config ? m->config->metrics.textfile : NULL;
+void metrics_update(Node *n) {
+        const char *path = n->config ? n->config->metrics.textfile : NULL;
         _cleanup_free_ char *text = NULL;
-        Metrics *x = m->metrics;
+        Metrics *x = n->metrics;
         int r;
 
-        if (isempty(path) || m->options.oneshot || !m->first_pass_done)
+        if (isempty(path) || n->oneshot || !n->first_pass_done)
                 return;
-        r = metrics_format(m, &text);
+        r = metrics_format(n, &text);
         if (r < 0)
                 return (void) log_oom();
         if (x->written && streq(x->written, text) && streq_ptr(x->written_path, path))

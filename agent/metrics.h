@@ -12,7 +12,7 @@
 
 #include "macro.h"
 
-struct Manager;
+struct Node;
 typedef struct Metrics Metrics;
 
 int metrics_new(Metrics **ret);
@@ -20,15 +20,15 @@ Metrics *metrics_free(Metrics *x);
 DEFINE_CLEANUP_FUNC(Metrics *, metrics_free);
 
 /* Renders the textfile from m (NULL text on -ENOMEM). */
-int metrics_format(const struct Manager *m, char **ret);
+int metrics_format(const struct Node *n, char **ret);
 
 /* Writes metrics.textfile when configured and the text changed. Logs a failure once per distinct
  * error; never fails the caller. */
-void metrics_update(struct Manager *m);
+void metrics_update(struct Node *n);
 
 /* Counted for the gpu_node_agent_mig_* counters: an apply finished with state ("success", "rebooting",
  * "failed"), changed = the MIG devices changed. */
-void metrics_count_mig_apply(struct Manager *m, const char *state, bool changed);
+void metrics_count_mig_apply(struct Node *n, const char *state, bool changed);
 /* A DKMS build started / ended (the gpu_node_agent_dkms_build_seconds gauge: the last build's time). */
-void metrics_dkms_started(struct Manager *m);
-void metrics_dkms_finished(struct Manager *m, bool ok);
+void metrics_dkms_started(struct Node *n);
+void metrics_dkms_finished(struct Node *n, bool ok);

@@ -14,7 +14,7 @@
 #include "strv.h"
 
 struct ModuleChild {
-        Manager *manager;
+        Node *node;
         Spawn *child;
         int fd;
         char *what;
@@ -103,7 +103,7 @@ static int child_main(int fd, void *userdata) {
         _cleanup_free_ char *message = NULL;
         int r;
 
-        r = c->fn(c->manager, c->fn_userdata, &message, &names);
+        r = c->fn(c->node, c->fn_userdata, &message, &names);
         return module_child_send(fd, r, message, names) < 0 ? 2 : 0;
 }
 
@@ -130,21 +130,21 @@ static void on_exit_child(Spawn *child, const SpawnResult *res, void *userdata) 
         }
         c->child = spawn_free(c->child);
         c->destroy = NULL; /* done owns userdata now */
-        c->done(c->manager, r, message, names, c->userdata);
+        c->done(c->node, r, message, names, c->userdata);
         module_child_free(c);
 }
 
-int module_child_start(Manager *m, sd_event *e, const char *what, uint64_t timeout_usec, ModuleChildFunc fn,
+int module_child_start(Node *n, sd_event *e, const char *what, uint64_t timeout_usec, ModuleChildFunc fn,
                        void *fn_userdata, ModuleChildDone done, void *userdata, void (*destroy)(void *userdata),
                        ModuleChild **ret) {
         ModuleChild *c;
         int sv[2], r;
 
-        assert(m && e && what && *what && fn && done && ret);
+        assert(n && e && what && *what && fn && done && ret);
         c = calloc(1, sizeof *c);
         if (!c)
                 return -ENOMEM;
-        *c = (ModuleChild) { .manager = m, .fd = -1, .timeout_usec = timeout_usec, .fn = fn,
+        *c = (ModuleChild) { .node = n, .fd = -1, .timeout_usec = timeout_usec, .fn = fn,
                              .fn_userdata = fn_userdata, .done = done, .userdata = userdata };
         /* destroy is set only once started: a failed start leaves userdata to the caller. */
         if (!(c->what = strdup(what))) {

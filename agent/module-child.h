@@ -11,23 +11,22 @@
 #include <stdint.h>
 #include <systemd/sd-event.h>
 
-/* Opaque here: the caller's Manager, handed back to fn and done (manager.h is not included, so that this
- * helper of the stages stays out of the manager's include cycle). */
-typedef struct Manager Manager;
+/* Opaque here: the caller's Node (node.h), handed back to fn and done. */
+typedef struct Node Node;
 
 typedef struct ModuleChild ModuleChild;
 
 /* In the child: the work. r < 0 with a sentence in *ret_message for a failure; *ret_names as it likes
  * (the modules it loaded or removed). */
-typedef int (*ModuleChildFunc)(Manager *m, void *userdata, char **ret_message, char ***ret_names);
+typedef int (*ModuleChildFunc)(Node *n, void *userdata, char **ret_message, char ***ret_names);
 /* On the loop, once: r, the message and the names the child sent; or, when it did not finish, -ETIMEDOUT
  * or -EIO with a sentence of ours ("… did not finish within 300 s and is stuck in the kernel"). The child
  * object is freed after this returns: forget the pointer here. */
-typedef void (*ModuleChildDone)(Manager *m, int r, const char *message, char **names, void *userdata);
+typedef void (*ModuleChildDone)(Node *n, int r, const char *message, char **names, void *userdata);
 
-/* e: the loop the child is watched on (the Manager's). what: for the messages ("removing the NVIDIA
+/* e: the loop the child is watched on (the Node's event). what: for the messages ("removing the NVIDIA
  * modules"). destroy (may be NULL) frees userdata when the child is freed before done was called. */
-int module_child_start(Manager *m, sd_event *e, const char *what, uint64_t timeout_usec, ModuleChildFunc fn,
+int module_child_start(Node *n, sd_event *e, const char *what, uint64_t timeout_usec, ModuleChildFunc fn,
                        void *fn_userdata, ModuleChildDone done, void *userdata, void (*destroy)(void *userdata),
                        ModuleChild **ret);
 /* The wire between a child and the loop, also for other forked libkmod work (the driver stage's inserts):

@@ -5,11 +5,11 @@
  * the file is only touched when its bytes change. */
 #include "cdi.h"
 #include "log.h"
-#include "manager.h"
+#include "stage-table.h"
 #include "strv.h"
 
-int stage_cdi_run(Manager *m, char **ret_message) {
-        const Config *c = m->config;
+int stage_cdi_run(Node *n, char **ret_message) {
+        const Config *c = n->config;
         _cleanup_(cdi_spec_freep) CdiSpec *spec = NULL;
         _cleanup_strv_free_ char **warnings = NULL;
         _cleanup_free_ char *text = NULL, *error = NULL;
@@ -22,7 +22,7 @@ int stage_cdi_run(Manager *m, char **ret_message) {
         }
         /* The engine runs us only after the nvml stage succeeded or was skipped; no snapshot means no GPU
          * NVML can see, and then there is nothing to describe. */
-        if (!m->nvml_snapshot) {
+        if (!n->nvml_snapshot) {
                 *ret_message = strprintf("no GPU known to NVML; %s left as it is", c->cdi.spec);
                 return STAGE_SKIPPED;
         }
@@ -37,14 +37,14 @@ int stage_cdi_run(Manager *m, char **ret_message) {
         }
 
         CdiBuildInput in = {
-                .snapshot = m->nvml_snapshot,
+                .snapshot = n->nvml_snapshot,
                 .root = c->paths.root,
                 .dev = c->paths.dev,
                 .proc = c->paths.proc,
                 .sys = c->paths.sys,
                 .run = c->paths.run,
                 .driver_root = c->cdi.driver_root,
-                .minors_cache = &m->cdi_minors,
+                .minors_cache = &n->cdi_minors,
                 .device_names = c->cdi.device_names,
         };
         r = cdi_spec_build(&in, &spec, &warnings);
@@ -53,7 +53,7 @@ int stage_cdi_run(Manager *m, char **ret_message) {
                  * that are gone (all MIG devices destroyed, say), so our file goes. */
                 STRV_FOREACH(w, warnings)
                         log_warning("CDI: %s", *w);
-                m->cdi_spec_text = mfree(m->cdi_spec_text);
+                n->cdi_spec_text = mfree(n->cdi_spec_text);
                 _cleanup_free_ char *rm_error = NULL;
                 r = cdi_spec_remove(c->cdi.spec, &rm_error);
                 if (r < 0) {
@@ -86,11 +86,11 @@ int stage_cdi_run(Manager *m, char **ret_message) {
         }
 
         /* Say what was left out when the result changes, not on every pass. */
-        bool news = changed || !streq_ptr(m->cdi_spec_text, text);
+        bool news = changed || !streq_ptr(n->cdi_spec_text, text);
         STRV_FOREACH(w, warnings)
                 log_full(news ? LOG_WARNING : LOG_DEBUG, "CDI: %s", *w);
-        free(m->cdi_spec_text);
-        m->cdi_spec_text = TAKE_PTR(text);
+        free(n->cdi_spec_text);
+        n->cdi_spec_text = TAKE_PTR(text);
 
         if (!changed) {
                 *ret_message = strdup("unchanged");

@@ -20,7 +20,7 @@
 #include "gres.h"
 #include "imex.h"
 #include "log.h"
-#include "manager.h"
+#include "stage-table.h"
 #include "strv.h"
 #include "validations.h"
 
@@ -33,49 +33,49 @@ DEFINE_CLEANUP_FUNC(DevnodePlan *, devnode_plan_free);
         "exist when it starts: create the directory (slurmd's package makes /etc/slurm) and restart "     \
         "the agent, or allow the path with ReadWritePaths= in a drop-in."
 
-static bool stage_ok(const Manager *m, StageId id) {
-        return m->stages[id].state == STAGE_DONE || m->stages[id].state == STAGE_SKIPPED;
+static bool stage_ok(const Node *n, StageId id) {
+        return n->stages[id].state == STAGE_DONE || n->stages[id].state == STAGE_SKIPPED;
 }
 
 /* A path of this process's view as the node sees it: paths.root stripped (as the CDI spec does). */
-static const char *node_path(const Manager *m, const char *p) {
-        const char *root = m->config->paths.root;
-        size_t n = strlen(root);
+static const char *node_path(const Node *n, const char *p) {
+        const char *root = n->config->paths.root;
+        size_t len = strlen(root);
 
-        while (n > 0 && root[n - 1] == '/')
-                n--;
-        if (n > 0 && strncmp(p, root, n) == 0 && p[n] == '/')
-                return p + n;
+        while (len > 0 && root[len - 1] == '/')
+                len--;
+        if (len > 0 && strncmp(p, root, len) == 0 && p[len] == '/')
+                return p + len;
         return p;
 }
 
-static int consumers_gres(Manager *m, char ***parts) {
-        const Config *c = m->config;
+static int consumers_gres(Node *n, char ***parts) {
+        const Config *c = n->config;
         _cleanup_free_ char *text = NULL;
         _cleanup_strv_free_ char **warnings = NULL;
         bool changed = false;
-        int n, r;
+        int lines, r;
 
         if (!c->gres.slurm_enabled)
                 return 0;
         /* NVML down is usually passing (a driver reload, a GPU reset): an empty file would take the GPUs
          * from Slurm at its next reconfigure. Only a node without GPUs gets one. */
-        if (!m->nvml_snapshot && m->inventory && m->inventory->n_gpus > 0)
+        if (!n->nvml_snapshot && n->inventory && n->inventory->n_gpus > 0)
                 return strv_extendf(parts, "Slurm: NVML is unavailable; %s left as it is", c->gres.slurm_file);
 
         /* slurmd refuses to start when a File= does not exist: the MIG devices' capability nodes were made
-         * when the snapshot came in (manager_devices_sync_mig()); this only retries one that failed. */
-        manager_devices_sync_mig(m);
+         * when the snapshot came in (stage_devices_sync_mig()); this only retries one that failed. */
+        stage_devices_sync_mig(n);
 
         GresInput in = {
-                .snapshot = m->nvml_snapshot,
+                .snapshot = n->nvml_snapshot,
                 .sys = c->paths.sys,
                 .proc = c->paths.proc,
-                .dev = node_path(m, c->paths.dev),
+                .dev = node_path(n, c->paths.dev),
         };
-        n = gres_format(&in, &text, &warnings);
-        if (n < 0)
-                return strv_extendf(parts, "Slurm: formatting gres.conf lines failed: %s", strerror(-n)) < 0 ? -ENOMEM : n;
+        lines = gres_format(&in, &text, &warnings);
+        if (lines < 0)
+                return strv_extendf(parts, "Slurm: formatting gres.conf lines failed: %s", strerror(-lines)) < 0 ? -ENOMEM : lines;
         r = gres_write(c->gres.slurm_file, text, &changed);
         if (r < 0) {
                 log_error("Slurm: cannot write %s: %s; %s", c->gres.slurm_file, strerror(-r),
@@ -86,13 +86,13 @@ static int consumers_gres(Manager *m, char ***parts) {
         STRV_FOREACH(w, warnings)
                 log_full(changed ? LOG_WARNING : LOG_DEBUG, "Slurm: %s", *w);
         if (changed)
-                log_info("Slurm: wrote %d GRES line%s to %s.", n, n == 1 ? "" : "s", c->gres.slurm_file);
-        return strv_extendf(parts, "Slurm: %d GRES line%s %s %s", n, n == 1 ? "" : "s",
+                log_info("Slurm: wrote %d GRES line%s to %s.", lines, lines == 1 ? "" : "s", c->gres.slurm_file);
+        return strv_extendf(parts, "Slurm: %d GRES line%s %s %s", lines, lines == 1 ? "" : "s",
                             changed ? "written to" : "unchanged in", c->gres.slurm_file);
 }
 
-static int consumers_validations(Manager *m, char ***parts) {
-        const Config *c = m->config;
+static int consumers_validations(Node *n, char ***parts) {
+        const Config *c = n->config;
         bool changed = false;
         int r;
 
@@ -101,9 +101,9 @@ static int consumers_validations(Manager *m, char ***parts) {
          * (judged by the nvml stage and its snapshot, not by an NVML handle of this process, which
          * may not be where NVML runs). */
         ValidationsState st = {
-                .driver = c->validations.operator_compat && stage_ok(m, STAGE_DRIVER) && stage_ok(m, STAGE_DEVICES) &&
-                          m->stages[STAGE_NVML].state == STAGE_DONE && m->nvml_snapshot &&
-                          m->nvml_snapshot->n_gpus > 0,
+                .driver = c->validations.operator_compat && stage_ok(n, STAGE_DRIVER) && stage_ok(n, STAGE_DEVICES) &&
+                          n->stages[STAGE_NVML].state == STAGE_DONE && n->nvml_snapshot &&
+                          n->nvml_snapshot->n_gpus > 0,
         };
         /* Off: still remove a driver-ready we wrote before, or it would outlive the setting. */
         /* The node sees its driver at its own "/", however this process looks at it (--root). */
@@ -128,55 +128,55 @@ static int consumers_validations(Manager *m, char ***parts) {
 }
 
 /* Finishes the stage with the progress text plus part. */
-static void consumers_finish(Manager *m, int r, const char *part) {
-        const char *prev = m->stages[STAGE_CONSUMERS].message;
+static void consumers_finish(Node *n, int r, const char *part) {
+        const char *prev = n->stages[STAGE_CONSUMERS].message;
         _cleanup_free_ char *text = isempty(prev) ? strdup(part) : strprintf("%s; %s", prev, part);
 
-        m->imex_op = fabric_op_free(m->imex_op);
-        manager_stage_complete(m, STAGE_CONSUMERS, r, text ?: part);
+        n->imex_op = fabric_op_free(n->imex_op);
+        node_stage_complete(n, STAGE_CONSUMERS, r, text ?: part);
 }
 
 static void on_imex_started(FabricOp *op, int r, const char *message, void *userdata) {
-        Manager *m = userdata;
+        Node *n = userdata;
         _cleanup_free_ char *msg = r < 0 ? strdup(message ?: strerror(-r)) : NULL;
 
         if (r < 0) {
                 log_error("IMEX: %s", strna(msg));
-                return consumers_finish(m, r, msg ?: "starting " IMEX_UNIT " failed");
+                return consumers_finish(n, r, msg ?: "starting " IMEX_UNIT " failed");
         }
-        if (!strv_contains(m->started_units, IMEX_UNIT) && strv_extend(&m->started_units, IMEX_UNIT) < 0)
+        if (!strv_contains(n->started_units, IMEX_UNIT) && strv_extend(&n->started_units, IMEX_UNIT) < 0)
                 log_oom();
         log_info("IMEX: started " IMEX_UNIT ".");
-        consumers_finish(m, STAGE_DONE, IMEX_UNIT " started");
+        consumers_finish(n, STAGE_DONE, IMEX_UNIT " started");
 }
 
 static void on_imex_query(FabricOp *op, int r, const FabricUnitInfo *info, const char *message, void *userdata) {
-        Manager *m = userdata;
-        FabricStartOptions opts = { .timeout_usec = m->config->fabric.timeout_usec, .require_installed = true };
+        Node *n = userdata;
+        FabricStartOptions opts = { .timeout_usec = n->config->fabric.timeout_usec, .require_installed = true };
         bool installed = info && info->installed,
              active = info && (streq_ptr(info->active_state, "active") || streq_ptr(info->active_state, "reloading"));
 
         if (r == -EHOSTUNREACH || r == -ENXIO)
-                return consumers_finish(m, STAGE_DONE, "systemd is not on the system bus: " IMEX_UNIT " not managed");
+                return consumers_finish(n, STAGE_DONE, "systemd is not on the system bus: " IMEX_UNIT " not managed");
         if (r < 0) {
                 _cleanup_free_ char *msg = strdup(message ?: strerror(-r));
-                return consumers_finish(m, r, msg ?: "cannot ask systemd about " IMEX_UNIT);
+                return consumers_finish(n, r, msg ?: "cannot ask systemd about " IMEX_UNIT);
         }
-        m->imex_op = fabric_op_free(op); /* info lives in op: read above */
+        n->imex_op = fabric_op_free(op); /* info lives in op: read above */
         if (!installed)
-                return consumers_finish(m, STAGE_DONE, IMEX_UNIT " is not installed; not started");
+                return consumers_finish(n, STAGE_DONE, IMEX_UNIT " is not installed; not started");
         if (active)
-                return consumers_finish(m, STAGE_DONE, IMEX_UNIT " is running");
-        r = fabric_unit_start(m->bus, IMEX_UNIT, &opts, on_imex_started, m, &m->imex_op);
+                return consumers_finish(n, STAGE_DONE, IMEX_UNIT " is running");
+        r = fabric_unit_start(n->bus, IMEX_UNIT, &opts, on_imex_started, n, &n->imex_op);
         if (r < 0) {
                 _cleanup_free_ char *msg = strprintf("cannot start " IMEX_UNIT ": %s", strerror(-r));
-                consumers_finish(m, r, msg ?: "cannot start " IMEX_UNIT);
+                consumers_finish(n, r, msg ?: "cannot start " IMEX_UNIT);
         }
 }
 
 /* Returns 1 when the unit step should follow (clique, auto, channels in place, a bus). */
-static int consumers_imex(Manager *m, char ***parts) {
-        const Config *c = m->config;
+static int consumers_imex(Node *n, char ***parts) {
+        const Config *c = n->config;
         _cleanup_(devnode_plan_freep) DevnodePlan *plan = NULL;
         _cleanup_free_ char *error = NULL, *text = NULL;
         DevnodeResult res = {};
@@ -184,7 +184,7 @@ static int consumers_imex(Manager *m, char ***parts) {
         bool changed = false;
         int r;
 
-        const char *clique = imex_clique(m->nvml_snapshot, &n_gpus);
+        const char *clique = imex_clique(n->nvml_snapshot, &n_gpus);
         if (!c->fabric.imex || !clique)
                 return 0;
 
@@ -234,20 +234,20 @@ static int consumers_imex(Manager *m, char ***parts) {
                          c->cdi.enabled ? " in " : "", c->cdi.enabled ? c->cdi.imex_spec : "");
         if (r < 0)
                 return r;
-        return m->bus ? 1 : 0;
+        return n->bus ? 1 : 0;
 }
 
-int stage_consumers_run(Manager *m, char **ret_message) {
+int stage_consumers_run(Node *n, char **ret_message) {
         _cleanup_strv_free_ char **parts = NULL;
         int r, first = 0, imex;
 
-        r = consumers_gres(m, &parts);
+        r = consumers_gres(n, &parts);
         if (r < 0)
                 first = r;
-        r = consumers_validations(m, &parts);
+        r = consumers_validations(n, &parts);
         if (r < 0 && first == 0)
                 first = r;
-        imex = consumers_imex(m, &parts);
+        imex = consumers_imex(n, &parts);
         if (imex < 0 && first == 0)
                 first = imex;
 
@@ -259,9 +259,9 @@ int stage_consumers_run(Manager *m, char **ret_message) {
                 return first;
         }
         if (imex > 0) {
-                m->imex_op = fabric_op_free(m->imex_op);
-                manager_stage_progress(m, STAGE_CONSUMERS, text);
-                r = fabric_unit_query(m->bus, IMEX_UNIT, on_imex_query, m, &m->imex_op);
+                n->imex_op = fabric_op_free(n->imex_op);
+                node_stage_progress(n, STAGE_CONSUMERS, text);
+                r = fabric_unit_query(n->bus, IMEX_UNIT, on_imex_query, n, &n->imex_op);
                 if (r < 0) {
                         *ret_message = strprintf("%s; cannot ask systemd about " IMEX_UNIT ": %s", strna(text), strerror(-r));
                         return r;
@@ -277,6 +277,6 @@ int stage_consumers_run(Manager *m, char **ret_message) {
         return STAGE_DONE;
 }
 
-void manager_consumers_done(Manager *m) {
-        m->imex_op = fabric_op_free(m->imex_op);
+void stage_consumers_done(Node *n) {
+        n->imex_op = fabric_op_free(n->imex_op);
 }

@@ -2,7 +2,7 @@
 /* Owns the devices stage: the /dev/nvidia* nodes nvidia-modprobe would make (modules/devnode.h does
  * the planning and the mknod), with the MIG capability nodes of the devices NVML last reported.
  * The nvml stage runs after this one in a pass and the capability nodes depend on what NVML says, so
- * every new snapshot calls manager_devices_sync_mig(), which re-makes the nodes when its MIG devices
+ * every new snapshot calls stage_devices_sync_mig(), which re-makes the nodes when its MIG devices
  * are not the ones the last refresh made nodes for. */
 #include <sys/stat.h>
 
@@ -59,25 +59,25 @@ static char *mig_key(const DevnodeMigDevice *mig, size_t n) {
         return l ? strv_join(l, " ") : strdup("");
 }
 
-void manager_devices_sync_mig(Manager *m) {
+void stage_devices_sync_mig(Node *n) {
         _cleanup_free_ DevnodeMigDevice *mig = NULL;
         _cleanup_free_ char *key = NULL, *message = NULL;
         size_t n_mig = 0;
 
-        if (!m->nvml_snapshot || m->stages[STAGE_DEVICES].state != STAGE_DONE)
+        if (!n->nvml_snapshot || n->stages[STAGE_DEVICES].state != STAGE_DONE)
                 return;
         /* Quietly: collect_mig_devices() warns about GPUs without a minor, and the refresh will again. */
-        if (collect_mig_devices(m->nvml_snapshot, true, &mig, &n_mig) < 0)
+        if (collect_mig_devices(n->nvml_snapshot, true, &mig, &n_mig) < 0)
                 return;
         key = mig_key(mig, n_mig);
-        if (key && streq_ptr(key, m->devices_mig))
+        if (key && streq_ptr(key, n->devices_mig))
                 return;
-        if (manager_devices_refresh(m, &message) < 0)
+        if (stage_devices_refresh(n, &message) < 0)
                 log_warning("The capability nodes of the MIG devices NVML reports could not be made: %s",
                             strna(message));
 }
 
-int manager_devices_refresh(Manager *m, char **ret_message) {
+int stage_devices_refresh(Node *n, char **ret_message) {
         _cleanup_(devnode_plan_freep) DevnodePlan *plan = NULL;
         _cleanup_free_ DevnodeMigDevice *mig = NULL;
         _cleanup_free_ char *error = NULL;
@@ -88,67 +88,67 @@ int manager_devices_refresh(Manager *m, char **ret_message) {
 
         assert(ret_message);
 
-        if (!m->config->devices.enabled) {
+        if (!n->config->devices.enabled) {
                 *ret_message = strdup("devices.enabled is false: the device nodes are left to the system");
                 return STAGE_SKIPPED;
         }
-        if (!m->inventory || m->inventory->n_gpus == 0) {
+        if (!n->inventory || n->inventory->n_gpus == 0) {
                 *ret_message = strdup("no NVIDIA GPU");
                 return STAGE_SKIPPED;
         }
-        if (manager_driver_unload_held(m)) {
+        if (driver_unload_held(n)) {
                 *ret_message = strdup("the driver was unloaded with Unload(); Reconcile() loads it again");
                 return STAGE_SKIPPED;
         }
 
         /* devtmpfs is always there on a real host; a missing one is a configuration mistake, and
          * devnode_apply() would only say that the first subdirectory cannot be made. */
-        r = stat(m->config->paths.dev, &st) < 0 ? negative_errno() : S_ISDIR(st.st_mode) ? 0 : -ENOTDIR;
+        r = stat(n->config->paths.dev, &st) < 0 ? negative_errno() : S_ISDIR(st.st_mode) ? 0 : -ENOTDIR;
         if (r < 0) {
                 *ret_message = strprintf("Cannot create the NVIDIA device nodes: %s is not a directory (%s); set "
                                          "paths.dev (or --root) to where devtmpfs is mounted.",
-                                         m->config->paths.dev, strerror(-r));
+                                         n->config->paths.dev, strerror(-r));
                 return r;
         }
 
-        r = collect_mig_devices(m->nvml_snapshot, false, &mig, &n_mig);
+        r = collect_mig_devices(n->nvml_snapshot, false, &mig, &n_mig);
         if (r < 0)
                 return r;
 
         DevnodeOptions opts = {
-                .modeset = m->config->driver.modeset,
+                .modeset = n->config->driver.modeset,
                 .mig = mig,
                 .n_mig = n_mig,
         };
-        r = devnode_plan(m->config->paths.proc, &opts, &plan, &error);
+        r = devnode_plan(n->config->paths.proc, &opts, &plan, &error);
         if (r < 0) {
                 *ret_message = error ? TAKE_PTR(error)
                                      : strprintf("Cannot work out the NVIDIA device nodes from %s: %s",
-                                                 m->config->paths.proc, strerror(-r));
+                                                 n->config->paths.proc, strerror(-r));
                 return r;
         }
         STRV_FOREACH(note, plan->notes)
                 log_debug("Device nodes: %s", *note);
 
-        r = devnode_apply(plan, m->config->paths.dev, &result, &error);
+        r = devnode_apply(plan, n->config->paths.dev, &result, &error);
         if (r < 0) {
                 *ret_message = error ? TAKE_PTR(error)
                                      : strprintf("Cannot create the NVIDIA device nodes under %s: %s",
-                                                 m->config->paths.dev, strerror(-r));
+                                                 n->config->paths.dev, strerror(-r));
                 return r;
         }
 
         *ret_message = devnode_result_to_string(plan, &result);
         if (!*ret_message)
                 return -ENOMEM;
-        free(m->devices_mig);
-        m->devices_mig = mig_key(mig, n_mig);
+        free(n->devices_mig);
+        n->devices_mig = mig_key(mig, n_mig);
         /* Routine passes find everything in place; only real work is worth a line. */
         if (result.created + result.replaced + result.fixed + result.links > 0)
-                log_info("Device nodes under %s: %s.", m->config->paths.dev, *ret_message);
+                log_info("Device nodes under %s: %s.", n->config->paths.dev, *ret_message);
         return STAGE_DONE;
 }
 
-int stage_devices_run(Manager *m, char **ret_message) {
-        return manager_devices_refresh(m, ret_message);
+int stage_devices_run(Node *n, char **ret_message) {
+        return stage_devices_refresh(n, ret_message);
 }

@@ -4,7 +4,7 @@
  * changed since the last good load, pre-checks and loads in order, a DKMS build when the module for
  * this kernel is missing, stale or of another version (asynchronous: the stage returns STAGE_RUNNING
  * and finishes from the build's completion), the nvidia-peermem rule, the Modules and DkmsState
- * D-Bus rows, and the driver.state record. Also the Manager's libkmod context (driver.h). */
+ * D-Bus rows, and the driver.state record. */
 #include <fcntl.h>
 #include <inttypes.h>
 #include <libkmod.h>
@@ -19,6 +19,7 @@
 #include "driver.h"
 #include "metrics.h"
 #include "fileio.h"
+#include "driver-modules.h"
 #include "driver-release.h"
 #include "gpu-holders.h"
 #include "log.h"
@@ -33,6 +34,19 @@
 static inline const char *strempty(const char *s) {
         return s ?: "";
 }
+
+/* The driver stage's own state (Node.driver_stage, made by its first run, freed by stage_driver_done()):
+ * the work in flight, and what the last failed DKMS build said. */
+struct DriverStage {
+        DkmsRun *dkms_run;               /* a DKMS build in flight, NULL otherwise */
+        ModuleLoadJob *module_load;      /* module inserts in flight in a child process */
+        ModuleChild *peermem_insert;     /* nvidia-peermem's insert in flight in a child */
+        DriverRelease *reload_release;   /* a when-idle reload waiting for our NVML processes */
+        ModuleChild *reload_removal;     /* a when-idle reload's removal of the old modules in a child */
+        char *dkms_failed_fingerprint;   /* dkms_fingerprint() when the last build failed, NULL otherwise */
+        char *dkms_failed_message;       /* … and what it said, for retries that do not run it again */
+        int dkms_failed_error;
+};
 
 typedef struct CoreModule {
         DriverModule id;
@@ -65,42 +79,6 @@ static DriverModule module_id(const char *name) {
 }
 
 /* ---- shared helpers (driver.h) ---------------------------------------------------------------- */
-
-static void kmod_log(void *userdata, int priority, const char *message) {
-        log_debug("libkmod: %s", message);
-}
-
-int manager_module_context(Manager *m, ModuleContext **ret) {
-        const ConfigPaths *p = &m->config->paths;
-        int r;
-
-        if (!m->module_ctx) {
-                _cleanup_free_ char *modules_dir = path_join(p->modules, m->kernel_release),
-                                    *etc = path_join(p->etc, "modprobe.d"),
-                                    *run = path_join(p->root, "run/modprobe.d"),
-                                    *lib = path_join(p->root, "lib/modprobe.d"),
-                                    *usrlib = path_join(p->root, "usr/lib/modprobe.d"),
-                                    *firmware = path_join(p->root, "lib/firmware");
-                if (!modules_dir || !etc || !run || !lib || !usrlib || !firmware)
-                        return -ENOMEM;
-                const char *const config_paths[] = { etc, run, lib, usrlib, NULL };
-                const ModuleContextConfig cc = {
-                        .modules_dir = modules_dir,
-                        .config_paths = config_paths,
-                        .sys_dir = p->sys,
-                        .firmware_dir = firmware,
-                        .kernel_release = m->kernel_release,
-                };
-                r = module_context_new(&cc, &m->module_ctx);
-                if (r < 0)
-                        return r;
-                /* Formatting libkmod's chatter costs; only ask for it when it is shown. */
-                if (log_get_max_level() >= LOG_DEBUG)
-                        module_context_set_log(m->module_ctx, kmod_log, m, LOG_DEBUG);
-        }
-        *ret = m->module_ctx;
-        return 0;
-}
 
 void driver_dkms_options(const Config *c, DkmsOptions *ret) {
         *ret = (DkmsOptions) {
@@ -164,38 +142,43 @@ int driver_verify_built(const Config *c, const char *kver, char **ret_error) {
 
 static ModuleLoadJob *module_load_job_free(ModuleLoadJob *j);
 
-void manager_driver_done(Manager *m) {
-        m->module_load = module_load_job_free(m->module_load);
-        m->peermem_insert = module_child_free(m->peermem_insert);
-        m->reload_release = driver_release_free(m->reload_release);
-        m->reload_removal = module_child_free(m->reload_removal);
-        m->dkms_run = dkms_run_free(m->dkms_run);
-        m->module_ctx = module_context_free(m->module_ctx);
-        m->module_rows = strv_free(m->module_rows);
-        m->dkms_state = mfree(m->dkms_state);
-        m->dkms_failed_fingerprint = mfree(m->dkms_failed_fingerprint);
-        m->dkms_failed_message = mfree(m->dkms_failed_message);
+void stage_driver_done(Node *n) {
+        DriverStage *ds = n->driver_stage;
+
+        if (ds) {
+                ds->module_load = module_load_job_free(ds->module_load);
+                ds->peermem_insert = module_child_free(ds->peermem_insert);
+                ds->reload_release = driver_release_free(ds->reload_release);
+                ds->reload_removal = module_child_free(ds->reload_removal);
+                ds->dkms_run = dkms_run_free(ds->dkms_run);
+                free(ds->dkms_failed_fingerprint);
+                free(ds->dkms_failed_message);
+                n->driver_stage = mfree(ds);
+        }
+        n->module_ctx = module_context_free(n->module_ctx);
+        n->module_rows = strv_free(n->module_rows);
+        n->dkms_state = mfree(n->dkms_state);
 }
 
 /* ---- what the stage publishes ------------------------------------------------------------------ */
 
-static void driver_set_dkms_state(Manager *m, const char *state) {
-        if (streq_ptr(m->dkms_state, state))
+static void driver_set_dkms_state(Node *n, const char *state) {
+        if (streq_ptr(n->dkms_state, state))
                 return;
-        free(m->dkms_state);
-        m->dkms_state = state ? strdup(state) : NULL;
-        manager_mark_dirty(m, NULL, AGENT_MANAGER_INTERFACE, "DkmsState");
+        free(n->dkms_state);
+        n->dkms_state = state ? strdup(state) : NULL;
+        node_mark_dirty(n, NULL, AGENT_MANAGER_INTERFACE, "DkmsState");
 }
 
 /* Takes rows over. */
-static void driver_publish_rows(Manager *m, char **rows) {
-        if (strv_equal(m->module_rows, rows)) {
+static void driver_publish_rows(Node *n, char **rows) {
+        if (strv_equal(n->module_rows, rows)) {
                 strv_free(rows);
                 return;
         }
-        strv_free(m->module_rows);
-        m->module_rows = rows;
-        manager_mark_dirty(m, NULL, AGENT_MANAGER_INTERFACE, "Modules");
+        strv_free(n->module_rows);
+        n->module_rows = rows;
+        node_mark_dirty(n, NULL, AGENT_MANAGER_INTERFACE, "Modules");
 }
 
 static int rows_add(char ***rows, const char *name, const char *state, const char *detail) {
@@ -326,10 +309,10 @@ static int installed_flavour(ModuleContext *ctx, ModuleFlavour f, char **ret_ver
 /* driver.kernel-module-type: sets the context's flavour and says why in *ret_reason (NULL: no
  * preference: nothing is installed yet, DKMS builds what is registered). *ret_needed: the GPUs cannot
  * work with the other flavour. A negative errno with *ret_reason when no flavour can drive them all. */
-static int driver_choose_flavour(Manager *m, ModuleContext *ctx, char **ret_reason, bool *ret_needed) {
+static int driver_choose_flavour(Node *n, ModuleContext *ctx, char **ret_reason, bool *ret_needed) {
         const PciDevice *newest = NULL, *oldest = NULL;
         _cleanup_free_ char *open_version = NULL, *prop_version = NULL;
-        int type = m->config->driver.kernel_module_type, r, have_open, have_prop;
+        int type = n->config->driver.kernel_module_type, r, have_open, have_prop;
 
         *ret_reason = NULL;
         *ret_needed = type != 0;
@@ -340,8 +323,8 @@ static int driver_choose_flavour(Manager *m, ModuleContext *ctx, char **ret_reas
                 return *ret_reason ? 0 : -ENOMEM;
         }
 
-        for (size_t i = 0; m->inventory && i < m->inventory->n_gpus; i++) {
-                const PciDevice *d = &m->inventory->gpus[i];
+        for (size_t i = 0; n->inventory && i < n->inventory->n_gpus; i++) {
+                const PciDevice *d = &n->inventory->gpus[i];
                 GpuGeneration g = gpu_generation(d);
                 if (g == GPU_GEN_BLACKWELL && !newest)
                         newest = d;
@@ -464,12 +447,12 @@ static void library_version(const Config *c, char **ret_version, char **ret_file
                 free(real);
 }
 
-static int driver_versions_read(Manager *m, ModuleContext *ctx, DriverVersions *v) {
+static int driver_versions_read(Node *n, ModuleContext *ctx, DriverVersions *v) {
         _cleanup_module_info_free_ ModuleInfo *info = NULL;
 
         *v = (DriverVersions) {};
         if (module_is_usable(ctx, "nvidia")) {
-                v->loaded = loaded_driver_version(m->config);
+                v->loaded = loaded_driver_version(n->config);
                 if (!v->loaded)
                         return -ENOMEM;
                 if (streq(v->loaded, "unknown"))
@@ -481,7 +464,7 @@ static int driver_versions_read(Manager *m, ModuleContext *ctx, DriverVersions *
                 if (!v->installed || !v->installed_file)
                         return -ENOMEM;
         }
-        library_version(m->config, &v->library, &v->library_file);
+        library_version(n->config, &v->library, &v->library_file);
         return 0;
 }
 
@@ -522,7 +505,7 @@ typedef enum VersionVerdict {
 } VersionVerdict;
 
 /* Compares loaded, installed and user space; the sentence says what NVML will do and the fix. */
-static VersionVerdict versions_verdict(const Manager *m, const DriverVersions *v, char **ret_message) {
+static VersionVerdict versions_verdict(const Node *n, const DriverVersions *v, char **ret_message) {
         const char *loaded = v->loaded;
 
         *ret_message = NULL;
@@ -542,7 +525,7 @@ static VersionVerdict versions_verdict(const Manager *m, const DriverVersions *v
                                          loaded, v->installed, v->installed_file,
                                          v->library ? ", as is the user-space library (" : "", strempty(v->library_file),
                                          v->library ? ")" : "", "", v->installed,
-                                         m->config->driver.reload_on_mismatch ? ""
+                                         n->config->driver.reload_on_mismatch ? ""
                                                                                : " (driver.reload-on-mismatch: when-idle "
                                                                                  "does it once no process uses a GPU)");
                 return VERSIONS_RELOAD;
@@ -558,12 +541,12 @@ static VersionVerdict versions_verdict(const Manager *m, const DriverVersions *v
 }
 
 /* The GPU holders other than ourselves and our children (driver_own_child()); h->procs keeps the others. */
-static int holders_foreign(Manager *m, GpuHolders *h) {
-        int r = gpu_holders_collect(m->config->paths.proc, m->config->paths.sys, m->config->paths.dev, getpid(), h);
+static int holders_foreign(Node *n, GpuHolders *h) {
+        int r = gpu_holders_collect(n->config->paths.proc, n->config->paths.sys, n->config->paths.dev, getpid(), h);
         if (r < 0 && r != -ENOENT)
                 return r;
         for (size_t i = 0; i < h->n_procs;) {
-                if (driver_own_child(m->config->paths.proc, h->procs[i].pid)) {
+                if (driver_own_child(n->config->paths.proc, h->procs[i].pid)) {
                         free(h->procs[i].comm);
                         free(h->procs[i].node);
                         memmove(h->procs + i, h->procs + i + 1, (h->n_procs - i - 1) * sizeof(GpuHolder));
@@ -577,13 +560,13 @@ static int holders_foreign(Manager *m, GpuHolders *h) {
 
 /* driver.reload-on-mismatch: when-idle: whether anything but us, our NVML processes and the driver's
  * own modules holds the GPU. 1 idle, 0 busy with *ret_who, negative errno. */
-static int driver_idle(Manager *m, char **ret_who) {
+static int driver_idle(Node *n, char **ret_who) {
         _cleanup_(gpu_holders_done) GpuHolders h = {};
         static const char *const ours[] = { "nvidia_uvm", "nvidia_modeset", "nvidia_peermem", NULL };
         _cleanup_strv_free_ char **foreign = NULL;
         int r;
 
-        r = holders_foreign(m, &h);
+        r = holders_foreign(n, &h);
         if (r < 0)
                 return r;
         STRV_FOREACH(mod, h.modules)
@@ -597,73 +580,73 @@ static int driver_idle(Manager *m, char **ret_who) {
         return *ret_who ? 0 : -ENOMEM;
 }
 
-static int driver_ensure(Manager *m, const char *dkms_message, char **ret_message);
+static int driver_ensure(Node *n, const char *dkms_message, char **ret_message);
 
 #define RELOAD_REMOVAL_TIMEOUT_USEC (5 * 60 * USEC_PER_SEC)
 
 /* In the child: the old modules out, holders first, never forced. */
-static int reload_removal_child(Manager *m, void *userdata, char **ret_message, char ***ret_names) {
+static int reload_removal_child(Node *n, void *userdata, char **ret_message, char ***ret_names) {
         static char *const modules[] = { DRIVER_UNLOAD_MODULES, NULL };
         ModuleContext *ctx;
         int r;
 
-        r = manager_module_context(m, &ctx);
+        r = driver_module_context(n, &ctx);
         if (r < 0)
                 return r;
         return module_unload(ctx, modules, ret_message);
 }
 
 /* The old driver is out (or could not be taken out): the cold path loads the new one. */
-static void on_reload_removed(Manager *m, int r, const char *message, char **names, void *userdata) {
+static void on_reload_removed(Node *n, int r, const char *message, char **names, void *userdata) {
         _cleanup_free_ char *stage_message = NULL;
 
-        m->reload_removal = NULL;
+        n->driver_stage->reload_removal = NULL;
         if (r < 0) {
                 stage_message = strprintf("Cannot reload the driver: %s", message ?: strerror(-r));
-                manager_stage_complete(m, STAGE_DRIVER, r, stage_message);
+                node_stage_complete(n, STAGE_DRIVER, r, stage_message);
                 return;
         }
         /* depmod-fresh view of the tree, then the cold path loads the new one. */
-        m->module_ctx = module_context_free(m->module_ctx);
-        r = driver_ensure(m, NULL, &stage_message);
+        n->module_ctx = module_context_free(n->module_ctx);
+        r = driver_ensure(n, NULL, &stage_message);
         if (r != STAGE_RUNNING)
-                manager_stage_complete(m, STAGE_DRIVER, r, stage_message);
+                node_stage_complete(n, STAGE_DRIVER, r, stage_message);
 }
 
 /* Our NVML processes let go of /dev/nvidia*: forget what NVML said of the old driver and remove it in a
  * child (delete_module() runs nvidia's exit in the kernel, which tears down every GPU). */
-static void on_reload_released(Manager *m, void *userdata) {
+static void on_reload_released(Node *n, void *userdata) {
         _cleanup_free_ char *message = NULL;
         NvmlSnapshot *old;
         int r;
 
-        m->reload_release = driver_release_free(m->reload_release);
-        old = m->nvml_snapshot;
+        n->driver_stage->reload_release = driver_release_free(n->driver_stage->reload_release);
+        old = n->nvml_snapshot;
         if (old) {
-                m->nvml_snapshot = NULL;
-                manager_nvml_changed(m, old);
+                n->nvml_snapshot = NULL;
+                node_nvml_changed(n, old);
                 gpu_nvml_snapshot_free(old);
         }
         /* We take it out ourselves: not an administrator's modprobe -r (driver_admin_unload_check()). */
-        m->driver_was_live = false;
-        r = module_child_start(m, m->event, "removing the old NVIDIA modules for the reload",
+        n->driver_was_live = false;
+        r = module_child_start(n, n->event, "removing the old NVIDIA modules for the reload",
                                RELOAD_REMOVAL_TIMEOUT_USEC, reload_removal_child, NULL, on_reload_removed, NULL, NULL,
-                               &m->reload_removal);
+                               &n->driver_stage->reload_removal);
         if (r < 0) {
                 message = strprintf("Cannot reload the driver: cannot start removing the old modules: %s",
                                     strerror(-r));
-                manager_stage_complete(m, STAGE_DRIVER, r, message);
+                node_stage_complete(n, STAGE_DRIVER, r, message);
         }
 }
 
 /* Takes the old driver out for the reload, off the loop: our NVML handles first (the NVML worker's, the
  * MIG reader's and the health event worker's hold /dev/nvidia*; watched until they let go), then the
  * modules, holders first, in a child. The stage completes from there (STAGE_RUNNING until then). */
-static int driver_reload_start(Manager *m, char **ret_message) {
+static int driver_reload_start(Node *n, char **ret_message) {
         int r;
 
-        r = driver_release_start(m, "NVML was closed: the driver is reloaded (driver.reload-on-mismatch: when-idle)",
-                                 on_reload_released, NULL, &m->reload_release);
+        r = driver_release_start(n, "NVML was closed: the driver is reloaded (driver.reload-on-mismatch: when-idle)",
+                                 on_reload_released, NULL, &n->driver_stage->reload_release);
         if (r < 0) {
                 *ret_message = strprintf("Cannot reload the driver: %s", strerror(-r));
                 return r;
@@ -695,14 +678,14 @@ static int options_digest(const Config *c, ModuleContext *ctx, char **ret) {
         return driver_options_digest(entries, ret);
 }
 
-static int driver_record(Manager *m, const char *version, const char *digest) {
+static int driver_record(Node *n, const char *version, const char *digest) {
         _cleanup_(driver_state_freep) DriverState *s = NULL;
-        int r = driver_state_new(m->kernel_release, version, digest, &s);
+        int r = driver_state_new(n->kernel_release, version, digest, &s);
         if (r >= 0)
-                r = driver_state_save(m->config->paths.state, s);
+                r = driver_state_save(n->config->paths.state, s);
         if (r < 0)
                 log_warning_errno(r, "Cannot record the driver load in %s/%s (%s); the next start checks "
-                                  "the modules again.", m->config->paths.state, DRIVER_STATE_FILE, strerror(-r));
+                                  "the modules again.", n->config->paths.state, DRIVER_STATE_FILE, strerror(-r));
         return r;
 }
 
@@ -711,13 +694,13 @@ static int driver_record(Manager *m, const char *version, const char *digest) {
 /* Checks nvidia-peermem against the rule. Never fails the stage: GPUDirect RDMA is optional, so the
  * outcome goes into its row and, when the sysadmin should act, into *ret_note. Returns 1 (no row added)
  * when it is to be inserted: peermem_insert_start() does that in a child process. */
-static int driver_peermem(Manager *m, ModuleContext *ctx, char ***rows, char **ret_note) {
+static int driver_peermem(Node *n, ModuleContext *ctx, char ***rows, char **ret_note) {
         const char *name = "nvidia-peermem";
         _cleanup_free_ char *reason = NULL;
-        bool has_nic = m->inventory && m->inventory->n_nics > 0;
+        bool has_nic = n->inventory && n->inventory->n_nics > 0;
         int r;
 
-        if (!m->config->driver.peermem)
+        if (!n->config->driver.peermem)
                 return rows_add(rows, name, "skipped", "driver.peermem is off");
         if (module_is_usable(ctx, name))
                 return rows_add_status(rows, ctx, name);
@@ -756,20 +739,20 @@ static void peermem_insert_free(void *userdata) {
         free(p);
 }
 
-static int peermem_insert_child(Manager *m, void *userdata, char **ret_message, char ***ret_names) {
+static int peermem_insert_child(Node *n, void *userdata, char **ret_message, char ***ret_names) {
         ModuleContext *ctx;
         int r;
 
-        r = manager_module_context(m, &ctx);
+        r = driver_module_context(n, &ctx);
         if (r < 0)
                 return r;
-        r = module_load(ctx, "nvidia-peermem", module_parameters(m->config, DRIVER_MODULE_PEERMEM), ret_message);
+        r = module_load(ctx, "nvidia-peermem", module_parameters(n->config, DRIVER_MODULE_PEERMEM), ret_message);
         if (r > 0 && strv_extend(ret_names, "nvidia-peermem") < 0)
                 return -ENOMEM;
         return r < 0 ? r : 0;
 }
 
-static void on_peermem_inserted(Manager *m, int r, const char *msg, char **names, void *userdata) {
+static void on_peermem_inserted(Node *n, int r, const char *msg, char **names, void *userdata) {
         PeermemInsert *p = userdata;
         _cleanup_strv_free_ char **rows = TAKE_PTR(p->rows);
         _cleanup_free_ char *message = TAKE_PTR(p->message), *note = NULL, *full = NULL;
@@ -777,7 +760,7 @@ static void on_peermem_inserted(Manager *m, int r, const char *msg, char **names
         int k;
 
         free(p);
-        m->peermem_insert = NULL;
+        n->driver_stage->peermem_insert = NULL;
         if (r < 0) {
                 log_warning("%s", strna(msg));
                 note = strprintf("nvidia-peermem (GPUDirect RDMA) is not loaded: %s", strna(msg));
@@ -787,22 +770,22 @@ static void on_peermem_inserted(Manager *m, int r, const char *msg, char **names
                         log_info("Loaded nvidia-peermem (GPUDirect RDMA).");
                         note = strdup("nvidia-peermem loaded");
                 }
-                k = manager_module_context(m, &ctx);
+                k = driver_module_context(n, &ctx);
                 if (k >= 0)
                         k = rows_add_status(&rows, ctx, "nvidia-peermem");
         }
         if (k < 0) {
-                manager_stage_complete(m, STAGE_DRIVER, k, NULL);
+                node_stage_complete(n, STAGE_DRIVER, k, NULL);
                 return;
         }
-        driver_publish_rows(m, TAKE_PTR(rows));
+        driver_publish_rows(n, TAKE_PTR(rows));
         full = note ? strprintf("%s; %s", strna(message), note) : TAKE_PTR(message);
-        manager_stage_complete(m, STAGE_DRIVER, STAGE_DONE, full);
+        node_stage_complete(n, STAGE_DRIVER, STAGE_DONE, full);
 }
 
 /* The end of a pass that got the core modules live: peermem's rule, then the rows and the message
  * (rows and message taken). STAGE_DONE, or STAGE_RUNNING while peermem is inserted. */
-static int driver_finish(Manager *m, ModuleContext *ctx, char **rows_taken, char *message_taken, char **ret_message) {
+static int driver_finish(Node *n, ModuleContext *ctx, char **rows_taken, char *message_taken, char **ret_message) {
         _cleanup_strv_free_ char **rows = rows_taken;
         _cleanup_free_ char *message = message_taken, *note = NULL;
         PeermemInsert *p;
@@ -810,11 +793,11 @@ static int driver_finish(Manager *m, ModuleContext *ctx, char **rows_taken, char
 
         if (!message)
                 return -ENOMEM;
-        r = driver_peermem(m, ctx, &rows, &note);
+        r = driver_peermem(n, ctx, &rows, &note);
         if (r < 0)
                 return r;
         if (r == 0) {
-                driver_publish_rows(m, TAKE_PTR(rows));
+                driver_publish_rows(n, TAKE_PTR(rows));
                 *ret_message = note ? strprintf("%s; %s", message, note) : TAKE_PTR(message);
                 return *ret_message ? STAGE_DONE : -ENOMEM;
         }
@@ -822,28 +805,28 @@ static int driver_finish(Manager *m, ModuleContext *ctx, char **rows_taken, char
         if (!p)
                 return -ENOMEM;
         *p = (PeermemInsert) { .rows = TAKE_PTR(rows), .message = TAKE_PTR(message) };
-        r = module_child_start(m, m->event, "inserting nvidia-peermem", PEERMEM_INSERT_TIMEOUT_USEC,
+        r = module_child_start(n, n->event, "inserting nvidia-peermem", PEERMEM_INSERT_TIMEOUT_USEC,
                                peermem_insert_child, NULL, on_peermem_inserted, p, peermem_insert_free,
-                               &m->peermem_insert);
+                               &n->driver_stage->peermem_insert);
         if (r < 0) {
                 *ret_message = strprintf("%s; nvidia-peermem (GPUDirect RDMA) is not loaded: cannot start the "
                                          "insert: %s", p->message, strerror(-r));
                 if (rows_add(&p->rows, "nvidia-peermem", "failed", strerror(-r)) >= 0)
-                        driver_publish_rows(m, TAKE_PTR(p->rows));
+                        driver_publish_rows(n, TAKE_PTR(p->rows));
                 strv_free(p->rows);
                 free(p->message);
                 free(p);
                 return *ret_message ? STAGE_DONE : -ENOMEM;
         }
-        manager_stage_progress(m, STAGE_DRIVER, "inserting nvidia-peermem");
+        node_stage_progress(n, STAGE_DRIVER, "inserting nvidia-peermem");
         return STAGE_RUNNING;
 }
 
 /* ---- the stage ----------------------------------------------------------------------------------- */
 
-static int driver_ensure(Manager *m, const char *dkms_message, char **ret_message);
+static int driver_ensure(Node *n, const char *dkms_message, char **ret_message);
 static void module_load_job_set_flavour(ModuleLoadJob *j, char *flavour);
-static int module_load_start(Manager *m, const char *dkms_message, bool enforcing, const char *sb,
+static int module_load_start(Node *n, const char *dkms_message, bool enforcing, const char *sb,
                              const char *digest, char **ret_message);
 
 static void on_dkms_line(DkmsRun *run, const char *line, void *userdata) {
@@ -851,53 +834,53 @@ static void on_dkms_line(DkmsRun *run, const char *line, void *userdata) {
 }
 
 static void on_dkms_progress(DkmsRun *run, const char *status, void *userdata) {
-        Manager *m = userdata;
+        Node *n = userdata;
 
-        manager_stage_progress(m, STAGE_DRIVER, status);
-        driver_set_dkms_state(m, status);
+        node_stage_progress(n, STAGE_DRIVER, status);
+        driver_set_dkms_state(n, status);
 }
 
 static void on_dkms_done(DkmsRun *run, int error, const char *message, void *userdata) {
         _cleanup_free_ char *state = NULL, *stage_message = NULL;
-        Manager *m = userdata;
+        Node *n = userdata;
         int r;
 
-        m->dkms_run = dkms_run_free(run);
-        metrics_dkms_finished(m, error >= 0);
-        m->dkms_failed_fingerprint = mfree(m->dkms_failed_fingerprint);
-        m->dkms_failed_message = mfree(m->dkms_failed_message);
+        n->driver_stage->dkms_run = dkms_run_free(run);
+        metrics_dkms_finished(n, error >= 0);
+        n->driver_stage->dkms_failed_fingerprint = mfree(n->driver_stage->dkms_failed_fingerprint);
+        n->driver_stage->dkms_failed_message = mfree(n->driver_stage->dkms_failed_message);
         if (error < 0) {
                 ModuleContext *ctx;
                 _cleanup_strv_free_ char **rows = NULL;
                 DkmsOptions o;
 
                 /* Remember what the failure saw: a retry runs dkms again only when that changed. */
-                driver_dkms_options(m->config, &o);
+                driver_dkms_options(n->config, &o);
                 if (error != -ECANCELED && error != -ETIME &&
-                    dkms_fingerprint(m->kernel_release, &o, &m->dkms_failed_fingerprint) >= 0) {
-                        m->dkms_failed_message = message ? strdup(message) : NULL;
-                        m->dkms_failed_error = error;
+                    dkms_fingerprint(n->kernel_release, &o, &n->driver_stage->dkms_failed_fingerprint) >= 0) {
+                        n->driver_stage->dkms_failed_message = message ? strdup(message) : NULL;
+                        n->driver_stage->dkms_failed_error = error;
                 }
 
                 state = strprintf("failed: %s", strna(message));
-                driver_set_dkms_state(m, state ?: "failed");
-                if (manager_module_context(m, &ctx) >= 0 && rows_add_core(&rows, m->config, ctx) >= 0)
-                        driver_publish_rows(m, TAKE_PTR(rows));
-                manager_stage_complete(m, STAGE_DRIVER, error, message);
+                driver_set_dkms_state(n, state ?: "failed");
+                if (driver_module_context(n, &ctx) >= 0 && rows_add_core(&rows, n->config, ctx) >= 0)
+                        driver_publish_rows(n, TAKE_PTR(rows));
+                node_stage_complete(n, STAGE_DRIVER, error, message);
                 return;
         }
 
         log_info("%s", strna(message));
         state = strprintf("built: %s", strna(message));
-        driver_set_dkms_state(m, state ?: "built");
+        driver_set_dkms_state(n, state ?: "built");
         /* depmod rewrote the module indexes libkmod may have mapped: start from scratch. */
-        m->module_ctx = module_context_free(m->module_ctx);
-        r = driver_ensure(m, message ?: "", &stage_message);
+        n->module_ctx = module_context_free(n->module_ctx);
+        r = driver_ensure(n, message ?: "", &stage_message);
         if (r != STAGE_RUNNING)
-                manager_stage_complete(m, STAGE_DRIVER, r, stage_message);
+                node_stage_complete(n, STAGE_DRIVER, r, stage_message);
 }
 
-static int driver_start_dkms(Manager *m, const char *reason, char **ret_message) {
+static int driver_start_dkms(Node *n, const char *reason, char **ret_message) {
         static const DkmsRunCallbacks cb = {
                 .line = on_dkms_line,
                 .progress = on_dkms_progress,
@@ -907,27 +890,27 @@ static int driver_start_dkms(Manager *m, const char *reason, char **ret_message)
         DkmsOptions o;
         int r;
 
-        driver_dkms_options(m->config, &o);
-        if (m->dkms_failed_fingerprint) {
+        driver_dkms_options(n->config, &o);
+        if (n->driver_stage->dkms_failed_fingerprint) {
                 _cleanup_free_ char *now = NULL;
-                if (dkms_fingerprint(m->kernel_release, &o, &now) >= 0 && streq(now, m->dkms_failed_fingerprint)) {
+                if (dkms_fingerprint(n->kernel_release, &o, &now) >= 0 && streq(now, n->driver_stage->dkms_failed_fingerprint)) {
                         /* The same build would fail the same way: say so instead of rebuilding. */
                         log_debug("Not running dkms again: nothing it depends on changed since it failed.");
                         *ret_message = strprintf("%s (dkms not run again: the kernel headers, the DKMS tree and "
                                                  "/usr/src are unchanged since this failure; it runs again once "
                                                  "one of them changes)",
-                                                 strna(m->dkms_failed_message));
-                        return m->dkms_failed_error < 0 ? m->dkms_failed_error : -EIO;
+                                                 strna(n->driver_stage->dkms_failed_message));
+                        return n->driver_stage->dkms_failed_error < 0 ? n->driver_stage->dkms_failed_error : -EIO;
                 }
         }
         log_info("%s Building it with DKMS (%s %s -k %s).", reason, o.program ?: "dkms",
-                 o.module ? "install" : "autoinstall", m->kernel_release);
-        r = dkms_run_start(m->event, m->kernel_release, &o, &cb, m, &m->dkms_run, &error);
+                 o.module ? "install" : "autoinstall", n->kernel_release);
+        r = dkms_run_start(n->event, n->kernel_release, &o, &cb, n, &n->driver_stage->dkms_run, &error);
         if (r >= 0)
-                metrics_dkms_started(m);
+                metrics_dkms_started(n);
         if (r < 0) {
                 _cleanup_free_ char *state = strprintf("failed: %s", strna(error));
-                driver_set_dkms_state(m, state ?: "failed");
+                driver_set_dkms_state(n, state ?: "failed");
                 *ret_message = strprintf("%s; the build was needed because: %s", strna(error), reason);
                 return r;
         }
@@ -938,23 +921,23 @@ static int driver_start_dkms(Manager *m, const char *reason, char **ret_message)
 
 /* The fast path's version check: 0 fine, DRIVER_RELOAD when driver.reload-on-mismatch: when-idle may
  * replace the loaded driver now, or a negative errno with the verdict. */
-static int driver_live_versions(Manager *m, char **ret_message) {
+static int driver_live_versions(Node *n, char **ret_message) {
         _cleanup_(driver_versions_done) DriverVersions v = {};
         _cleanup_free_ char *verdict = NULL, *who = NULL;
         ModuleContext *ctx;
         VersionVerdict vv;
         int r;
 
-        r = manager_module_context(m, &ctx);
+        r = driver_module_context(n, &ctx);
         if (r >= 0)
-                r = driver_versions_read(m, ctx, &v);
+                r = driver_versions_read(n, ctx, &v);
         if (r < 0)
                 return r;
-        vv = versions_verdict(m, &v, &verdict);
+        vv = versions_verdict(n, &v, &verdict);
         if (vv == VERSIONS_OK)
                 return 0;
-        if (vv == VERSIONS_RELOAD && m->config->driver.reload_on_mismatch) {
-                r = driver_idle(m, &who);
+        if (vv == VERSIONS_RELOAD && n->config->driver.reload_on_mismatch) {
+                r = driver_idle(n, &who);
                 if (r < 0)
                         return r;
                 if (r > 0) {
@@ -972,10 +955,10 @@ static int driver_live_versions(Manager *m, char **ret_message) {
 }
 
 /* Everything already live: nothing is loaded; the record says whether anything changed. */
-static int driver_live(Manager *m, const char *digest, char **ret_message) {
+static int driver_live(Node *n, const char *digest, char **ret_message) {
         _cleanup_(driver_state_freep) DriverState *recorded = NULL, *now = NULL;
-        _cleanup_free_ char *version = loaded_driver_version(m->config), *reason = NULL;
-        const char *want = m->config->driver.version;
+        _cleanup_free_ char *version = loaded_driver_version(n->config), *reason = NULL;
+        const char *want = n->config->driver.version;
         int r;
 
         if (!version)
@@ -988,22 +971,22 @@ static int driver_live(Manager *m, const char *digest, char **ret_message) {
                 return -ESTALE;
         }
 
-        r = driver_live_versions(m, ret_message);
+        r = driver_live_versions(n, ret_message);
         if (r != 0)
                 return r;
 
-        r = driver_state_new(m->kernel_release, version, digest, &now);
+        r = driver_state_new(n->kernel_release, version, digest, &now);
         if (r < 0)
                 return r;
-        r = driver_state_load(m->config->paths.state, &recorded);
+        r = driver_state_load(n->config->paths.state, &recorded);
         if (r < 0 && r != -ENOENT && r != -EBADMSG)
-                log_debug_errno(r, "Cannot read %s/%s: %m", m->config->paths.state, DRIVER_STATE_FILE);
+                log_debug_errno(r, "Cannot read %s/%s: %m", n->config->paths.state, DRIVER_STATE_FILE);
         r = driver_state_compare(recorded, now, &reason);
         if (r < 0)
                 return r;
         if (r > 0) {
                 *ret_message = strprintf("nvidia %s already loaded for kernel %s, unchanged since the last check",
-                                         version, m->kernel_release);
+                                         version, n->kernel_release);
                 return 0;
         }
 
@@ -1013,16 +996,16 @@ static int driver_live(Manager *m, const char *digest, char **ret_message) {
                            "(after `gpunodectl driver unload` or a reboot).");
         else
                 log_info("nvidia %s is already loaded (%s); recording it.", version, strna(reason));
-        (void) driver_record(m, version, digest);
-        *ret_message = strprintf("nvidia %s already loaded for kernel %s", version, m->kernel_release);
+        (void) driver_record(n, version, digest);
+        *ret_message = strprintf("nvidia %s already loaded for kernel %s", version, n->kernel_release);
         return 0;
 }
 
 /* Why the module for name cannot be loaded as it is and needs a (re)build: 1 with *ret_reason, 0
  * when it is fine, or a negative errno with *ret_reason for what DKMS cannot fix. */
-static int driver_precheck(Manager *m, ModuleContext *ctx, const char *name, bool secure_boot, char **ret_reason) {
+static int driver_precheck(Node *n, ModuleContext *ctx, const char *name, bool secure_boot, char **ret_reason) {
         _cleanup_module_info_free_ ModuleInfo *info = NULL;
-        const char *want = m->config->driver.version;
+        const char *want = n->config->driver.version;
         int r;
 
         r = module_lookup(ctx, name, &info, ret_reason);
@@ -1042,7 +1025,7 @@ static int driver_precheck(Manager *m, ModuleContext *ctx, const char *name, boo
         }
         {
                 _cleanup_free_ char *options =
-                        module_effective_options(ctx, info, module_parameters(m->config, module_id(name)));
+                        module_effective_options(ctx, info, module_parameters(n->config, module_id(name)));
                 if (!options)
                         return -ENOMEM;
                 r = module_check_firmware(ctx, info, options, ret_reason);
@@ -1067,18 +1050,18 @@ static void driver_rollback(ModuleContext *ctx, char **loaded) {
                 log_warning("Cannot unload the modules loaded before the failure: %s", strna(msg));
 }
 
-static int driver_ensure(Manager *m, const char *dkms_message, char **ret_message) {
+static int driver_ensure(Node *n, const char *dkms_message, char **ret_message) {
         _cleanup_strv_free_ char **rows = NULL;
         _cleanup_free_ char *digest = NULL, *sb = NULL, *build_reason = NULL, *message = NULL, *flavour_reason = NULL;
-        const Config *c = m->config;
+        const Config *c = n->config;
         ModuleContext *ctx;
         bool all_live = true, enforcing = false, flavour_needed = false;
         int r;
 
-        r = manager_module_context(m, &ctx);
+        r = driver_module_context(n, &ctx);
         if (r < 0)
                 return r;
-        r = driver_choose_flavour(m, ctx, &flavour_reason, &flavour_needed);
+        r = driver_choose_flavour(n, ctx, &flavour_reason, &flavour_needed);
         if (r < 0) {
                 *ret_message = TAKE_PTR(flavour_reason);
                 return r;
@@ -1111,29 +1094,29 @@ static int driver_ensure(Manager *m, const char *dkms_message, char **ret_messag
         if (all_live) {
                 _cleanup_(driver_versions_done) DriverVersions v = {};
 
-                r = driver_live(m, digest, &message);
+                r = driver_live(n, digest, &message);
                 if (r < 0) {
-                        if (rows_add_core(&rows, c, ctx) >= 0 && driver_versions_read(m, ctx, &v) >= 0 &&
+                        if (rows_add_core(&rows, c, ctx) >= 0 && driver_versions_read(n, ctx, &v) >= 0 &&
                             rows_add_versions(&rows, &v) >= 0)
-                                driver_publish_rows(m, TAKE_PTR(rows));
+                                driver_publish_rows(n, TAKE_PTR(rows));
                         *ret_message = TAKE_PTR(message);
                         return r;
                 }
                 if (r == DRIVER_RELOAD)
-                        return driver_reload_start(m, ret_message);
+                        return driver_reload_start(n, ret_message);
                 r = rows_add_core(&rows, c, ctx);
                 if (r >= 0)
-                        r = driver_versions_read(m, ctx, &v);
+                        r = driver_versions_read(n, ctx, &v);
                 if (r >= 0)
                         r = rows_add_versions(&rows, &v);
                 if (r < 0)
                         return r;
-                m->driver_was_live = true;
-                return driver_finish(m, ctx, TAKE_PTR(rows), TAKE_PTR(message), ret_message);
+                n->driver_was_live = true;
+                return driver_finish(n, ctx, TAKE_PTR(rows), TAKE_PTR(message), ret_message);
         }
 
         sb = secure_boot_summary(c, &enforcing);
-        log_info("Loading the NVIDIA driver for kernel %s (%s).", m->kernel_release, strna(sb));
+        log_info("Loading the NVIDIA driver for kernel %s (%s).", n->kernel_release, strna(sb));
 
         for (size_t i = 0; i < ELEMENTSOF(core_modules) && !build_reason; i++) {
                 const char *name = core_modules[i].name;
@@ -1141,10 +1124,10 @@ static int driver_ensure(Manager *m, const char *dkms_message, char **ret_messag
 
                 if (!core_wanted(c, &core_modules[i]) || module_is_usable(ctx, name))
                         continue;
-                r = driver_precheck(m, ctx, name, enforcing, &reason);
+                r = driver_precheck(n, ctx, name, enforcing, &reason);
                 if (r < 0) {
                         if (rows_add_core(&rows, c, ctx) >= 0)
-                                driver_publish_rows(m, TAKE_PTR(rows));
+                                driver_publish_rows(n, TAKE_PTR(rows));
                         if (r == -ENOPKG && flavour_reason)
                                 *ret_message = strprintf("%s (needed: %s)", strna(reason), flavour_reason);
                         else
@@ -1156,7 +1139,7 @@ static int driver_ensure(Manager *m, const char *dkms_message, char **ret_messag
         }
         if (build_reason) {
                 if (rows_add_core(&rows, c, ctx) >= 0)
-                        driver_publish_rows(m, TAKE_PTR(rows));
+                        driver_publish_rows(n, TAKE_PTR(rows));
                 if (dkms_message) {
                         *ret_message = strprintf("DKMS finished (%s) but the module is still not usable: %s",
                                                  dkms_message, build_reason);
@@ -1165,15 +1148,15 @@ static int driver_ensure(Manager *m, const char *dkms_message, char **ret_messag
                 if (!c->driver.dkms_enabled) {
                         *ret_message = strprintf("%s DKMS rebuilds are off (driver.dkms.enabled: false): install "
                                                  "the NVIDIA module for kernel %s yourself.",
-                                                 build_reason, m->kernel_release);
+                                                 build_reason, n->kernel_release);
                         return -ENOENT;
                 }
-                return driver_start_dkms(m, build_reason, ret_message);
+                return driver_start_dkms(n, build_reason, ret_message);
         }
 
-        r = module_load_start(m, dkms_message, enforcing, sb, digest, ret_message);
-        if (r == STAGE_RUNNING && m->module_load && flavour_reason)
-                module_load_job_set_flavour(m->module_load, TAKE_PTR(flavour_reason));
+        r = module_load_start(n, dkms_message, enforcing, sb, digest, ret_message);
+        if (r == STAGE_RUNNING && n->driver_stage->module_load && flavour_reason)
+                module_load_job_set_flavour(n->driver_stage->module_load, TAKE_PTR(flavour_reason));
         return r;
 }
 
@@ -1186,7 +1169,7 @@ static int driver_ensure(Manager *m, const char *dkms_message, char **ret_messag
 #define MODULE_LOAD_TIMEOUT_USEC (5 * 60 * USEC_PER_SEC)
 
 struct ModuleLoadJob {
-        Manager *manager;
+        Node *node;
         Spawn *child;
         int fd;
         char *dkms_message, *sb, *digest;
@@ -1214,9 +1197,9 @@ static ModuleLoadJob *module_load_job_free(ModuleLoadJob *j) {
 
 /* In the child: the ipmi modules (best effort), then the core modules in order; a failure unloads what
  * this run loaded. */
-static int load_modules(Manager *m, ModuleContext *ctx, char **ret_message, char ***ret_loaded) {
+static int load_modules(Node *n, ModuleContext *ctx, char **ret_message, char ***ret_loaded) {
         _cleanup_strv_free_ char **loaded = NULL;
-        const Config *c = m->config;
+        const Config *c = n->config;
         int r;
 
         for (size_t i = 0; i < ELEMENTSOF(ipmi_modules); i++) {
@@ -1255,9 +1238,9 @@ static int module_load_child(int fd, void *userdata) {
         ModuleContext *ctx;
         int r;
 
-        r = manager_module_context(j->manager, &ctx);
+        r = driver_module_context(j->node, &ctx);
         if (r >= 0)
-                r = load_modules(j->manager, ctx, &message, &loaded);
+                r = load_modules(j->node, ctx, &message, &loaded);
         return module_child_send(fd, r, message, loaded) < 0 ? 2 : 0;
 }
 
@@ -1268,20 +1251,20 @@ static int module_load_result(ModuleLoadJob *j, char **ret_message, char ***ret_
 }
 
 /* The tail of driver_ensure(), once the inserts are done: the record, the rows, peermem, the message. */
-static int module_load_finish(Manager *m, ModuleLoadJob *j, int r, char *load_message, char **loaded,
+static int module_load_finish(Node *n, ModuleLoadJob *j, int r, char *load_message, char **loaded,
                               char **ret_message) {
         _cleanup_strv_free_ char **rows = NULL;
         _cleanup_free_ char *version = NULL, *message = NULL;
-        const Config *c = m->config;
+        const Config *c = n->config;
         ModuleContext *ctx;
         int k;
 
-        k = manager_module_context(m, &ctx);
+        k = driver_module_context(n, &ctx);
         if (k < 0)
                 return k;
         if (r < 0) {
                 if (rows_add_core(&rows, c, ctx) >= 0)
-                        driver_publish_rows(m, TAKE_PTR(rows));
+                        driver_publish_rows(n, TAKE_PTR(rows));
                 *ret_message = load_message ? strdup(load_message) : NULL;
                 return r;
         }
@@ -1289,12 +1272,12 @@ static int module_load_finish(Manager *m, ModuleLoadJob *j, int r, char *load_me
         version = loaded_driver_version(c);
         if (!version)
                 return -ENOMEM;
-        m->driver_was_live = true;
-        (void) driver_record(m, version, j->digest);
+        n->driver_was_live = true;
+        (void) driver_record(n, version, j->digest);
         r = rows_add_core(&rows, c, ctx);
         if (r >= 0) {
                 _cleanup_(driver_versions_done) DriverVersions v = {};
-                r = driver_versions_read(m, ctx, &v);
+                r = driver_versions_read(n, ctx, &v);
                 if (r >= 0)
                         r = rows_add_versions(&rows, &v);
         }
@@ -1304,17 +1287,17 @@ static int module_load_finish(Manager *m, ModuleLoadJob *j, int r, char *load_me
         message = strv_join(loaded, ", ");
         if (!message)
                 return -ENOMEM;
-        return driver_finish(m, ctx, TAKE_PTR(rows),
+        return driver_finish(n, ctx, TAKE_PTR(rows),
                              strprintf("%s%s%sloaded %s (driver %s) for kernel %s%s%s%s%s",
                                        j->dkms_message ? "built with DKMS (" : "", strempty(j->dkms_message),
                                        j->dkms_message ? "), " : "", isempty(message) ? "nothing new" : message,
-                                       version, m->kernel_release, j->flavour ? "; " : "", strempty(j->flavour),
+                                       version, n->kernel_release, j->flavour ? "; " : "", strempty(j->flavour),
                                        j->enforcing ? "; " : "", j->enforcing ? strna(j->sb) : ""), ret_message);
 }
 
 static void on_module_load_exit(Spawn *child, const SpawnResult *res, void *userdata) {
-        Manager *m = userdata;
-        ModuleLoadJob *j = TAKE_PTR(m->module_load);
+        Node *n = userdata;
+        ModuleLoadJob *j = TAKE_PTR(n->driver_stage->module_load);
         _cleanup_strv_free_ char **loaded = NULL;
         _cleanup_free_ char *load_message = NULL, *message = NULL;
         int r;
@@ -1332,19 +1315,19 @@ static void on_module_load_exit(Spawn *child, const SpawnResult *res, void *user
                                     res->signal ? "died with signal" : "exited with status",
                                     res->signal ?: res->exit_status);
         }
-        r = module_load_finish(m, j, r, load_message, loaded, &message);
+        r = module_load_finish(n, j, r, load_message, loaded, &message);
         module_load_job_free(j);
         if (r != STAGE_RUNNING) /* else nvidia-peermem is inserted, and on_peermem_inserted() completes */
-                manager_stage_complete(m, STAGE_DRIVER, r, message);
+                node_stage_complete(n, STAGE_DRIVER, r, message);
 }
 
-static int module_load_start(Manager *m, const char *dkms_message, bool enforcing, const char *sb,
+static int module_load_start(Node *n, const char *dkms_message, bool enforcing, const char *sb,
                              const char *digest, char **ret_message) {
         SpawnOptions o = {
                 .timeout_usec = MODULE_LOAD_TIMEOUT_USEC,
                 .kill_grace_usec = USEC_PER_SEC,
                 .on_exit = on_module_load_exit,
-                .userdata = m,
+                .userdata = n,
         };
         ModuleLoadJob *j;
         int sv[2], r;
@@ -1352,7 +1335,7 @@ static int module_load_start(Manager *m, const char *dkms_message, bool enforcin
         j = calloc(1, sizeof *j);
         if (!j)
                 return -ENOMEM;
-        *j = (ModuleLoadJob) { .manager = m, .fd = -1, .enforcing = enforcing };
+        *j = (ModuleLoadJob) { .node = n, .fd = -1, .enforcing = enforcing };
         if ((dkms_message && !(j->dkms_message = strdup(dkms_message))) || (sb && !(j->sb = strdup(sb))) ||
             (digest && !(j->digest = strdup(digest)))) {
                 module_load_job_free(j);
@@ -1363,7 +1346,7 @@ static int module_load_start(Manager *m, const char *dkms_message, bool enforcin
                 module_load_job_free(j);
                 return r;
         }
-        r = spawn_fork(m->event, sv[1], module_load_child, j, &o, &j->child);
+        r = spawn_fork(n->event, sv[1], module_load_child, j, &o, &j->child);
         close(sv[1]);
         j->fd = sv[0];
         if (r >= 0 && fcntl(j->fd, F_SETFL, O_NONBLOCK) < 0)
@@ -1373,14 +1356,14 @@ static int module_load_start(Manager *m, const char *dkms_message, bool enforcin
                 *ret_message = strprintf("Cannot start loading the NVIDIA modules: %s", strerror(-r));
                 return r;
         }
-        m->module_load = j;
-        manager_stage_progress(m, STAGE_DRIVER, "loading the NVIDIA kernel modules");
+        n->driver_stage->module_load = j;
+        node_stage_progress(n, STAGE_DRIVER, "loading the NVIDIA kernel modules");
         return STAGE_RUNNING;
 }
 
-static bool core_all_live(Manager *m, ModuleContext *ctx) {
+static bool core_all_live(Node *n, ModuleContext *ctx) {
         for (size_t i = 0; i < ELEMENTSOF(core_modules); i++)
-                if (core_wanted(m->config, &core_modules[i]) && !module_is_usable(ctx, core_modules[i].name))
+                if (core_wanted(n->config, &core_modules[i]) && !module_is_usable(ctx, core_modules[i].name))
                         return false;
         return true;
 }
@@ -1391,56 +1374,61 @@ static bool core_all_live(Manager *m, ModuleContext *ctx) {
  * Reload(), a restart of the agent, or until the administrator loads the driver again. Module uevents,
  * retries and other automatic passes do not load it back. STAGE_SKIPPED with a message while held,
  * 0 otherwise. */
-static int driver_admin_unload_check(Manager *m, char **ret_message) {
+static int driver_admin_unload_check(Node *n, char **ret_message) {
         ModuleContext *ctx;
         int r;
 
-        if (!m->driver_was_live && !m->driver_admin_unloaded)
+        if (!n->driver_was_live && !n->driver_admin_unloaded)
                 return 0;
-        if (m->unload && !m->driver_admin_unloaded)
+        if (n->unload && !n->driver_admin_unloaded)
                 return 0; /* Unload() removed them: its own hold applies */
-        r = manager_module_context(m, &ctx);
+        r = driver_module_context(n, &ctx);
         if (r < 0)
                 return r;
-        if (core_all_live(m, ctx)) {
-                if (m->driver_admin_unloaded)
+        if (core_all_live(n, ctx)) {
+                if (n->driver_admin_unloaded)
                         log_info("The NVIDIA driver was loaded again outside the agent; managing it again.");
-                m->driver_admin_unloaded = false;
+                n->driver_admin_unloaded = false;
                 return 0;
         }
-        if (!m->driver_admin_unloaded) {
+        if (!n->driver_admin_unloaded) {
                 log_notice("The NVIDIA kernel modules were unloaded outside the agent (modprobe -r/rmmod); not "
                            "loading them back until `gpunodectl reconcile`, a reload or a restart of the agent.");
-                m->driver_admin_unloaded = true;
+                n->driver_admin_unloaded = true;
         }
         *ret_message = strdup("the NVIDIA driver was unloaded outside the agent (modprobe -r/rmmod) and is left "
                               "unloaded; `gpunodectl reconcile` (Reconcile()), a reload or a restart loads it again");
         return *ret_message ? STAGE_SKIPPED : -ENOMEM;
 }
 
-int stage_driver_run(Manager *m, char **ret_message) {
-        const Config *c = m->config;
+int stage_driver_run(Node *n, char **ret_message) {
+        const Config *c = n->config;
         int r;
 
+        if (!n->driver_stage) {
+                n->driver_stage = calloc(1, sizeof(DriverStage));
+                if (!n->driver_stage)
+                        return -ENOMEM;
+        }
         /* A build or the inserts in flight finish the stage from their completion handlers. */
-        if (m->dkms_run || m->module_load || m->peermem_insert || m->reload_release || m->reload_removal)
+        if (n->driver_stage->dkms_run || n->driver_stage->module_load || n->driver_stage->peermem_insert || n->driver_stage->reload_release || n->driver_stage->reload_removal)
                 return STAGE_RUNNING;
-        if (!m->dkms_state)
-                driver_set_dkms_state(m, "idle");
+        if (!n->dkms_state)
+                driver_set_dkms_state(n, "idle");
 
-        if (!m->inventory || m->inventory->n_gpus == 0) {
-                driver_publish_rows(m, NULL);
+        if (!n->inventory || n->inventory->n_gpus == 0) {
+                driver_publish_rows(n, NULL);
                 *ret_message = strdup("no NVIDIA GPU");
                 return STAGE_SKIPPED;
         }
         /* Every pass starts from a fresh context: modprobe.d edits, a reload that changed the paths
          * and a new kernel release all take effect, and libkmod's view of the tree is current. */
-        m->module_ctx = module_context_free(m->module_ctx);
+        n->module_ctx = module_context_free(n->module_ctx);
 
-        r = driver_admin_unload_check(m, ret_message);
+        r = driver_admin_unload_check(n, ret_message);
         if (r != 0)
                 return r;
-        if (manager_driver_unload_held(m)) {
+        if (driver_unload_held(n)) {
                 *ret_message = strdup("the driver was unloaded with Unload(); Reconcile() or Reload() loads it again");
                 return STAGE_SKIPPED;
         }
@@ -1449,10 +1437,10 @@ int stage_driver_run(Manager *m, char **ret_message) {
                 _cleanup_strv_free_ char **rows = NULL;
                 ModuleContext *ctx;
 
-                if (manager_module_context(m, &ctx) >= 0 && rows_add_core(&rows, c, ctx) >= 0)
-                        driver_publish_rows(m, TAKE_PTR(rows));
+                if (driver_module_context(n, &ctx) >= 0 && rows_add_core(&rows, c, ctx) >= 0)
+                        driver_publish_rows(n, TAKE_PTR(rows));
                 *ret_message = strdup("the kernel modules are not managed (driver.enabled: false)");
                 return STAGE_SKIPPED;
         }
-        return driver_ensure(m, NULL, ret_message);
+        return driver_ensure(n, NULL, ret_message);
 }

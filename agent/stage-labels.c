@@ -11,7 +11,7 @@
 #include "gpu-products.h"
 #include "health.h"
 #include "log.h"
-#include "manager.h"
+#include "stage-table.h"
 #include "mig-manager.h"
 #include "nfd.h"
 #include "probe.h"
@@ -161,91 +161,91 @@ static uint64_t now_realtime(void) {
 }
 
 /* The state label reflects the other stages; this one is running while it is computed. */
-static const char *labels_agent_state(const Manager *m) {
+static const char *labels_agent_state(const Node *n) {
         for (int i = 0; i < _STAGE_MAX; i++)
-                if (i != STAGE_LABELS && m->stages[i].state == STAGE_FAILED)
+                if (i != STAGE_LABELS && n->stages[i].state == STAGE_FAILED)
                         return i == STAGE_PROBE ? "failed" : "degraded";
-        if (health_node_state(m->health, NULL) != GPU_HEALTH_OK)
+        if (health_node_state(n->health, NULL) != GPU_HEALTH_OK)
                 return "degraded";
         return "ready";
 }
 
 static int on_refresh(sd_event_source *s, uint64_t usec, void *userdata) {
-        manager_request_pass(userdata, "feature file expiry refresh");
+        node_request_pass(userdata, "feature file expiry refresh");
         return 0;
 }
 
 /* With labels.expiry set, the file carries an absolute expiry time; keep the one already written
  * while it has more than half its lifetime left, so an unchanged label set is not rewritten. */
-static uint64_t labels_pick_expiry(Manager *m, bool same_labels) {
-        uint64_t lifetime = m->config->labels.expiry_usec, now = now_realtime();
+static uint64_t labels_pick_expiry(Node *n, bool same_labels) {
+        uint64_t lifetime = n->config->labels.expiry_usec, now = now_realtime();
 
         if (lifetime == 0)
                 return 0;
-        if (same_labels && m->labels_expiry_usec > now + lifetime / 2)
-                return m->labels_expiry_usec;
+        if (same_labels && n->labels_expiry_usec > now + lifetime / 2)
+                return n->labels_expiry_usec;
         return now + lifetime;
 }
 
-static void labels_arm_refresh(Manager *m) {
-        uint64_t lifetime = m->config->labels.expiry_usec;
+static void labels_arm_refresh(Node *n) {
+        uint64_t lifetime = n->config->labels.expiry_usec;
         int r;
 
-        if (lifetime == 0 || m->labels_expiry_usec == 0) {
-                if (m->refresh_timer)
-                        (void) sd_event_source_set_enabled(m->refresh_timer, SD_EVENT_OFF);
+        if (lifetime == 0 || n->labels_expiry_usec == 0) {
+                if (n->refresh_timer)
+                        (void) sd_event_source_set_enabled(n->refresh_timer, SD_EVENT_OFF);
                 return;
         }
-        uint64_t at = m->labels_expiry_usec - lifetime / 2, now = now_realtime();
+        uint64_t at = n->labels_expiry_usec - lifetime / 2, now = now_realtime();
         uint64_t delay = at > now ? at - now : 0;
-        r = event_reset_time_relative(m->event, &m->refresh_timer, CLOCK_MONOTONIC, delay, USEC_PER_SEC, on_refresh,
-                                      m, "labels-refresh");
+        r = event_reset_time_relative(n->event, &n->refresh_timer, CLOCK_MONOTONIC, delay, USEC_PER_SEC, on_refresh,
+                                      n, "labels-refresh");
         if (r < 0)
                 log_warning_errno(r, "Failed to arm the feature file refresh timer: %m");
 }
 
-static void labels_publish(Manager *m, LabelSet *labels, uint64_t expiry) {
-        bool changed = !(m->labels && labels && label_set_equal(m->labels, labels)) && (m->labels || labels);
+static void labels_publish(Node *n, LabelSet *labels, uint64_t expiry) {
+        bool changed = !(n->labels && labels && label_set_equal(n->labels, labels)) && (n->labels || labels);
 
-        m->labels_expiry_usec = expiry;
+        n->labels_expiry_usec = expiry;
         if (!changed) {
                 label_set_free(labels);
                 return;
         }
-        label_set_free(m->labels);
-        m->labels = labels;
-        manager_mark_dirty(m, NULL, AGENT_MANAGER_INTERFACE, "Labels");
+        label_set_free(n->labels);
+        n->labels = labels;
+        node_mark_dirty(n, NULL, AGENT_MANAGER_INTERFACE, "Labels");
 }
 
 /* Keeps NVML's product name per GPU in the state directory: written when NVML answers and the names
  * changed, read once when the labels must be made without NVML. A failure costs only the stable name
  * while NVML is down, so it is logged, never fatal. */
-static void labels_known_products(Manager *m, const LabelFacts *f) {
-        const char *dir = m->config->paths.state;
+static void labels_known_products(Node *n, const LabelFacts *f) {
+        const char *dir = n->config->paths.state;
         bool changed = false;
         int r;
 
-        if (!m->known_products_loaded) {
-                m->known_products_loaded = true;
-                r = gpu_products_load(dir, &m->known_products, &m->n_known_products);
+        if (!n->known_products_loaded) {
+                n->known_products_loaded = true;
+                r = gpu_products_load(dir, &n->known_products, &n->n_known_products);
                 if (r < 0)
                         log_warning_errno(r, "Cannot read %s/%s (%m): while NVML is down gpu.product comes from "
                                           "the PCI ID database.", dir, GPU_PRODUCTS_FILE);
         }
         if (!f->have_nvml)
                 return;
-        r = label_known_products_update(&m->known_products, &m->n_known_products, f->pci, f->n_pci, &f->nvml,
+        r = label_known_products_update(&n->known_products, &n->n_known_products, f->pci, f->n_pci, &f->nvml,
                                         &changed);
         if (r < 0 || !changed)
                 return;
-        r = gpu_products_save(dir, m->known_products, m->n_known_products);
+        r = gpu_products_save(dir, n->known_products, n->n_known_products);
         if (r < 0)
                 log_warning_errno(r, "Cannot write %s/%s (%m): after a restart without NVML, gpu.product will "
                                   "come from the PCI ID database.", dir, GPU_PRODUCTS_FILE);
 }
 
-int stage_labels_run(Manager *m, char **ret_message) {
-        const ConfigLabels *c = &m->config->labels;
+int stage_labels_run(Node *n, char **ret_message) {
+        const ConfigLabels *c = &n->config->labels;
         _cleanup_(label_set_freep) LabelSet *labels = NULL;
         _cleanup_strv_free_ char **warnings = NULL;
         _cleanup_free_ char *machine = NULL, *text = NULL, *error = NULL, *path = NULL;
@@ -254,8 +254,8 @@ int stage_labels_run(Manager *m, char **ret_message) {
         int r;
 
         if (!c->enabled) {
-                labels_publish(m, NULL, 0);
-                labels_arm_refresh(m);
+                labels_publish(n, NULL, 0);
+                labels_arm_refresh(n);
                 *ret_message = strdup("disabled in the configuration (labels.enabled: false)");
                 return STAGE_SKIPPED;
         }
@@ -264,7 +264,7 @@ int stage_labels_run(Manager *m, char **ret_message) {
         if (!path)
                 return -ENOMEM;
 
-        if (!m->inventory || m->inventory->n_gpus == 0) {
+        if (!n->inventory || n->inventory->n_gpus == 0) {
                 _cleanup_free_ char *rm_error = NULL;
                 r = nfd_remove(c->directory, c->file, &rm_error);
                 if (r < 0) {
@@ -273,39 +273,39 @@ int stage_labels_run(Manager *m, char **ret_message) {
                                                             strerror(-r));
                         return r;
                 }
-                labels_publish(m, NULL, 0);
-                labels_arm_refresh(m);
+                labels_publish(n, NULL, 0);
+                labels_arm_refresh(n);
                 *ret_message = strprintf("no NVIDIA GPU: no labels, %s removed", path);
                 return STAGE_SKIPPED;
         }
 
-        r = label_facts_fill(&facts, m->inventory, m->nvml_snapshot);
+        r = label_facts_fill(&facts, n->inventory, n->nvml_snapshot);
         if (r < 0) {
                 *ret_message = strprintf("computing labels failed: %s", strerror(-r));
                 return r;
         }
-        labels_known_products(m, &facts);
-        (void) label_read_machine(m->config->paths.sys, &machine);
+        labels_known_products(n, &facts);
+        (void) label_read_machine(n->config->paths.sys, &machine);
         LabelInput in = {
                 .pci_gpus = facts.pci,
                 .n_pci_gpus = facts.n_pci,
                 .nvml = facts.have_nvml ? &facts.nvml : NULL,
                 .machine = machine,
-                .agent_state = labels_agent_state(m),
+                .agent_state = labels_agent_state(n),
                 .version = GPU_NODE_AGENT_VERSION,
-                .kernel_release = m->kernel_release,
-                .mig_strategy = label_mig_strategy(m->config->labels.mig_strategy),
-                .sharing = label_sharing(m->config->sharing.strategy),
-                .replicas = m->config->sharing.replicas,
-                .rename_by_default = m->config->sharing.rename_by_default,
-                .timestamp_sec = m->config->labels.timestamp ? m->labels_timestamp_sec : 0,
-                .mig_config = mig_manager_config(m->mig),
-                .mig_config_state = mig_manager_state(m->mig),
-                .known_products = m->known_products,
-                .n_known_products = m->n_known_products,
-                .gpu_health = health_active(m->health) ? gpu_health_to_string(health_node_state(m->health, NULL))
+                .kernel_release = n->kernel_release,
+                .mig_strategy = label_mig_strategy(n->config->labels.mig_strategy),
+                .sharing = label_sharing(n->config->sharing.strategy),
+                .replicas = n->config->sharing.replicas,
+                .rename_by_default = n->config->sharing.rename_by_default,
+                .timestamp_sec = n->config->labels.timestamp ? n->labels_timestamp_sec : 0,
+                .mig_config = mig_manager_config(n->mig),
+                .mig_config_state = mig_manager_state(n->mig),
+                .known_products = n->known_products,
+                .n_known_products = n->n_known_products,
+                .gpu_health = health_active(n->health) ? gpu_health_to_string(health_node_state(n->health, NULL))
                                                        : NULL,
-                .unhealthy_gpus = health_unhealthy_gpus(m->health),
+                .unhealthy_gpus = health_unhealthy_gpus(n->health),
         };
         r = labels_compute(&in, &labels, &warnings);
         if (r < 0) {
@@ -313,12 +313,12 @@ int stage_labels_run(Manager *m, char **ret_message) {
                 return r;
         }
 
-        bool same = m->labels && label_set_equal(m->labels, labels);
+        bool same = n->labels && label_set_equal(n->labels, labels);
         if (!same)
                 STRV_FOREACH(w, warnings)
                         log_warning("%s", *w);
 
-        uint64_t expiry = labels_pick_expiry(m, same);
+        uint64_t expiry = labels_pick_expiry(n, same);
         r = nfd_format(labels, expiry, &text);
         if (r < 0) {
                 *ret_message = strprintf("formatting the feature file failed: %s", strerror(-r));
@@ -332,21 +332,21 @@ int stage_labels_run(Manager *m, char **ret_message) {
         if (written)
                 log_info("Wrote %zu labels to %s.", labels->n, path);
 
-        size_t n = labels->n;
-        labels_publish(m, TAKE_PTR(labels), expiry);
-        labels_arm_refresh(m);
-        *ret_message = strprintf("%zu labels %s %s", n, written ? "written to" : "unchanged in", path);
+        size_t n_labels = labels->n;
+        labels_publish(n, TAKE_PTR(labels), expiry);
+        labels_arm_refresh(n);
+        *ret_message = strprintf("%zu labels %s %s", n_labels, written ? "written to" : "unchanged in", path);
         return STAGE_DONE;
 }
 
 /* Outside a pass: a MIG change takes seconds to minutes, and the stages after mig wait for it, so the
  * feature file is written once more as it starts, to say nvidia.com/mig.config.state=pending — as the
  * GPU Operator's MIG manager labels the node before it applies a new nvidia.com/mig.config. */
-void stage_labels_write_now(Manager *m) {
+void stage_labels_write_now(Node *n) {
         _cleanup_free_ char *message = NULL;
         int r;
 
-        r = stage_labels_run(m, &message);
+        r = stage_labels_run(n, &message);
         if (r < 0)
                 log_warning("Could not write the feature file before the MIG change: %s",
                             message ?: strerror(-r));

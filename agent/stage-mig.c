@@ -6,14 +6,14 @@
  * pass describe the new MIG devices. */
 #include "devices.h"
 #include "log.h"
-#include "manager.h"
+#include "stage-table.h"
 #include "metrics.h"
 #include "mig-manager.h"
 #include "strv.h"
 
 /* The recovery note (if any) in front of the stage message. */
-static char *with_recovery(Manager *m, char *message) {
-        _cleanup_free_ char *note = mig_manager_take_recovery_note(m->mig);
+static char *with_recovery(Node *n, char *message) {
+        _cleanup_free_ char *note = mig_manager_take_recovery_note(n->mig);
         char *full;
 
         if (!note)
@@ -23,26 +23,26 @@ static char *with_recovery(Manager *m, char *message) {
         return full;
 }
 
-static int apply_selected(Manager *m, char **ret_message);
+static int apply_selected(Node *n, char **ret_message);
 
 /* After NVML writes: the snapshot (re-read on the MIG reader, an NVML worker), then the device nodes; CDI
  * and labels follow in this pass. What to do once that is done waits here. */
 typedef struct AfterChange {
-        Manager *m;
+        Node *n;
         bool recovered;               /* after the journal recovery: apply the selection next */
         int r;
         char *message;                /* the apply's outcome line (not recovered) */
 } AfterChange;
 
 static void after_change_finish(AfterChange *ac, const char *refresh_error) {
-        Manager *m = ac->m;
+        Node *n = ac->n;
         _cleanup_free_ char *devices = NULL, *message = NULL;
         _cleanup_strv_free_ char **problems = NULL;
         int r;
 
         if (refresh_error)
                 (void) strv_extendf(&problems, "re-reading NVML failed: %s", refresh_error);
-        r = manager_devices_refresh(m, &devices);
+        r = stage_devices_refresh(n, &devices);
         if (r < 0)
                 (void) strv_extendf(&problems, "re-making the device nodes failed: %s", strna(devices));
         _cleanup_free_ char *joined = problems ? strv_join(problems, "; ") : NULL;
@@ -50,79 +50,79 @@ static void after_change_finish(AfterChange *ac, const char *refresh_error) {
         if (ac->recovered) {
                 if (joined)
                         log_warning("After the MIG journal recovery: %s", joined);
-                r = apply_selected(m, &message);
+                r = apply_selected(n, &message);
                 if (r != STAGE_RUNNING)
-                        manager_stage_complete(m, STAGE_MIG, r, message);
+                        node_stage_complete(n, STAGE_MIG, r, message);
         } else {
-                message = with_recovery(m, strprintf("%s%s%s", strna(ac->message), joined ? "; " : "", joined ? joined : ""));
-                manager_stage_complete(m, STAGE_MIG, ac->r, message);
+                message = with_recovery(n, strprintf("%s%s%s", strna(ac->message), joined ? "; " : "", joined ? joined : ""));
+                node_stage_complete(n, STAGE_MIG, ac->r, message);
         }
         free(ac->message);
         free(ac);
 }
 
-static void on_refreshed(Manager *m, int r, const char *error, void *userdata) {
+static void on_refreshed(Node *n, int r, const char *error, void *userdata) {
         after_change_finish(userdata, r < 0 ? strna(error) : NULL);
 }
 
-static void after_change(Manager *m, char *const *changed_gpus, const NvmlSnapshot *mig_devices, bool recovered,
+static void after_change(Node *n, char *const *changed_gpus, const NvmlSnapshot *mig_devices, bool recovered,
                          int r, char *message) {
         _cleanup_free_ char *error = NULL;
         AfterChange *ac = calloc(1, sizeof *ac);
 
         if (!ac) {
                 free(message);
-                manager_stage_complete(m, STAGE_MIG, -ENOMEM, NULL);
+                node_stage_complete(n, STAGE_MIG, -ENOMEM, NULL);
                 return;
         }
-        *ac = (AfterChange) { .m = m, .recovered = recovered, .r = r, .message = message };
-        if (manager_nvml_refresh_async(m, changed_gpus, mig_devices, on_refreshed, ac, &error) < 0)
+        *ac = (AfterChange) { .n = n, .recovered = recovered, .r = r, .message = message };
+        if (stage_nvml_refresh_async(n, changed_gpus, mig_devices, on_refreshed, ac, &error) < 0)
                 after_change_finish(ac, strna(error));
 }
 
 static void on_applied(MigManager *mm, const MigApplyOutcome *o, void *userdata) {
-        Manager *m = userdata;
+        Node *n = userdata;
         _cleanup_free_ char *message = NULL;
         int r = o->error;
 
         if (o->refused) {
-                message = with_recovery(m, strdup(strna(o->message)));
-                manager_stage_complete(m, STAGE_MIG, r < 0 ? r : -EIO, message);
+                message = with_recovery(n, strdup(strna(o->message)));
+                node_stage_complete(n, STAGE_MIG, r < 0 ? r : -EIO, message);
                 return;
         }
         message = strprintf("%s: %s: %s", o->config, o->state, strna(o->message));
         if (streq(o->state, "failed") && r >= 0)
                 r = -EIO;
-        metrics_count_mig_apply(m, o->state, o->changed);
+        metrics_count_mig_apply(n, o->state, o->changed);
         if (o->changed) {
-                after_change(m, o->changed_gpus, o->mig_devices, false, r < 0 ? r : STAGE_DONE, TAKE_PTR(message));
+                after_change(n, o->changed_gpus, o->mig_devices, false, r < 0 ? r : STAGE_DONE, TAKE_PTR(message));
                 return;
         }
-        message = with_recovery(m, TAKE_PTR(message));
-        manager_stage_complete(m, STAGE_MIG, r < 0 ? r : STAGE_DONE, message);
+        message = with_recovery(n, TAKE_PTR(message));
+        node_stage_complete(n, STAGE_MIG, r < 0 ? r : STAGE_DONE, message);
 }
 
-static int apply_selected(Manager *m, char **ret_message) {
+static int apply_selected(Node *n, char **ret_message) {
         _cleanup_free_ char *error = NULL;
         int r;
 
-        if (m->config->mig.selected_from == MIG_SELECTED_FROM_NODE_LABEL) {
+        if (n->config->mig.selected_from == MIG_SELECTED_FROM_NODE_LABEL) {
                 /* The node label selects, as the GPU Operator's MIG manager does; the same apply path. */
-                if (!m->kube_mig_config) {
-                        *ret_message = with_recovery(m, strdup("no MIG configuration selected: the node label "
+                if (!n->kube_mig_config) {
+                        *ret_message = with_recovery(n, strdup("no MIG configuration selected: the node label "
                                                                "nvidia.com/mig.config is not set (or not read yet)"));
                         return STAGE_SKIPPED;
                 }
-                r = mig_manager_apply(m->mig, m->kube_mig_config, NULL, false, on_applied, m, &error);
+                r = mig_manager_apply(n->mig, n->kube_mig_config, NULL, false, on_applied, n, &error);
         } else
-                r = mig_manager_apply_selected(m->mig, on_applied, m, &error);
+                r = mig_manager_apply_selected(n->mig, on_applied, n, &error);
         if (r == -ENODATA) {
-                *ret_message = with_recovery(m, strdup("no MIG configuration selected (mig.selected)"));
+                *ret_message = with_recovery(n, strdup("no MIG configuration selected (mig.selected)"));
                 return STAGE_SKIPPED;
         }
         if (r < 0) {
                 log_error("MIG: %s", strna(error));
-                *ret_message = with_recovery(m, TAKE_PTR(error));
+                *ret_message = with_recovery(n, TAKE_PTR(error));
                 return r;
         }
         /* mig.config.state=pending reaches the feature file when the GPUs have been read and the apply
@@ -131,39 +131,39 @@ static int apply_selected(Manager *m, char **ret_message) {
 }
 
 static void on_recovered(MigManager *mm, const MigApplyOutcome *o, void *userdata) {
-        Manager *m = userdata;
+        Node *n = userdata;
         _cleanup_free_ char *message = NULL;
         int r;
 
         if (o->changed) {
-                after_change(m, o->changed_gpus, o->mig_devices, true, 0, NULL);
+                after_change(n, o->changed_gpus, o->mig_devices, true, 0, NULL);
                 return;
         }
-        r = apply_selected(m, &message);
+        r = apply_selected(n, &message);
         if (r != STAGE_RUNNING)
-                manager_stage_complete(m, STAGE_MIG, r, message);
+                node_stage_complete(n, STAGE_MIG, r, message);
 }
 
-int stage_mig_run(Manager *m, char **ret_message) {
+int stage_mig_run(Node *n, char **ret_message) {
         _cleanup_free_ char *message = NULL;
         int r;
 
-        if (!m->nvml_snapshot) {
+        if (!n->nvml_snapshot) {
                 *ret_message = strdup("NVML is not available: no MIG management");
                 return STAGE_SKIPPED;
         }
-        if (!m->mig) {
-                r = mig_manager_new(m, &m->mig);
+        if (!n->mig) {
+                r = mig_manager_new(n, &n->mig);
                 if (r < 0)
                         return r;
         }
-        if (mig_manager_busy(m->mig)) {
+        if (mig_manager_busy(n->mig)) {
                 *ret_message = strdup("a MIG apply requested over D-Bus is still running; checked again on the "
                                       "next pass");
                 return -EBUSY;
         }
 
-        r = mig_manager_recover(m->mig, on_recovered, m, &message);
+        r = mig_manager_recover(n->mig, on_recovered, n, &message);
         if (r == -ENODEV || r == -ENOTRECOVERABLE) {
                 *ret_message = TAKE_PTR(message);
                 return r;
@@ -172,5 +172,5 @@ int stage_mig_run(Manager *m, char **ret_message) {
                 log_error("MIG journal: %s", strna(message));
         if (r > 0)
                 return STAGE_RUNNING;
-        return apply_selected(m, ret_message);
+        return apply_selected(n, ret_message);
 }

@@ -9,23 +9,23 @@
 #include "driver-unload.h"
 #include "gpu-nvml-worker.h"
 #include "log.h"
-#include "manager.h"
+#include "stage-table.h"
 #include "mig-cache.h"
 #include "mig-manager.h"
 #include "strv.h"
 
-static void nvml_publish(Manager *m, NvmlSnapshot *snap) {
-        NvmlSnapshot *old = m->nvml_snapshot;
+static void nvml_publish(Node *n, NvmlSnapshot *snap) {
+        NvmlSnapshot *old = n->nvml_snapshot;
 
         if (gpu_nvml_snapshot_equal(old, snap)) {
                 gpu_nvml_snapshot_free(snap);
                 return;
         }
-        m->nvml_snapshot = snap;
-        manager_nvml_changed(m, old);
+        n->nvml_snapshot = snap;
+        node_nvml_changed(n, old);
         gpu_nvml_snapshot_free(old);
         /* The devices stage ran before this snapshot: MIG devices new in it get their nodes now. */
-        manager_devices_sync_mig(m);
+        stage_devices_sync_mig(n);
 }
 
 static char *nvml_summary(const NvmlSnapshot *s) {
@@ -40,78 +40,78 @@ static char *nvml_summary(const NvmlSnapshot *s) {
                          s->n_gpus, s->n_gpus == 1 ? "" : "s", mig_gpus, mig_devices, mig_devices == 1 ? "" : "s");
 }
 
-void manager_nvml_stop(Manager *m, const char *why) {
+void stage_nvml_stop(Node *n, const char *why) {
         /* The stage waiting for the worker hears why, so that its pass goes on; so does a MIG read. */
-        gpu_nvml_worker_abort(m->nvml_worker, -ECANCELED, why);
-        m->nvml_worker = gpu_nvml_worker_free(m->nvml_worker);
-        gpu_nvml_worker_abort(m->nvml_reader, -ECANCELED, why);
-        m->nvml_reader = gpu_nvml_worker_free(m->nvml_reader);
+        gpu_nvml_worker_abort(n->nvml_worker, -ECANCELED, why);
+        n->nvml_worker = gpu_nvml_worker_free(n->nvml_worker);
+        gpu_nvml_worker_abort(n->nvml_reader, -ECANCELED, why);
+        n->nvml_reader = gpu_nvml_worker_free(n->nvml_reader);
 }
 
 /* Both workers: their NVML handles keep /dev/nvidia* open. */
-static void nvml_stop_all(Manager *m) {
-        manager_nvml_stop(m, "NVML is not in use any more");
+static void nvml_stop_all(Node *n) {
+        stage_nvml_stop(n, "NVML is not in use any more");
 }
 
 static void on_snapshot(GpuNvmlWorker *worker, int r, NvmlSnapshot *snap, const char *error, void *userdata) {
-        Manager *m = userdata;
+        Node *n = userdata;
         _cleanup_free_ char *summary = NULL;
-        bool first = !m->nvml_snapshot;
+        bool first = !n->nvml_snapshot;
 
         if (r < 0) {
                 /* Start from scratch next time: the driver may have been unloaded or reset. */
-                nvml_publish(m, NULL);
-                manager_stage_complete(m, STAGE_NVML, r, error);
+                nvml_publish(n, NULL);
+                node_stage_complete(n, STAGE_NVML, r, error);
                 return;
         }
-        if (!gpu_nvml_snapshot_equal(m->nvml_snapshot, snap))
+        if (!gpu_nvml_snapshot_equal(n->nvml_snapshot, snap))
                 STRV_FOREACH(w, snap->warnings)
                         log_warning("%s", *w);
         if (first)
-                log_info("NVML initialised from %s.", m->config->nvml.library);
-        nvml_publish(m, snap);
-        summary = nvml_summary(m->nvml_snapshot);
-        manager_stage_complete(m, STAGE_NVML, STAGE_DONE, summary);
+                log_info("NVML initialised from %s.", n->config->nvml.library);
+        nvml_publish(n, snap);
+        summary = nvml_summary(n->nvml_snapshot);
+        node_stage_complete(n, STAGE_NVML, STAGE_DONE, summary);
 }
 
 /* Once a second while the worker works: "nvmlInit_v2 for 3 s" in the Stages property and STATUS=. */
 static void on_progress(GpuNvmlWorker *worker, const char *text, void *userdata) {
-        manager_stage_progress(userdata, STAGE_NVML, text);
+        node_stage_progress(userdata, STAGE_NVML, text);
 }
 
-int stage_nvml_run(Manager *m, char **ret_message) {
+int stage_nvml_run(Node *n, char **ret_message) {
         _cleanup_strv_free_ char **addresses = NULL;
         int r;
 
-        if (!m->inventory || m->inventory->n_gpus == 0) {
-                nvml_publish(m, NULL);
-                nvml_stop_all(m);
+        if (!n->inventory || n->inventory->n_gpus == 0) {
+                nvml_publish(n, NULL);
+                nvml_stop_all(n);
                 *ret_message = strdup("no NVIDIA GPU");
                 return STAGE_SKIPPED;
         }
 
         /* Real NVML may call nvidia-modprobe and load the driver again behind the admin's back. */
-        if (manager_driver_unload_held(m)) {
-                nvml_publish(m, NULL);
-                nvml_stop_all(m);
+        if (driver_unload_held(n)) {
+                nvml_publish(n, NULL);
+                nvml_stop_all(n);
                 *ret_message = strdup("the driver was unloaded with Unload(); Reconcile() or Reload() loads it again");
                 return STAGE_SKIPPED;
         }
 
-        for (size_t i = 0; i < m->inventory->n_gpus; i++)
-                if (strv_extend(&addresses, m->inventory->gpus[i].address) < 0)
+        for (size_t i = 0; i < n->inventory->n_gpus; i++)
+                if (strv_extend(&addresses, n->inventory->gpus[i].address) < 0)
                         return -ENOMEM;
 
-        if (!m->nvml_worker) {
-                r = gpu_nvml_worker_new(m->event, &m->nvml_worker);
+        if (!n->nvml_worker) {
+                r = gpu_nvml_worker_new(n->event, &n->nvml_worker);
                 if (r < 0)
                         return r;
-                gpu_nvml_worker_set_progress(m->nvml_worker, on_progress, m);
+                gpu_nvml_worker_set_progress(n->nvml_worker, on_progress, n);
         }
         /* A request still in flight belongs to an earlier pass: its answer would be as old as it. */
-        gpu_nvml_worker_cancel(m->nvml_worker);
-        r = gpu_nvml_worker_snapshot(m->nvml_worker, m->config->nvml.library, addresses, m->config->nvml.timeout_usec,
-                                     (unsigned) m->inventory->n_gpus, on_snapshot, m);
+        gpu_nvml_worker_cancel(n->nvml_worker);
+        r = gpu_nvml_worker_snapshot(n->nvml_worker, n->config->nvml.library, addresses, n->config->nvml.timeout_usec,
+                                     (unsigned) n->inventory->n_gpus, on_snapshot, n);
         if (r < 0) {
                 *ret_message = strprintf("Cannot start the NVML worker: %s", strerror(-r));
                 return r;
@@ -125,69 +125,69 @@ int stage_nvml_run(Manager *m, char **ret_message) {
  * inventory already say about each GPU is not asked again there — its identity (name, memory, PCI ids),
  * which the MIG reads need, and the static facts a re-read after a MIG change needs. Only when the
  * reader's NVML is the driver the snapshot was read from (same version; a reload stops the reader). */
-static void reader_seed(GpuNvml *n, void *userdata) {
-        Manager *m = userdata;
-        const NvmlSnapshot *s = m->nvml_snapshot;
+static void reader_seed(GpuNvml *nvml, void *userdata) {
+        Node *n = userdata;
+        const NvmlSnapshot *s = n->nvml_snapshot;
 
-        if (!s || !gpu_nvml_seed_system(n, s))
+        if (!s || !gpu_nvml_seed_system(nvml, s))
                 return;
         for (size_t i = 0; i < s->n_gpus; i++) {
                 const GpuInfo *g = &s->gpus[i];
                 uint32_t pci_id = 0, subsystem_id = 0;
 
-                for (size_t k = 0; m->inventory && k < m->inventory->n_gpus; k++) {
-                        const PciDevice *p = &m->inventory->gpus[k];
+                for (size_t k = 0; n->inventory && k < n->inventory->n_gpus; k++) {
+                        const PciDevice *p = &n->inventory->gpus[k];
                         if (!streq(p->address, g->pci_address))
                                 continue;
                         pci_id = (uint32_t) p->device_id << 16 | p->vendor_id;
                         subsystem_id = (uint32_t) p->subsystem_device_id << 16 | p->subsystem_vendor_id;
                 }
-                if (gpu_nvml_seed_gpu(n, g, pci_id, subsystem_id) < 0)
+                if (gpu_nvml_seed_gpu(nvml, g, pci_id, subsystem_id) < 0)
                         return;
         }
         /* The GI profile tables of earlier reads in this boot, with this driver and these GPUs. */
-        mig_profile_cache_seed(m->mig_profiles, n);
+        mig_profile_cache_seed(n->mig_profiles, nvml);
 }
 
 /* Before the MIG reader is forked (again): the profile tables it may take from the state directory. */
-static void reader_load_profiles(Manager *m) {
+static void reader_load_profiles(Node *n) {
         _cleanup_free_ char *why = NULL;
 
-        m->mig_profiles = mig_profile_cache_free(m->mig_profiles);
-        if (mig_profile_cache_load(m->config->paths.state, m->config->paths.proc, m->nvml_snapshot, &m->mig_profiles,
+        n->mig_profiles = mig_profile_cache_free(n->mig_profiles);
+        if (mig_profile_cache_load(n->config->paths.state, n->config->paths.proc, n->nvml_snapshot, &n->mig_profiles,
                                    &why) < 0)
                 log_oom();
         else if (why)
                 log_info("Not using the MIG profile cache: %s; NVML is asked (and the cache written again).", why);
 }
 
-static int reader_get(Manager *m, char **ret_error) {
+static int reader_get(Node *n, char **ret_error) {
         int r;
 
-        if (!m->nvml_snapshot) {
+        if (!n->nvml_snapshot) {
                 *ret_error = strdup("NVML is not available (see the nvml stage); the MIG layout cannot be read.");
                 return -ENODEV;
         }
-        if (!m->nvml_reader) {
-                r = gpu_nvml_worker_new(m->event, &m->nvml_reader);
+        if (!n->nvml_reader) {
+                r = gpu_nvml_worker_new(n->event, &n->nvml_reader);
                 if (r < 0)
                         return r;
-                gpu_nvml_worker_set_seed(m->nvml_reader, reader_seed, m);
+                gpu_nvml_worker_set_seed(n->nvml_reader, reader_seed, n);
         }
-        if (gpu_nvml_worker_busy(m->nvml_reader)) {
+        if (gpu_nvml_worker_busy(n->nvml_reader)) {
                 *ret_error = strdup("A MIG read is already running; try again when it has finished.");
                 return -EBUSY;
         }
-        if (gpu_nvml_worker_pid(m->nvml_reader) == 0)
-                reader_load_profiles(m); /* the request forks a new reader */
+        if (gpu_nvml_worker_pid(n->nvml_reader) == 0)
+                reader_load_profiles(n); /* the request forks a new reader */
         return 0;
 }
 
-static int gpu_addresses(Manager *m, char ***ret) {
+static int gpu_addresses(Node *n, char ***ret) {
         _cleanup_strv_free_ char **l = NULL;
 
-        for (size_t i = 0; m->inventory && i < m->inventory->n_gpus; i++)
-                if (strv_extend(&l, m->inventory->gpus[i].address) < 0)
+        for (size_t i = 0; n->inventory && i < n->inventory->n_gpus; i++)
+                if (strv_extend(&l, n->inventory->gpus[i].address) < 0)
                         return -ENOMEM;
         if (!l && !(l = calloc(1, sizeof(char *))))
                 return -ENOMEM;
@@ -195,31 +195,31 @@ static int gpu_addresses(Manager *m, char ***ret) {
         return 0;
 }
 
-int manager_nvml_read_async(Manager *m, char *const *addresses, GpuNvmlJobFunc fn, GpuNvmlJobDone done,
+int stage_nvml_read_async(Node *n, char *const *addresses, GpuNvmlJobFunc fn, GpuNvmlJobDone done,
                             void *userdata, char **ret_error) {
         int r;
 
         *ret_error = NULL;
-        r = reader_get(m, ret_error);
+        r = reader_get(n, ret_error);
         if (r < 0)
                 return r;
-        r = gpu_nvml_worker_read(m->nvml_reader, m->config->nvml.library, addresses, m->config->nvml.timeout_usec,
-                                 m->inventory ? (unsigned) m->inventory->n_gpus : 1, fn, done, userdata);
+        r = gpu_nvml_worker_read(n->nvml_reader, n->config->nvml.library, addresses, n->config->nvml.timeout_usec,
+                                 n->inventory ? (unsigned) n->inventory->n_gpus : 1, fn, done, userdata);
         if (r < 0)
                 *ret_error = strprintf("Cannot start the NVML worker for the MIG read: %s", strerror(-r));
         return r;
 }
 
-int manager_nvml_read_input_async(Manager *m, const void *input, size_t len, GpuNvmlJobFunc fn, GpuNvmlJobDone done,
+int stage_nvml_read_input_async(Node *n, const void *input, size_t len, GpuNvmlJobFunc fn, GpuNvmlJobDone done,
                                   void *userdata, char **ret_error) {
         int r;
 
         *ret_error = NULL;
-        r = reader_get(m, ret_error);
+        r = reader_get(n, ret_error);
         if (r < 0)
                 return r;
-        r = gpu_nvml_worker_read_input(m->nvml_reader, m->config->nvml.library, input, len,
-                                       m->config->nvml.timeout_usec, m->inventory ? (unsigned) m->inventory->n_gpus : 1,
+        r = gpu_nvml_worker_read_input(n->nvml_reader, n->config->nvml.library, input, len,
+                                       n->config->nvml.timeout_usec, n->inventory ? (unsigned) n->inventory->n_gpus : 1,
                                        fn, done, userdata);
         if (r < 0)
                 *ret_error = strprintf("Cannot start the NVML worker for the MIG change: %s", strerror(-r));
@@ -267,12 +267,12 @@ static NvmlSnapshot *snapshot_merge(const NvmlSnapshot *old, NvmlSnapshot *fresh
 }
 
 static void on_refreshed(GpuNvmlWorker *w, int r, NvmlSnapshot *snap, const char *error, void *userdata) {
-        Manager *m = userdata;
-        ManagerRefreshDone cb = TAKE_PTR(m->refresh_cb);
-        void *ud = TAKE_PTR(m->refresh_userdata);
+        Node *n = userdata;
+        StageNvmlRefreshDone cb = TAKE_PTR(n->refresh_cb);
+        void *ud = TAKE_PTR(n->refresh_userdata);
 
-        if (r >= 0 && m->nvml_snapshot) {
-                snap = snapshot_merge(m->nvml_snapshot, snap);
+        if (r >= 0 && n->nvml_snapshot) {
+                snap = snapshot_merge(n->nvml_snapshot, snap);
                 if (!snap) {
                         r = -ENOMEM;
                         error = "Out of memory.";
@@ -280,15 +280,15 @@ static void on_refreshed(GpuNvmlWorker *w, int r, NvmlSnapshot *snap, const char
         }
         if (r < 0)
                 /* Start from scratch: the driver may have been unloaded or reset. The next nvml stage reads. */
-                nvml_publish(m, NULL);
+                nvml_publish(n, NULL);
         else {
-                if (!gpu_nvml_snapshot_equal(m->nvml_snapshot, snap))
+                if (!gpu_nvml_snapshot_equal(n->nvml_snapshot, snap))
                         STRV_FOREACH(warning, snap->warnings)
                                 log_warning("%s", *warning);
-                nvml_publish(m, snap);
+                nvml_publish(n, snap);
         }
         if (cb)
-                cb(m, r, error, ud);
+                cb(n, r, error, ud);
 }
 
 /* The published snapshot with the MIG mode and devices of the GPUs in fresh replaced (taken from fresh).
@@ -318,43 +318,43 @@ static NvmlSnapshot *snapshot_with_mig(const NvmlSnapshot *old, NvmlSnapshot *fr
         return TAKE_PTR(copy);
 }
 
-int manager_nvml_refresh_async(Manager *m, char *const *pci_addresses, const NvmlSnapshot *mig_devices,
-                               ManagerRefreshDone cb, void *userdata, char **ret_error) {
+int stage_nvml_refresh_async(Node *n, char *const *pci_addresses, const NvmlSnapshot *mig_devices,
+                               StageNvmlRefreshDone cb, void *userdata, char **ret_error) {
         _cleanup_strv_free_ char **addresses = NULL;
         int r;
 
         *ret_error = NULL;
-        if (mig_devices && m->nvml_snapshot && !m->refresh_cb) {
+        if (mig_devices && n->nvml_snapshot && !n->refresh_cb) {
                 /* Read by the apply's own jobs, after their steps: nothing to ask NVML again. A copy of
                  * theirs, so that the caller's stays whole. */
                 _cleanup_(gpu_nvml_snapshot_freep) NvmlSnapshot *fresh = snapshot_copy(mig_devices);
                 NvmlSnapshot *snap = NULL;
 
                 if (fresh)
-                        snap = snapshot_with_mig(m->nvml_snapshot, fresh);
+                        snap = snapshot_with_mig(n->nvml_snapshot, fresh);
                 if (snap) {
-                        nvml_publish(m, snap);
-                        cb(m, 0, NULL, userdata);
+                        nvml_publish(n, snap);
+                        cb(n, 0, NULL, userdata);
                         return 0;
                 }
                 /* Out of memory, or a GPU the snapshot lacks: read as before. */
         }
-        r = reader_get(m, ret_error);
+        r = reader_get(n, ret_error);
         if (r < 0)
                 return r;
         if (pci_addresses && *pci_addresses)
                 addresses = strv_copy(pci_addresses);
         else
-                r = gpu_addresses(m, &addresses);
+                r = gpu_addresses(n, &addresses);
         if (r < 0 || !addresses)
                 return -ENOMEM;
-        r = gpu_nvml_worker_snapshot(m->nvml_reader, m->config->nvml.library, addresses, m->config->nvml.timeout_usec,
-                                     (unsigned) strv_length(addresses), on_refreshed, m);
+        r = gpu_nvml_worker_snapshot(n->nvml_reader, n->config->nvml.library, addresses, n->config->nvml.timeout_usec,
+                                     (unsigned) strv_length(addresses), on_refreshed, n);
         if (r < 0) {
                 *ret_error = strprintf("Cannot start the NVML worker to re-read NVML: %s", strerror(-r));
                 return r;
         }
-        m->refresh_cb = cb;
-        m->refresh_userdata = userdata;
+        n->refresh_cb = cb;
+        n->refresh_userdata = userdata;
         return 0;
 }

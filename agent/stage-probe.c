@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* Owns the probe stage: reads the PCI inventory and publishes changes (log, D-Bus objects). */
 #include "log.h"
-#include "manager.h"
+#include "stage-table.h"
 #include "strv.h"
 
 static void log_inventory(const Inventory *inv) {
@@ -17,31 +17,31 @@ static void log_inventory(const Inventory *inv) {
                 log_info("%zu Mellanox/NVIDIA networking device%s found.", inv->n_nics, inv->n_nics == 1 ? "" : "s");
 }
 
-int stage_probe_run(Manager *m, char **ret_message) {
+int stage_probe_run(Node *n, char **ret_message) {
         _cleanup_(inventory_freep) Inventory *inv = NULL;
         _cleanup_free_ char *error = NULL;
         int r;
 
-        r = probe_pci(m->config->paths.sys, m->config->paths.pci_ids, &inv, &error);
+        r = probe_pci(n->config->paths.sys, n->config->paths.pci_ids, &inv, &error);
         if (r < 0) {
                 *ret_message = TAKE_PTR(error);
                 return r;
         }
 
-        if (!m->inventory || !inventory_equal(m->inventory, inv)) {
+        if (!n->inventory || !inventory_equal(n->inventory, inv)) {
                 STRV_FOREACH(w, inv->warnings)
                         log_warning("%s", *w);
                 log_inventory(inv);
 
-                Inventory *old = m->inventory;
-                m->inventory = TAKE_PTR(inv);
-                manager_gpus_changed(m, old);
+                Inventory *old = n->inventory;
+                n->inventory = TAKE_PTR(inv);
+                node_gpus_changed(n, old);
                 inventory_free(old);
         }
 
-        *ret_message = strprintf("%zu GPU%s, %zu NVSwitch%s, %zu NIC%s", m->inventory->n_gpus,
-                     m->inventory->n_gpus == 1 ? "" : "s", m->inventory->n_nvswitches,
-                     m->inventory->n_nvswitches == 1 ? "" : "es", m->inventory->n_nics,
-                     m->inventory->n_nics == 1 ? "" : "s");
+        *ret_message = strprintf("%zu GPU%s, %zu NVSwitch%s, %zu NIC%s", n->inventory->n_gpus,
+                     n->inventory->n_gpus == 1 ? "" : "s", n->inventory->n_nvswitches,
+                     n->inventory->n_nvswitches == 1 ? "" : "es", n->inventory->n_nics,
+                     n->inventory->n_nics == 1 ? "" : "s");
         return STAGE_DONE;
 }

@@ -13,6 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "event-util.h"
 #include "fileio.h"
 #include "spawn-child.h"
 
@@ -123,12 +124,11 @@ static void reaper_adopt(sd_event *e, pid_t pid, int kill_signal, uint64_t kill_
                 goto last_resort;
         *o = (Orphan) { .pid = pid, .kill_signal = kill_signal, .kill_at = kill_at, .interval = REAPER_POLL_MIN_USEC };
         (void) sd_event_now(e, CLOCK_MONOTONIC, &now);
-        if (sd_event_add_time(e, &s, CLOCK_MONOTONIC, now + REAPER_POLL_MIN_USEC, 0, on_orphan, o) < 0) {
+        if (event_reset_time(e, &s, CLOCK_MONOTONIC, now + REAPER_POLL_MIN_USEC, 0, on_orphan, o, "spawn-reaper") < 0) {
                 free(o);
                 goto last_resort;
         }
         (void) sd_event_source_set_destroy_callback(s, orphan_destroy);
-        (void) sd_event_source_set_description(s, "spawn-reaper");
         if (sd_event_source_set_floating(s, true) < 0)
                 return; /* s's cleanup destroys o: killed, then init reaps it */
         return;
@@ -302,8 +302,8 @@ static int on_poll(sd_event_source *es, uint64_t usec, void *userdata) {
 
 static int start_polling(Spawn *s) {
         s->exit_source = sd_event_source_disable_unref(s->exit_source);
-        return sd_event_add_time_relative(s->event, &s->exit_source, CLOCK_MONOTONIC, POLL_CHILD_USEC, 0,
-                                          on_poll, s);
+        return event_reset_time_relative(s->event, &s->exit_source, CLOCK_MONOTONIC, POLL_CHILD_USEC, 0,
+                                         on_poll, s, "spawn-poll");
 }
 
 static int on_timer(sd_event_source *es, uint64_t usec, void *userdata) {
@@ -450,16 +450,18 @@ static int attach(Spawn *s) {
         (void) sd_event_now(s->event, CLOCK_MONOTONIC, &s->started_usec);
         if (s->pipe_fd >= 0) {
                 r = sd_event_add_io(s->event, &s->pipe_source, s->pipe_fd, EPOLLIN, on_pipe, s);
-                if (r >= 0)
+                if (r >= 0) {
+                        (void) sd_event_source_set_description(s->pipe_source, "spawn-output");
                         /* Lines before the verdict: the pipe is served ahead of the exit notification. */
                         r = sd_event_source_set_priority(s->pipe_source, SD_EVENT_PRIORITY_NORMAL - 1);
+                }
         }
         if (r >= 0)
                 r = s->pidfd >= 0 ? sd_event_add_io(s->event, &s->exit_source, s->pidfd, EPOLLIN, on_pidfd, s)
                                   : start_polling(s);
         if (r >= 0 && s->o.timeout_usec > 0)
-                r = sd_event_add_time(s->event, &s->timer_source, CLOCK_MONOTONIC,
-                                      s->started_usec + s->o.timeout_usec, 0, on_timer, s);
+                r = event_reset_time(s->event, &s->timer_source, CLOCK_MONOTONIC,
+                                     s->started_usec + s->o.timeout_usec, 0, on_timer, s, "spawn-timeout");
         if (r < 0)
                 return r; /* spawn_free() cancels */
         (void) sd_event_source_set_description(s->exit_source, "spawn-exit");

@@ -6,7 +6,7 @@
 
 #include "fileio.h"
 #include "log.h"
-#include "manager.h"
+#include "node.h"
 #include "mig-cache.h"
 #include "mig-config.h"
 #include "mig-manager.h"
@@ -20,7 +20,7 @@
 typedef struct MigRead MigRead;
 
 struct MigManager {
-        Manager *manager;
+        Node *node;
         char *reset_program;          /* NULL = nvidia-smi */
         uint64_t reset_timeout_usec;  /* 0 = MIG_RESET_TIMEOUT_USEC */
 
@@ -70,14 +70,14 @@ struct MigManager {
         char *recovery_note;          /* what recovery found and did, until taken */
 };
 
-int mig_manager_new(Manager *m, MigManager **ret) {
+int mig_manager_new(Node *n, MigManager **ret) {
         MigManager *mm;
         const char *p = getenv("GNA_MIG_RESET_PROGRAM"), *t = getenv("GNA_MIG_RESET_TIMEOUT_MS");
 
         mm = calloc(1, sizeof *mm);
         if (!mm)
                 return -ENOMEM;
-        mm->manager = m;
+        mm->node = n;
         if (p && *p && !(mm->reset_program = strdup(p))) {
                 free(mm);
                 return -ENOMEM;
@@ -160,7 +160,7 @@ static void set_result(MigManager *mm, const char *name, MigConfigState state, c
 }
 
 void mig_manager_selected(MigManager *mm, const char **ret_name, const char **ret_file) {
-        const ConfigMig *c = &mm->manager->config->mig;
+        const ConfigMig *c = &mm->node->config->mig;
 
         if (mm->request_name && streq_ptr(mm->request_base_name, c->selected) &&
             streq_ptr(mm->request_base_file, c->config_file)) {
@@ -173,11 +173,11 @@ void mig_manager_selected(MigManager *mm, const char **ret_name, const char **re
 }
 
 static char *journal_path(MigManager *mm) {
-        return path_join(mm->manager->config->paths.state, MIG_JOURNAL_FILE);
+        return path_join(mm->node->config->paths.state, MIG_JOURNAL_FILE);
 }
 
 static int gpu_addresses(MigManager *mm, char ***ret) {
-        const Inventory *inv = mm->manager->inventory;
+        const Inventory *inv = mm->node->inventory;
         _cleanup_strv_free_ char **l = NULL;
 
         /* The inventory's GPU numbering (every NVIDIA GPU in PCI order, also those NVML cannot see) is
@@ -271,7 +271,7 @@ static void on_apply_finished(MigApply *a, const MigApplyResult *res, void *user
 static void on_gpu_reset(const char *pci_address, void *userdata) {
         MigManager *mm = userdata;
         /* The reset is the remedy for a fatal fault too: health forgets it and re-checks the GPU. */
-        health_gpu_reset_by_agent(mm->manager->health, pci_address);
+        health_gpu_reset_by_agent(mm->node->health, pci_address);
 }
 
 /* The apply's MIG steps on the MIG reader (one NVML session for the apply). */
@@ -280,15 +280,15 @@ static int session_job(void *userdata, const void *input, size_t len, GpuNvmlJob
         MigManager *mm = userdata;
         _cleanup_free_ char *error = NULL;
 
-        return manager_nvml_read_input_async(mm->manager, input, len, fn, done, done_userdata, &error);
+        return node_nvml_read_input_async(mm->node, input, len, fn, done, done_userdata, &error);
 }
 
 static MigApplyOptions apply_options(MigManager *mm, const char *journal, bool force) {
-        const Config *c = mm->manager->config;
+        const Config *c = mm->node->config;
 
         return (MigApplyOptions) {
-                .event = mm->manager->event,
-                .bus = mm->manager->bus,
+                .event = mm->node->event,
+                .bus = mm->node->bus,
                 .library = c->nvml.library,
                 .call_timeout_usec = c->nvml.timeout_usec,
                 .stop_units = c->mig.stop_units,
@@ -298,7 +298,7 @@ static MigApplyOptions apply_options(MigManager *mm, const char *journal, bool f
                 .unit_timeout_usec = c->fabric.timeout_usec,
                 .journal_path = journal,
                 .force = force,
-                .snapshot = &mm->manager->nvml_snapshot,
+                .snapshot = &mm->node->nvml_snapshot,
                 .session_job = session_job,
                 .session_userdata = mm,
                 .gpu_reset = on_gpu_reset,
@@ -311,7 +311,7 @@ static int replace(char **p, const char *s);
 /* The request becomes the selection once it is known not to be one the planner rejected (nor a busy
  * GPU): the previous selection stays for those. */
 static int remember_request(MigManager *mm, const char *name, const char *config_file) {
-        const ConfigMig *c = &mm->manager->config->mig;
+        const ConfigMig *c = &mm->node->config->mig;
 
         if (replace(&mm->request_name, name) < 0 || replace(&mm->request_file, config_file) < 0 ||
             replace(&mm->request_base_name, c->selected) < 0 || replace(&mm->request_base_file, c->config_file) < 0)
@@ -345,8 +345,10 @@ static void plan_deliver(MigManager *mm, MigApplyOutcome o, char *message) {
         mm->plan.active = true;
         mm->plan.refusal = o;
         mm->plan.refusal_message = message;
-        if (sd_event_add_defer(mm->manager->event, &mm->plan.defer, on_refusal, mm) < 0)
+        if (sd_event_add_defer(mm->node->event, &mm->plan.defer, on_refusal, mm) < 0)
                 (void) on_refusal(NULL, mm);
+        else
+                (void) sd_event_source_set_description(mm->plan.defer, "mig-refusal");
 }
 
 /* Ends the planning with a refusal (nothing was changed), delivered from the next loop iteration (we may
@@ -426,7 +428,7 @@ static void plan_with_states(MigManager *mm, MigGpuState *states, size_t n_state
         mm->plan.built = TAKE_PTR(plan);
         mm->plan.states = states;
         mm->plan.n_states = n_states;
-        r = manager_nvml_read_async(mm->manager, busy_addresses, mig_busy_job, on_busy_read, mm, &error);
+        r = node_nvml_read_async(mm->node, busy_addresses, mig_busy_job, on_busy_read, mm, &error);
         if (r < 0) {
                 mm->plan.built = mig_plan_free(mm->plan.built);
                 mig_gpu_states_free(mm->plan.states, mm->plan.n_states);
@@ -477,8 +479,8 @@ static void plan_start(MigManager *mm, MigPlan *plan_in, MigGpuState *states, si
                         set_result(mm, mm->applying, MIG_CONFIG_PENDING, NULL);
                 /* The mig stage's apply: consumers see mig.config.state=pending in the feature file while
                  * it runs, not only after it. */
-                if (mm->manager->current_stage == STAGE_MIG && streq_ptr(mig_manager_state(mm), "pending"))
-                        stage_labels_write_now(mm->manager);
+                if (mm->node->current_stage == STAGE_MIG && streq_ptr(mig_manager_state(mm), "pending"))
+                        node_labels_write_now(mm->node);
         }
 }
 
@@ -501,8 +503,8 @@ static void on_plan_read(GpuNvmlWorker *w, int r, const uint8_t *data, size_t le
                 return;
         }
         /* The profile tables for the next start of the MIG reader (written only when they differ). */
-        r = mig_profile_cache_save(mm->manager->config->paths.state, mm->manager->config->paths.proc,
-                                   mm->manager->nvml_snapshot, states, n);
+        r = mig_profile_cache_save(mm->node->config->paths.state, mm->node->config->paths.proc,
+                                   mm->node->nvml_snapshot, states, n);
         if (r < 0)
                 log_debug("Cannot write the MIG profile cache: %s", strerror(-r));
         if (mm->plan.recovery)
@@ -556,14 +558,14 @@ static int plan_read(MigManager *mm, char **ret_error) {
                 mig_states_for_input(&b, mm->plan.addresses, names);
                 if (b.oom)
                         return -ENOMEM;
-                r = manager_nvml_read_input_async(mm->manager, b.data, b.len, mig_states_for_job, on_plan_read, mm,
-                                                  ret_error);
+                r = node_nvml_read_input_async(mm->node, b.data, b.len, mig_states_for_job, on_plan_read, mm,
+                                               ret_error);
                 if (r < 0)
                         return r;
                 mm->plan.active = true;
                 return 0;
         }
-        r = manager_nvml_read_async(mm->manager, mm->plan.addresses, mig_states_job, on_plan_read, mm, ret_error);
+        r = node_nvml_read_async(mm->node, mm->plan.addresses, mig_states_job, on_plan_read, mm, ret_error);
         if (r < 0)
                 return r;
         mm->plan.active = true;
@@ -636,7 +638,7 @@ static int replace(char **p, const char *s) {
 
 int mig_manager_apply(MigManager *mm, const char *name, const char *config_file, bool force, MigApplyDone cb,
                       void *userdata, char **ret_error) {
-        const char *file = config_file ?: mm->manager->config->mig.config_file;
+        const char *file = config_file ?: mm->node->config->mig.config_file;
         int r;
 
         assert(mm && name && ret_error);
@@ -714,7 +716,7 @@ int mig_manager_recover(MigManager *mm, MigApplyDone cb, void *userdata, char **
         }
         if (!first)
                 return 0; /* not a halt: an apply cancelled at shutdown; the next start recovers it */
-        if (!mm->manager->nvml_snapshot) {
+        if (!mm->node->nvml_snapshot) {
                 mm->journal_checked = false;
                 *ret_message = strprintf("An interrupted apply of MIG config %s was found, but NVML is not "
                                          "available to roll it back; it is tried again on the next pass.", c->config);
@@ -976,8 +978,9 @@ static void on_read_done(GpuNvmlWorker *w, int r, const uint8_t *data, size_t le
         }
         rd->cb(rd->mm, r, report, rd->userdata);
         /* The worker is still in its callback: free from the next iteration. */
-        if (sd_event_add_defer(rd->mm->manager->event, &rd->defer, on_read_free, rd) < 0)
+        if (sd_event_add_defer(rd->mm->node->event, &rd->defer, on_read_free, rd) < 0)
                 return; /* out of memory: it stays listed, and goes with the MigManager */
+        (void) sd_event_source_set_description(rd->defer, "mig-read-free");
 }
 
 static void mig_reads_cancel(MigManager *mm) {
@@ -996,7 +999,7 @@ static int start_read(MigManager *mm, MigConfigFile *cf, const MigConfig *config
         MigRead *rd;
         int r;
 
-        if (!mm->manager->nvml_snapshot) {
+        if (!mm->node->nvml_snapshot) {
                 mig_config_file_free(cf);
                 *ret_error = strdup("NVML is not available (see the nvml stage); the MIG layout cannot be read.");
                 return -ENODEV;
@@ -1011,10 +1014,10 @@ static int start_read(MigManager *mm, MigConfigFile *cf, const MigConfig *config
         if (r >= 0 && name && !(rd->name = strdup(name)))
                 r = -ENOMEM;
         if (r >= 0)
-                r = gpu_nvml_worker_new(mm->manager->event, &rd->worker);
+                r = gpu_nvml_worker_new(mm->node->event, &rd->worker);
         if (r >= 0) {
-                r = gpu_nvml_worker_job(rd->worker, mm->manager->config->nvml.library, -1,
-                                        mm->manager->config->nvml.timeout_usec, mig_states_job, rd->addresses,
+                r = gpu_nvml_worker_job(rd->worker, mm->node->config->nvml.library, -1,
+                                        mm->node->config->nvml.timeout_usec, mig_states_job, rd->addresses,
                                         on_read_done, rd);
                 if (r < 0)
                         *ret_error = strprintf("Cannot start the NVML worker to read the MIG layout: %s", strerror(-r));
@@ -1035,7 +1038,7 @@ int mig_manager_assert_async(MigManager *mm, const char *name, const char *confi
         int r;
 
         *ret_error = NULL;
-        r = load_config(config_file ?: mm->manager->config->mig.config_file, name, &cf, &config, ret_error);
+        r = load_config(config_file ?: mm->node->config->mig.config_file, name, &cf, &config, ret_error);
         if (r < 0)
                 return r;
         return start_read(mm, cf, config, name, cb, userdata, ret_error);

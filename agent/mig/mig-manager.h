@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* Owns the MigManager: the long-lived MIG object of the agent (Manager.mig). It ties together which
+/* Owns the MigManager: the long-lived MIG object of the agent (Node.mig). It ties together which
  * config is selected (mig.config-file + mig.selected, or the last ApplyMigConfig request), the apply in
  * flight (at most one), the recovery of an interrupted apply from the journal at the first run, and the
  * result the labels and D-Bus show: nvidia.com/mig.config and nvidia.com/mig.config.state. It also answers
@@ -14,7 +14,7 @@
 
 #include "mig-apply.h"
 
-typedef struct Manager Manager;
+typedef struct Node Node;
 typedef struct MigManager MigManager;
 
 typedef struct MigApplyOutcome {
@@ -35,7 +35,7 @@ typedef void (*MigApplyDone)(MigManager *mm, const MigApplyOutcome *outcome, voi
 /* Called whenever mig_manager_config()/mig_manager_state() change (for PropertiesChanged). */
 typedef void (*MigChanged)(MigManager *mm, void *userdata);
 
-int mig_manager_new(Manager *m, MigManager **ret);
+int mig_manager_new(Node *n, MigManager **ret);
 /* Cancels an apply in flight (its callback is not called; the journal stays and is recovered at the next
  * start). NULL-safe. */
 MigManager *mig_manager_free(MigManager *mm);

@@ -13,6 +13,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "event-util.h"
 #include "gpu-nvml-internal.h"
 #include "gpu-nvml-worker.h"
 #include "spawn-child.h"
@@ -357,13 +358,7 @@ static int on_deadline(sd_event_source *s, uint64_t usec, void *userdata) {
 static void arm_deadline(GpuNvmlWorker *w) {
         uint64_t at = w->call_usec + call_limit(w);
 
-        if (!w->deadline) {
-                if (sd_event_add_time(w->event, &w->deadline, CLOCK_MONOTONIC, at, 0, on_deadline, w) >= 0)
-                        (void) sd_event_source_set_description(w->deadline, "nvml-deadline");
-                return;
-        }
-        (void) sd_event_source_set_time(w->deadline, at);
-        (void) sd_event_source_set_enabled(w->deadline, SD_EVENT_ONESHOT);
+        (void) event_reset_time(w->event, &w->deadline, CLOCK_MONOTONIC, at, 0, on_deadline, w, "nvml-deadline");
 }
 
 static void on_progress(GpuNvmlWorker *w, WireReader *rd) {
@@ -714,9 +709,9 @@ static void arm_request(GpuNvmlWorker *w, uint64_t timeout_usec, unsigned n_gpus
         w->in_init = true;
         w->call_usec = now_usec(w->event);
         arm_deadline(w);
-        if (w->progress &&
-            sd_event_add_time(w->event, &w->tick, CLOCK_MONOTONIC, w->call_usec + USEC_PER_SEC, 0, on_tick, w) >= 0)
-                (void) sd_event_source_set_description(w->tick, "nvml-progress");
+        if (w->progress)
+                (void) event_reset_time(w->event, &w->tick, CLOCK_MONOTONIC, w->call_usec + USEC_PER_SEC, 0, on_tick, w,
+                                        "nvml-progress");
 }
 
 int gpu_nvml_worker_job(GpuNvmlWorker *w, const char *library, int gpu, uint64_t timeout_usec,

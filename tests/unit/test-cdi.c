@@ -853,7 +853,7 @@ static void test_stage(void **state) {
         NvmlSnapshot snap = snapshot(gpus, 2);
         Config c = { .paths = { .root = n.root, .dev = n.dev, .proc = n.proc, .sys = n.sys, .run = n.run, .etc = n.etc },
                      .cdi = { .enabled = false, .spec = n.spec, .driver_root = n.root } };
-        Manager m = { .config = &c };
+        Node m = { .config = &c };
         _cleanup_free_ char *msg = NULL, *golden = fixture("golden/two-gpus.yaml"), *expected = read_text(golden);
 
         assert_int_equal(stage_cdi_run(&m, &msg), STAGE_SKIPPED);

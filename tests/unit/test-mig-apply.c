@@ -45,7 +45,7 @@ typedef struct Done {
         char *config, *state, *message;
         bool changed, refused;
         bool had_mig_devices;       /* the outcome carried the MIG devices the apply's jobs read */
-        int published;              /* manager_nvml_refresh_async() with them (publish_mig_devices) */
+        int published;              /* stage_nvml_refresh_async() with them (publish_mig_devices) */
 } Done;
 
 /* on_done puts the apply's MIG devices into the daemon's snapshot, as the mig stage does. */
@@ -129,13 +129,13 @@ static Fix *fix_setup(const char *description, const char *mig_extra) {
 
         assert_int_equal(manager_new(&mo, &f->m), 0);
         ConfigLoadOptions co = { .main_file = f->agent_yaml, .dropin_dirs = no_dirs };
-        r = config_load(&co, &f->m->config, &error);
+        r = config_load(&co, &f->m->node.config, &error);
         if (r < 0)
                 fail_msg("config_load: %s", error);
         /* As if the nvml stage had found NVML answering: the MIG manager then reads through its NVML
          * worker (the MIG reader); this process never opens NVML, as the daemon does not. */
-        assert_non_null(f->m->nvml_snapshot = calloc(1, sizeof *f->m->nvml_snapshot));
-        assert_int_equal(mig_manager_new(f->m, &f->m->mig), 0);
+        assert_non_null(f->m->node.nvml_snapshot = calloc(1, sizeof *f->m->node.nvml_snapshot));
+        assert_int_equal(mig_manager_new(&f->m->node, &f->m->node.mig), 0);
         current = f;
         return f;
 }
@@ -144,7 +144,7 @@ static void fix_teardown(Fix *f) {
         _cleanup_free_ char *cmd = strprintf("rm -rf '%s'", f->dir);
 
         current = NULL;
-        f->m->mig = mig_manager_free(f->m->mig);
+        f->m->node.mig = mig_manager_free(f->m->node.mig);
         manager_free(f->m);
         assert_int_equal(system(cmd), 0);
         free(f->dir);
@@ -163,7 +163,7 @@ static void done_clear(Done *d) {
         *d = (Done) {};
 }
 
-static void on_published(Manager *m, int r, const char *error, void *userdata) {
+static void on_published(Node *n, int r, const char *error, void *userdata) {
         Done *d = userdata;
 
         assert_int_equal(r, 0);
@@ -183,7 +183,7 @@ static void on_done(MigManager *mm, const MigApplyOutcome *o, void *userdata) {
         d->had_mig_devices = o->mig_devices != NULL;
         if (publish_mig_devices && o->changed && o->mig_devices) {
                 _cleanup_free_ char *error = NULL;
-                int r = manager_nvml_refresh_async(current->m, o->changed_gpus, o->mig_devices, on_published, d,
+                int r = stage_nvml_refresh_async(&current->m->node, o->changed_gpus, o->mig_devices, on_published, d,
                                                    &error);
                 if (r < 0)
                         d->published = r;
@@ -192,7 +192,7 @@ static void on_done(MigManager *mm, const MigApplyOutcome *o, void *userdata) {
 
 static void run_until(Fix *f, Done *d) {
         for (unsigned i = 0; !d->called && i < 3000; i++)
-                assert_true(sd_event_run(f->m->event, 10 * USEC_PER_MSEC) >= 0);
+                assert_true(sd_event_run(f->m->node.event, 10 * USEC_PER_MSEC) >= 0);
         assert_true(d->called);
 }
 
@@ -202,7 +202,7 @@ static int apply(Fix *f, const char *name, bool force, Done *d, char **ret_error
         int r;
 
         done_clear(d);
-        r = mig_manager_apply(f->m->mig, name, f->config_file, force, on_done, d, &error);
+        r = mig_manager_apply(f->m->node.mig, name, f->config_file, force, on_done, d, &error);
         if (r < 0) {
                 if (ret_error)
                         *ret_error = TAKE_PTR(error);
@@ -226,8 +226,8 @@ static void apply_ok(Fix *f, const char *name, Done *d) {
                 fail_msg("applying %s: %s", name, error);
         if (!streq(d->state, "success"))
                 fail_msg("applying %s: %s: %s", name, d->state, d->message);
-        assert_string_equal(mig_manager_state(f->m->mig), "success");
-        assert_string_equal(mig_manager_config(f->m->mig), name);
+        assert_string_equal(mig_manager_state(f->m->node.mig), "success");
+        assert_string_equal(mig_manager_config(f->m->node.mig), name);
 }
 
 /* NVML writes in the fake's trace since the last call (which empties it). */
@@ -301,9 +301,9 @@ static int assert_config(Fix *f, const char *name, char **ret) {
         _cleanup_free_ char *error = NULL;
         Report rp = {};
 
-        assert_int_equal(mig_manager_assert_async(f->m->mig, name, NULL, on_report, &rp, &error), 0);
+        assert_int_equal(mig_manager_assert_async(f->m->node.mig, name, NULL, on_report, &rp, &error), 0);
         for (unsigned i = 0; !rp.called && i < 3000; i++)
-                assert_true(sd_event_run(f->m->event, 10 * USEC_PER_MSEC) >= 0);
+                assert_true(sd_event_run(f->m->node.event, 10 * USEC_PER_MSEC) >= 0);
         assert_true(rp.called);
         *ret = rp.text;
         return rp.r;
@@ -313,9 +313,9 @@ static int export_config(Fix *f, char **ret) {
         _cleanup_free_ char *error = NULL;
         Report rp = {};
 
-        assert_int_equal(mig_manager_export_async(f->m->mig, on_report, &rp, &error), 0);
+        assert_int_equal(mig_manager_export_async(f->m->node.mig, on_report, &rp, &error), 0);
         for (unsigned i = 0; !rp.called && i < 3000; i++)
-                assert_true(sd_event_run(f->m->event, 10 * USEC_PER_MSEC) >= 0);
+                assert_true(sd_event_run(f->m->node.event, 10 * USEC_PER_MSEC) >= 0);
         assert_true(rp.called);
         *ret = rp.text;
         return rp.r;
@@ -399,7 +399,7 @@ static void test_a100_balanced(void **state) {
 
 /* A fresh MIG reader (an NVML worker with a new handle) for the next read. */
 static void reopen_nvml(Fix *f) {
-        manager_nvml_stop(f->m, "the test starts a new NVML worker");
+        stage_nvml_stop(&f->m->node, "the test starts a new NVML worker");
 }
 
 /* NVML calls in the fake's trace since the last look (which empties it): every process's. Not
@@ -446,9 +446,9 @@ static void reader_start(Fix *f) {
         _cleanup_free_ char *error = NULL;
         bool done = false;
 
-        assert_int_equal(manager_nvml_read_async(f->m, NULL, mig_states_job, on_reader_any, &done, &error), 0);
+        assert_int_equal(stage_nvml_read_async(&f->m->node, NULL, mig_states_job, on_reader_any, &done, &error), 0);
         for (unsigned i = 0; !done && i < 3000; i++)
-                assert_true(sd_event_run(f->m->event, 10 * USEC_PER_MSEC) >= 0);
+                assert_true(sd_event_run(f->m->node.event, 10 * USEC_PER_MSEC) >= 0);
         assert_true(done);
 }
 
@@ -457,9 +457,9 @@ static void reader_states(Fix *f, MigGpuState **ret) {
         _cleanup_free_ char *error = NULL;
 
         *ret = NULL;
-        assert_int_equal(manager_nvml_read_async(f->m, NULL, mig_states_job, on_reader_states, ret, &error), 0);
+        assert_int_equal(stage_nvml_read_async(&f->m->node, NULL, mig_states_job, on_reader_states, ret, &error), 0);
         for (unsigned i = 0; !*ret && i < 3000; i++)
-                assert_true(sd_event_run(f->m->event, 10 * USEC_PER_MSEC) >= 0);
+                assert_true(sd_event_run(f->m->node.event, 10 * USEC_PER_MSEC) >= 0);
         assert_non_null(*ret);
 }
 
@@ -570,14 +570,14 @@ static void publish_snapshot(Fix *f) {
         _cleanup_(gpu_nvml_worker_freep) GpuNvmlWorker *w = NULL;
         NvmlSnapshot *snap = NULL;
 
-        assert_int_equal(gpu_nvml_worker_new(f->m->event, &w), 0);
+        assert_int_equal(gpu_nvml_worker_new(f->m->node.event, &w), 0);
         assert_int_equal(gpu_nvml_worker_snapshot(w, lib_path, NULL, 0, 8, on_snapshot_read, &snap), 0);
         for (unsigned i = 0; !snap && i < 3000; i++)
-                assert_true(sd_event_run(f->m->event, 10 * USEC_PER_MSEC) >= 0);
+                assert_true(sd_event_run(f->m->node.event, 10 * USEC_PER_MSEC) >= 0);
         assert_non_null(snap);
         assert_non_null(snap->driver_version);
-        gpu_nvml_snapshot_free(f->m->nvml_snapshot);
-        f->m->nvml_snapshot = snap;
+        gpu_nvml_snapshot_free(f->m->node.nvml_snapshot);
+        f->m->node.nvml_snapshot = snap;
 }
 
 static void test_reader_seeded(void **state) {
@@ -618,8 +618,8 @@ static void test_reader_seeded(void **state) {
         assert_int_equal(cached, 1 + 1 + 17 + 8 * 13);
 
         /* A snapshot of another driver than the reader's: nothing of it is taken. */
-        free(f->m->nvml_snapshot->driver_version);
-        assert_non_null(f->m->nvml_snapshot->driver_version = strdup("1.2.3"));
+        free(f->m->node.nvml_snapshot->driver_version);
+        assert_non_null(f->m->node.nvml_snapshot->driver_version = strdup("1.2.3"));
         reopen_nvml(f);
         other_driver = apply_noop_calls(f, "all-balanced");
         assert_int_equal(other_driver, 1 + 1 + 17 + TABLE_PARTIAL + 8 * 15);
@@ -671,24 +671,24 @@ static void test_mig_devices_from_jobs(void **state) {
         assert_true(calls <= 288);
         _cleanup_(gpu_nvml_snapshot_freep) NvmlSnapshot *fresh = NULL;
         read_snapshot(f, &fresh);
-        assert_true(gpu_nvml_snapshot_equal(f->m->nvml_snapshot, fresh));
+        assert_true(gpu_nvml_snapshot_equal(f->m->node.nvml_snapshot, fresh));
         for (size_t i = 0; i < fresh->n_gpus; i++)
-                assert_int_equal(f->m->nvml_snapshot->gpus[i].n_mig_devices, 4);
+                assert_int_equal(f->m->node.nvml_snapshot->gpus[i].n_mig_devices, 4);
 
         /* Kept GPU instances (the two 1g.5gb) whose CIs the planning read counted without their ids, and
          * new ones next to them. */
         apply_published(f, "all-1g.5gb");
         fresh = gpu_nvml_snapshot_free(fresh);
         read_snapshot(f, &fresh);
-        assert_true(gpu_nvml_snapshot_equal(f->m->nvml_snapshot, fresh));
+        assert_true(gpu_nvml_snapshot_equal(f->m->node.nvml_snapshot, fresh));
         for (size_t i = 0; i < fresh->n_gpus; i++)
-                assert_int_equal(f->m->nvml_snapshot->gpus[i].n_mig_devices, 7);
+                assert_int_equal(f->m->node.nvml_snapshot->gpus[i].n_mig_devices, 7);
 
         /* Back to MIG disabled (a reset on the A100): no MIG devices, MIG mode disabled. */
         apply_published(f, "all-disabled");
         fresh = gpu_nvml_snapshot_free(fresh);
         read_snapshot(f, &fresh);
-        assert_true(gpu_nvml_snapshot_equal(f->m->nvml_snapshot, fresh));
+        assert_true(gpu_nvml_snapshot_equal(f->m->node.nvml_snapshot, fresh));
         fix_teardown(f);
 }
 
@@ -987,8 +987,8 @@ static void test_rejected(void **state) {
         assert_non_null(strstr(error, "1g.7gb"));
         assert_non_null(strstr(error, "1g.10gb")); /* the valid choices are listed */
         /* A rejected request leaves the node and what is reported about it as they were. */
-        assert_string_equal(mig_manager_state(f->m->mig), "success");
-        assert_string_equal(mig_manager_config(f->m->mig), "all-3g.40gb");
+        assert_string_equal(mig_manager_state(f->m->node.mig), "success");
+        assert_string_equal(mig_manager_config(f->m->node.mig), "all-3g.40gb");
         error = mfree(error);
 
         assert_int_equal(apply(f, "too-many", false, &d, &error), -EINVAL);
@@ -1025,7 +1025,7 @@ static void test_creation_failure_rolled_back(void **state) {
         assert_non_null(strstr(d.message, "GPU 0 (0000:1b:00.0): creating GPU instance 1g.10gb"));
         assert_non_null(strstr(d.message, "NVML_ERROR_INSUFFICIENT_RESOURCES"));
         assert_non_null(strstr(d.message, "GPU 0 (0000:1b:00.0): rolled back to the previous layout"));
-        assert_string_equal(mig_manager_state(f->m->mig), "failed");
+        assert_string_equal(mig_manager_state(f->m->node.mig), "failed");
 
         /* The fake counts calls per process, and the steps of every GPU run in one NVML session (the MIG
          * reader): GPU 0 fails at the third create, every later GPU at its first; each is rolled back. */
@@ -1070,7 +1070,7 @@ static void test_failed_rollback_stops_apply(void **state) {
         /* The rollback's steps name no profile: no empty name in the sentence. */
         assert_null(strstr(d.message, "instance  ("));
         assert_non_null(strstr(d.message, "creating GPU instance (profile id "));
-        assert_string_equal(mig_manager_state(f->m->mig), "failed");
+        assert_string_equal(mig_manager_state(f->m->node.mig), "failed");
 
         read_states(f, &g, &n);
         assert_int_equal(n, 8);
@@ -1085,19 +1085,19 @@ static void test_failed_rollback_stops_apply(void **state) {
         unsetenv("FAKE_NVML_FAIL");
         reopen_nvml(f); /* the library answers again: a MIG reader without the fault */
         (void) trace_writes(f);
-        f->m->mig = mig_manager_free(f->m->mig);
-        assert_int_equal(mig_manager_new(f->m, &f->m->mig), 0);
+        f->m->node.mig = mig_manager_free(f->m->node.mig);
+        assert_int_equal(mig_manager_new(&f->m->node, &f->m->node.mig), 0);
         done_clear(&d);
-        assert_int_equal(mig_manager_recover(f->m->mig, on_done, &d, &message), -ENOTRECOVERABLE);
+        assert_int_equal(mig_manager_recover(f->m->node.mig, on_done, &d, &message), -ENOTRECOVERABLE);
         assert_true(startswith(message, "A MIG apply of config all-1g.10gb stopped because the rollback of GPU "
                                         "0000:1b:00.0 failed (left with "));
         assert_non_null(strstr(message, "MIG is not changed until someone checks the GPUs"));
         assert_false(d.called);
         assert_int_equal(trace_writes(f), 0);
-        assert_string_equal(mig_manager_state(f->m->mig), "failed");
+        assert_string_equal(mig_manager_state(f->m->node.mig), "failed");
         /* Every pass says so again, not once. */
         message = mfree(message);
-        assert_int_equal(mig_manager_recover(f->m->mig, on_done, &d, &message), -ENOTRECOVERABLE);
+        assert_int_equal(mig_manager_recover(f->m->node.mig, on_done, &d, &message), -ENOTRECOVERABLE);
 
         /* An explicit apply is the decision that clears it. */
         apply_ok(f, "all-balanced", &d);
@@ -1125,7 +1125,7 @@ static void test_reset_never(void **state) {
         assert_string_equal(d.state, "rebooting");
         assert_int_equal(d.error, 0);
         assert_non_null(strstr(d.message, "GPU 0 (0000:07:00.0): the MIG mode change waits for a GPU reset or a reboot"));
-        assert_string_equal(mig_manager_state(f->m->mig), "rebooting");
+        assert_string_equal(mig_manager_state(f->m->node.mig), "rebooting");
         read_states(f, &g, &n);
         assert_false(g[0].mig_current);
         assert_true(g[0].mig_pending);
@@ -1155,8 +1155,8 @@ static void test_reset_fails(void **state) {
                 skip();
         f = fix_setup(desc, NULL);
         setenv("GNA_MIG_RESET_PROGRAM", "/bin/false", 1);
-        f->m->mig = mig_manager_free(f->m->mig);
-        assert_int_equal(mig_manager_new(f->m, &f->m->mig), 0);
+        f->m->node.mig = mig_manager_free(f->m->node.mig);
+        assert_int_equal(mig_manager_new(&f->m->node, &f->m->node.mig), 0);
 
         assert_int_equal(apply(f, "all-1g.5gb", false, &d, NULL), 0);
         assert_string_equal(d.state, "failed");
@@ -1215,10 +1215,10 @@ static void test_reset_hangs(void **state) {
         assert_int_equal(chmod(script, 0755), 0);
         setenv("GNA_MIG_RESET_PROGRAM", script, 1);
         setenv("GNA_MIG_RESET_TIMEOUT_MS", "300", 1);
-        f->m->mig = mig_manager_free(f->m->mig);
-        assert_int_equal(mig_manager_new(f->m, &f->m->mig), 0);
+        f->m->node.mig = mig_manager_free(f->m->node.mig);
+        assert_int_equal(mig_manager_new(&f->m->node, &f->m->node.mig), 0);
         reader_start(f); /* its fork (slow in an ASan build) is the daemon's first MIG read, not this apply's */
-        assert_return_code(sd_event_add_time_relative(f->m->event, &beat_source, CLOCK_MONOTONIC,
+        assert_return_code(sd_event_add_time_relative(f->m->node.event, &beat_source, CLOCK_MONOTONIC,
                                                       10 * USEC_PER_MSEC, 0, on_beat, &beat), 0);
 
         t0 = mono_usec();
@@ -1300,17 +1300,17 @@ static void test_journal_recovery(void **state) {
         fclose(torn);
 
         /* A new start. */
-        f->m->mig = mig_manager_free(f->m->mig);
-        assert_int_equal(mig_manager_new(f->m, &f->m->mig), 0);
+        f->m->node.mig = mig_manager_free(f->m->node.mig);
+        assert_int_equal(mig_manager_new(&f->m->node, &f->m->node.mig), 0);
         done_clear(&d);
-        assert_int_equal(mig_manager_recover(f->m->mig, on_done, &d, &message), 1);
+        assert_int_equal(mig_manager_recover(f->m->node.mig, on_done, &d, &message), 1);
         /* The GPUs are read in the MIG reader (an NVML worker); the plan back follows from its answer. */
         assert_string_equal(message, "An interrupted apply of MIG config all-1g.10gb was found; reading the GPUs it "
                                      "had not finished.");
         run_until(f, &d);
         assert_string_equal(d.state, "success");
         assert_true(d.changed);
-        note = mig_manager_take_recovery_note(f->m->mig);
+        note = mig_manager_take_recovery_note(f->m->node.mig);
         assert_true(startswith(note, "An interrupted apply of MIG config all-1g.10gb was found (2 steps journaled); "
                                      "rolling the GPUs it had not finished back to their previous layout.: "));
         assert_non_null(strstr(note, "GPU 0 (0000:1b:00.0): "));
@@ -1323,7 +1323,7 @@ static void test_journal_recovery(void **state) {
 
         /* Once per start. */
         message = mfree(message);
-        assert_int_equal(mig_manager_recover(f->m->mig, on_done, &d, &message), 0);
+        assert_int_equal(mig_manager_recover(f->m->node.mig, on_done, &d, &message), 0);
         assert_null(message);
 
         mig_gpu_states_free(g, n);

@@ -143,19 +143,19 @@ static void test_full_pass_ready(void **state) {
         env_init(&e, "dgx-h100", NULL, NULL);
         assert_int_equal(run_oneshot(&e, &m), 0);
 
-        assert_int_equal(m->stages[STAGE_PROBE].state, STAGE_DONE);
-        assert_int_equal(m->stages[STAGE_NVML].state, STAGE_DONE);
-        assert_int_equal(m->stages[STAGE_CDI].state, STAGE_DONE);
-        assert_int_equal(m->stages[STAGE_LABELS].state, STAGE_DONE);
-        assert_int_equal(m->state, AGENT_READY);
+        assert_int_equal(m->node.stages[STAGE_PROBE].state, STAGE_DONE);
+        assert_int_equal(m->node.stages[STAGE_NVML].state, STAGE_DONE);
+        assert_int_equal(m->node.stages[STAGE_CDI].state, STAGE_DONE);
+        assert_int_equal(m->node.stages[STAGE_LABELS].state, STAGE_DONE);
+        assert_int_equal(m->node.state, AGENT_READY);
         assert_true(manager_is_ready(m));
-        assert_non_null(m->nvml_snapshot);
-        assert_int_equal(m->nvml_snapshot->n_gpus, 8);
+        assert_non_null(m->node.nvml_snapshot);
+        assert_int_equal(m->node.nvml_snapshot->n_gpus, 8);
         assert_string_equal(manager_stage_name(m), "ready");
-        assert_int_equal(m->inventory->n_gpus, 8);
-        assert_string_equal(m->stages[STAGE_PROBE].message, "8 GPUs, 4 NVSwitches, 8 NICs");
-        assert_true(m->stages[STAGE_PROBE].finished_usec >= m->stages[STAGE_PROBE].started_usec);
-        assert_string_equal(label_set_get(m->labels, "nvidia.com/gpu.count"), "8");
+        assert_int_equal(m->node.inventory->n_gpus, 8);
+        assert_string_equal(m->node.stages[STAGE_PROBE].message, "8 GPUs, 4 NVSwitches, 8 NICs");
+        assert_true(m->node.stages[STAGE_PROBE].finished_usec >= m->node.stages[STAGE_PROBE].started_usec);
+        assert_string_equal(label_set_get(m->node.labels, "nvidia.com/gpu.count"), "8");
 
         agent_run = path_join(e.run, "gpu-node-agent");
         assert_true(exists(agent_run, "ready"));
@@ -167,7 +167,7 @@ static void test_full_pass_ready(void **state) {
         assert_string_equal(state_text, "STATE=ready\nREADY=yes\nGPU_COUNT=8\nSTAGE_probe=done\nSTAGE_driver=done\nSTAGE_devices=skipped\n"
                                         "STAGE_fabric=skipped\nSTAGE_nvml=done\nSTAGE_mig=skipped\n"
                                         "STAGE_cdi=done\nSTAGE_labels=done\nSTAGE_consumers=skipped\n");
-        assert_string_equal(m->stages[STAGE_CONSUMERS].message,
+        assert_string_equal(m->node.stages[STAGE_CONSUMERS].message,
                             "gres.slurm.enabled and validations.operator-compat are false and no GPU is in an NVLink "
                             "fabric clique");
         _cleanup_free_ char *spec = path_join(e.run, "cdi/nvidia.yaml");
@@ -185,18 +185,18 @@ static void test_probe_failure_blocks_labels(void **state) {
         env_init(&e, "dgx-h100", "/nonexistent/gna-sys", NULL);
         assert_int_equal(run_oneshot(&e, &m), 1);
 
-        assert_int_equal(m->stages[STAGE_PROBE].state, STAGE_FAILED);
-        assert_true(m->stages[STAGE_PROBE].error > 0);
-        assert_non_null(strstr(m->stages[STAGE_PROBE].message, "/nonexistent/gna-sys"));
-        assert_int_equal(m->stages[STAGE_DRIVER].state, STAGE_PENDING);
-        assert_string_equal(m->stages[STAGE_DRIVER].message, "waiting for stage probe (failed)");
-        assert_int_equal(m->stages[STAGE_NVML].state, STAGE_PENDING);
-        assert_string_equal(m->stages[STAGE_NVML].message, "waiting for stage driver (pending)");
-        assert_int_equal(m->stages[STAGE_CDI].state, STAGE_PENDING);
-        assert_string_equal(m->stages[STAGE_CDI].message, "waiting for stage nvml (pending)");
-        assert_int_equal(m->stages[STAGE_LABELS].state, STAGE_PENDING);
-        assert_string_equal(m->stages[STAGE_LABELS].message, "waiting for stage probe (failed)");
-        assert_int_equal(m->state, AGENT_FAILED);
+        assert_int_equal(m->node.stages[STAGE_PROBE].state, STAGE_FAILED);
+        assert_true(m->node.stages[STAGE_PROBE].error > 0);
+        assert_non_null(strstr(m->node.stages[STAGE_PROBE].message, "/nonexistent/gna-sys"));
+        assert_int_equal(m->node.stages[STAGE_DRIVER].state, STAGE_PENDING);
+        assert_string_equal(m->node.stages[STAGE_DRIVER].message, "waiting for stage probe (failed)");
+        assert_int_equal(m->node.stages[STAGE_NVML].state, STAGE_PENDING);
+        assert_string_equal(m->node.stages[STAGE_NVML].message, "waiting for stage driver (pending)");
+        assert_int_equal(m->node.stages[STAGE_CDI].state, STAGE_PENDING);
+        assert_string_equal(m->node.stages[STAGE_CDI].message, "waiting for stage nvml (pending)");
+        assert_int_equal(m->node.stages[STAGE_LABELS].state, STAGE_PENDING);
+        assert_string_equal(m->node.stages[STAGE_LABELS].message, "waiting for stage probe (failed)");
+        assert_int_equal(m->node.state, AGENT_FAILED);
         assert_false(manager_is_ready(m));
 
         agent_run = path_join(e.run, "gpu-node-agent");
@@ -219,10 +219,10 @@ static void test_no_gpu_skips_labels(void **state) {
         assert_int_equal(write_file_atomic(stale, NULL, "nvidia.com/gpu.present=true\n", 28, 0644), 0);
 
         assert_int_equal(run_oneshot(&e, &m), 0);
-        assert_int_equal(m->stages[STAGE_PROBE].state, STAGE_DONE);
-        assert_int_equal(m->stages[STAGE_LABELS].state, STAGE_SKIPPED);
-        assert_non_null(strstr(m->stages[STAGE_LABELS].message, "no NVIDIA GPU"));
-        assert_int_equal(m->state, AGENT_READY);
+        assert_int_equal(m->node.stages[STAGE_PROBE].state, STAGE_DONE);
+        assert_int_equal(m->node.stages[STAGE_LABELS].state, STAGE_SKIPPED);
+        assert_non_null(strstr(m->node.stages[STAGE_LABELS].message, "no NVIDIA GPU"));
+        assert_int_equal(m->node.state, AGENT_READY);
         assert_false(exists(e.features, "gpu-node-agent"));
         agent_run = path_join(e.run, "gpu-node-agent");
         assert_true(exists(agent_run, "labels-ready"));
@@ -239,12 +239,12 @@ static void test_nvml_missing_degrades(void **state) {
          * still go out — the PCI-only set, marked degraded. */
         env_init_full(&e, "h200", NULL, NULL, "/nonexistent/libnvidia-ml.so.1");
         assert_int_equal(run_oneshot(&e, &m), 1);
-        assert_int_equal(m->stages[STAGE_NVML].state, STAGE_FAILED);
-        assert_non_null(strstr(m->stages[STAGE_NVML].message, "/nonexistent/libnvidia-ml.so.1"));
-        assert_int_equal(m->stages[STAGE_CDI].state, STAGE_PENDING);
-        assert_int_equal(m->stages[STAGE_LABELS].state, STAGE_DONE);
-        assert_int_equal(m->state, AGENT_DEGRADED);
-        assert_null(m->nvml_snapshot);
+        assert_int_equal(m->node.stages[STAGE_NVML].state, STAGE_FAILED);
+        assert_non_null(strstr(m->node.stages[STAGE_NVML].message, "/nonexistent/libnvidia-ml.so.1"));
+        assert_int_equal(m->node.stages[STAGE_CDI].state, STAGE_PENDING);
+        assert_int_equal(m->node.stages[STAGE_LABELS].state, STAGE_DONE);
+        assert_int_equal(m->node.state, AGENT_DEGRADED);
+        assert_null(m->node.nvml_snapshot);
         features = path_join(e.features, "gpu-node-agent");
         assert_int_equal(read_full_file(features, 65536, &text, NULL), 0);
         assert_non_null(strstr(text, "nvidia.com/gpu-node-agent.state=degraded\n"));
@@ -262,10 +262,10 @@ static void test_labels_failure_degrades(void **state) {
         /* Neither the directory nor its parent exists: the stage fails and names the path. */
         env_init(&e, "h200", NULL, "/nonexistent/gna-parent/features.d");
         assert_int_equal(run_oneshot(&e, &m), 1);
-        assert_int_equal(m->stages[STAGE_PROBE].state, STAGE_DONE);
-        assert_int_equal(m->stages[STAGE_LABELS].state, STAGE_FAILED);
-        assert_non_null(strstr(m->stages[STAGE_LABELS].message, "/nonexistent/gna-parent"));
-        assert_int_equal(m->state, AGENT_DEGRADED);
+        assert_int_equal(m->node.stages[STAGE_PROBE].state, STAGE_DONE);
+        assert_int_equal(m->node.stages[STAGE_LABELS].state, STAGE_FAILED);
+        assert_non_null(strstr(m->node.stages[STAGE_LABELS].message, "/nonexistent/gna-parent"));
+        assert_int_equal(m->node.state, AGENT_DEGRADED);
         agent_run = path_join(e.run, "gpu-node-agent");
         assert_true(exists(agent_run, "probe-ready"));
         assert_false(exists(agent_run, "labels-ready"));
