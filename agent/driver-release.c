@@ -109,6 +109,8 @@ int driver_release_start(Node *n, const char *why, DriverReleaseDone done, void 
         if (!r)
                 return -ENOMEM;
         *r = (DriverRelease) { .node = n, .done = done, .userdata = userdata };
+        log_info("The driver is about to be removed: stopping our NVML processes, which hold %s/nvidia*.",
+                 n->config->paths.dev);
         node_nvml_stop(n, why);
         health_release_driver(n->health);
         (void) sd_event_now(n->event, CLOCK_MONOTONIC, &r->start_usec);

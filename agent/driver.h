@@ -24,6 +24,10 @@ void driver_dkms_options(const Config *c, DkmsOptions *ret);
  * a sentence naming what is missing. */
 int driver_verify_built(const Config *c, const char *kver, char **ret_error);
 
+/* A when-idle reload is taking the old driver out: our NVML processes are being stopped, or the modules
+ * removed. No NVML process may start meanwhile (it would hold /dev/nvidia* and make the kernel refuse). */
+bool driver_reload_in_flight(const Node *n);
+
 /* Releases what the driver stage holds: cancels a DKMS build in flight (its process group is
  * killed), frees the module context, the Modules rows and DkmsState. Called from manager_free(). */
 void stage_driver_done(Node *n);

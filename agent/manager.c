@@ -53,6 +53,10 @@ static void node_op_nvml_changed(Node *n, const NvmlSnapshot *old) {
         manager_nvml_changed(manager_from_node(n), old);
 }
 
+static bool node_op_driver_removing(Node *n) {
+        return driver_unload_held(n) || driver_reload_in_flight(n);
+}
+
 static const NodeOps manager_node_ops = {
         .stage_complete = node_op_stage_complete,
         .stage_progress = node_op_stage_progress,
@@ -65,6 +69,7 @@ static const NodeOps manager_node_ops = {
         .nvml_read_input_async = stage_nvml_read_input_async,
         .metrics_update = metrics_update,
         .labels_write_now = stage_labels_write_now,
+        .driver_removing = node_op_driver_removing,
 };
 
 Node *manager_node(Manager *m) {

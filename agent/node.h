@@ -71,6 +71,9 @@ typedef struct NodeOps {
         void (*metrics_update)(Node *n);
         /* Writes the feature file now, outside a pass (the labels stage): a MIG apply began. */
         void (*labels_write_now)(Node *n);
+        /* Whether we are taking the driver out, or hold it out (Unload(), a when-idle reload): no NVML
+         * process may start meanwhile — it would open /dev/nvidia* and make the kernel refuse the removal. */
+        bool (*driver_removing)(Node *n);
 } NodeOps;
 
 struct Node {
@@ -179,3 +182,11 @@ static inline void node_metrics_update(Node *n) {
 static inline void node_labels_write_now(Node *n) {
         n->ops->labels_write_now(n);
 }
+
+static inline bool node_driver_removing(Node *n) {
+        return n->ops->driver_removing(n);
+}
+
+#define NODE_DRIVER_REMOVING_MESSAGE \
+        "The NVIDIA driver is being removed (Unload() or a when-idle reload); the MIG layout can be read again " \
+        "once the driver stage has loaded it."

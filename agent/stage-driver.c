@@ -613,6 +613,10 @@ static void on_reload_removed(Node *n, int r, const char *message, char **names,
                 node_stage_complete(n, STAGE_DRIVER, r, stage_message);
 }
 
+bool driver_reload_in_flight(const Node *n) {
+        return n->driver_stage && (n->driver_stage->reload_release || n->driver_stage->reload_removal);
+}
+
 /* Our NVML processes let go of /dev/nvidia*: forget what NVML said of the old driver and remove it in a
  * child (delete_module() runs nvidia's exit in the kernel, which tears down every GPU). */
 static void on_reload_released(Node *n, void *userdata) {
@@ -1411,7 +1415,8 @@ int stage_driver_run(Node *n, char **ret_message) {
                         return -ENOMEM;
         }
         /* A build or the inserts in flight finish the stage from their completion handlers. */
-        if (n->driver_stage->dkms_run || n->driver_stage->module_load || n->driver_stage->peermem_insert || n->driver_stage->reload_release || n->driver_stage->reload_removal)
+        if (n->driver_stage->dkms_run || n->driver_stage->module_load || n->driver_stage->peermem_insert ||
+            driver_reload_in_flight(n))
                 return STAGE_RUNNING;
         if (!n->dkms_state)
                 driver_set_dkms_state(n, "idle");

@@ -9,9 +9,9 @@
 #include "driver-unload.h"
 #include "gpu-nvml-worker.h"
 #include "log.h"
-#include "stage-table.h"
 #include "mig-cache.h"
 #include "mig-manager.h"
+#include "stage-table.h"
 #include "strv.h"
 
 static void nvml_publish(Node *n, NvmlSnapshot *snap) {
@@ -167,6 +167,11 @@ static int reader_get(Node *n, char **ret_error) {
         if (!n->nvml_snapshot) {
                 *ret_error = strdup("NVML is not available (see the nvml stage); the MIG layout cannot be read.");
                 return -ENODEV;
+        }
+        /* A new reader would open /dev/nvidia* while the driver is taken out, and keep it. */
+        if (node_driver_removing(n)) {
+                *ret_error = strdup(NODE_DRIVER_REMOVING_MESSAGE);
+                return -EBUSY;
         }
         if (!n->nvml_reader) {
                 r = gpu_nvml_worker_new(n->event, &n->nvml_reader);

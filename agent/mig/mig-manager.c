@@ -1004,6 +1004,12 @@ static int start_read(MigManager *mm, MigConfigFile *cf, const MigConfig *config
                 *ret_error = strdup("NVML is not available (see the nvml stage); the MIG layout cannot be read.");
                 return -ENODEV;
         }
+        /* A reader of its own would open /dev/nvidia* while the driver is taken out, and keep it. */
+        if (node_driver_removing(mm->node)) {
+                mig_config_file_free(cf);
+                *ret_error = strdup(NODE_DRIVER_REMOVING_MESSAGE);
+                return -EBUSY;
+        }
         rd = calloc(1, sizeof *rd);
         if (!rd) {
                 mig_config_file_free(cf);

@@ -685,6 +685,31 @@ def nvml_workers_up(agent, dev, n=2):
         time.sleep(0.1)
 
 
+class MigExportDuringRelease:
+    """Runs `gpunodectl mig export` from a thread as soon as the agent says it stops its NVML processes for
+    a driver removal; stop() returns its CompletedProcess (None if the moment never came)."""
+
+    def __init__(self, agent, bus):
+        import threading
+        self.agent, self.bus, self.done, self.result = agent, bus, False, None
+        self.seen = agent.output().count("The driver is about to be removed")
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+
+    def run(self):
+        from harness import CTL, run
+        while not self.done:
+            if self.agent.output().count("The driver is about to be removed") > self.seen:
+                self.result = run([CTL, "mig", "export"], bus=self.bus)
+                return
+            time.sleep(0.01)
+
+    def stop(self):
+        self.done = True
+        self.thread.join()
+        return self.result
+
+
 def reload_when_idle(wedged):
     """driver.reload-on-mismatch: when-idle while the agent's own NVML processes hold the GPU, as they do
     on a running node (the nvml stage's worker and the health event worker; when_idle_case()). The loaded
@@ -738,10 +763,18 @@ def reload_when_idle(wedged):
                     link_proc(k)
             n = agent.output().count("Stage driver: running → ")
             probe = LatencyProbe(bus) if wedged else None
+            export = MigExportDuringRelease(agent, bus) if wedged else None
             try:
                 out = mismatch_pass(c, agent, bus, n)
             finally:
                 worst = probe.stop() if probe else 0
+                exported = export.stop() if export else None
+            if wedged:
+                # A MIG read asked for while our processes let go (the wedged one takes 1 s) is refused: a
+                # reader forked then would hold the GPU through the removal.
+                check(exported is not None and exported.returncode != 0 and "being removed" in exported.stderr,
+                      "mig export during the release: %r\n%s" % (exported and (exported.returncode, exported.stdout,
+                                                                            exported.stderr), out))
             if wedged:
                 # The worker held SIGTERM back: it let go only when SIGKILL came, 1 s later.
                 took = [int(x) for x in re.findall(r"Our NVML processes let go of the GPU after (\d+) ms", out)]
