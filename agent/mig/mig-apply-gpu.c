@@ -376,15 +376,8 @@ static int read_layout_after(GpuNvml *n, const MigGpuState *known, const MigGpuP
 /* The attribute suffix of a GI profile's MIG devices ("+me"), as the snapshot read names them. */
 static const char *profile_suffix(const MigGpuState *now, unsigned gi_profile_id) {
         const MigGiProfile *p = mig_state_gi_profile(now, gi_profile_id);
-        const char *suffix, *gb;
 
-        if (!p)
-                return NULL;
-        suffix = gpu_nvml_profile_index_suffix(p->index);
-        if (suffix)
-                return suffix;
-        gb = p->name ? strstr(p->name, "gb") : NULL;
-        return gb && (gb[2] == '+' || gb[2] == '-') ? gb + 2 : "";
+        return p ? gpu_nvml_profile_suffix(p->index, p->name) : NULL;
 }
 
 /* The MIG devices of the GPU after steps that all succeeded, now being the layout they left (derived, not

@@ -341,15 +341,8 @@ static int ask_gi_index(GpuNvml *n, nvmlDevice_t d, uint64_t total_bytes, MigGpu
         if (r < 0)
                 return r;
 
-        suffix = gpu_nvml_profile_index_suffix(index);
-        if (!suffix) {
-                /* An index newer than us: the attribute from the driver's own name. */
-                const char *gb;
-
-                info.name[sizeof info.name - 1] = '\0';
-                gb = strstr(info.name, "gb");
-                suffix = gb && (gb[2] == '+' || gb[2] == '-') ? gb + 2 : "";
-        }
+        info.name[sizeof info.name - 1] = '\0';
+        suffix = gpu_nvml_profile_suffix(index, info.name);
 
         r = gpu_nvml_device_get_gpu_instance_possible_placements(n, d, info.id, pl, &n_pl);
         if (r < 0)

@@ -150,6 +150,14 @@ int mig_wire_get_state(WireReader *rd, MigGpuState *g) {
         return rd->bad ? -EBADMSG : 0;
 }
 
+/* Writes the states (count, then each) and frees them. */
+static void put_states(WireBuf *out, MigGpuState *states, size_t n_states) {
+        wire_put_u64(out, n_states);
+        for (size_t i = 0; i < n_states; i++)
+                mig_wire_put_state(out, &states[i]);
+        mig_gpu_states_free(states, n_states);
+}
+
 int mig_states_job(GpuNvml *n, void *userdata, struct WireBuf *out, char **ret_error) {
         char *const *addresses = userdata;
         MigGpuState *states = NULL;
@@ -159,10 +167,7 @@ int mig_states_job(GpuNvml *n, void *userdata, struct WireBuf *out, char **ret_e
         r = mig_state_read(n, addresses, &states, &n_states, ret_error);
         if (r < 0)
                 return r;
-        wire_put_u64(out, n_states);
-        for (size_t i = 0; i < n_states; i++)
-                mig_wire_put_state(out, &states[i]);
-        mig_gpu_states_free(states, n_states);
+        put_states(out, states, n_states);
         return 0;
 }
 
@@ -220,10 +225,7 @@ int mig_states_for_job(GpuNvml *n, void *userdata, struct WireBuf *out, char **r
         r = mig_state_read_for(n, all ? NULL : addresses, wanted, &states, &n_states, ret_error);
         if (r < 0)
                 return r;
-        wire_put_u64(out, n_states);
-        for (size_t i = 0; i < n_states; i++)
-                mig_wire_put_state(out, &states[i]);
-        mig_gpu_states_free(states, n_states);
+        put_states(out, states, n_states);
         return 0;
 }
 

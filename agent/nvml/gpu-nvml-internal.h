@@ -247,6 +247,9 @@ int gpu_nvml_enumerate(GpuNvml *n, char ***ret, char **ret_error);
 /* The attribute suffix of a GPU instance profile index: "" "+me" "+me.all" "+gfx" "-me"; NULL for an
  * index newer than this code knows. */
 const char *gpu_nvml_profile_index_suffix(unsigned index);
+/* The same, and for an index newer than this code the attribute from the profile's name (the driver's
+ * "MIG 1g.24gb+foo", or ours "1g.24gb+foo" → "+foo"; "" without one). Never NULL. */
+const char *gpu_nvml_profile_suffix(unsigned index, const char *name);
 
 /* The NVLink topology of c's GPU into g (gpu-nvml-nvlink.c): read once, cached in c. A missing entry point
  * or NOT_SUPPORTED leaves g->nvlink_known false; a failing link is a warning. */

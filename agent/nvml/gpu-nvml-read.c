@@ -393,16 +393,8 @@ static int gpu_model(GpuNvml *n, NvmlSnapshot *s, GpuNvmlCached *c, GpuNvmlModel
                 if (r < 0)
                         return gpu_call_failed(n, s, c->pci_address, r);
 
-                suffix = gpu_nvml_profile_index_suffix(index);
-                if (!suffix) {
-                        /* An index newer than us: take the attribute from the driver's own name,
-                         * "MIG 1g.24gb+foo" → "+foo". */
-                        const char *gb;
-
-                        info.name[sizeof info.name - 1] = '\0';
-                        gb = strstr(info.name, "gb");
-                        suffix = gb && (gb[2] == '+' || gb[2] == '-') ? gb + 2 : "";
-                }
+                info.name[sizeof info.name - 1] = '\0';
+                suffix = gpu_nvml_profile_suffix(index, info.name);
 
                 p = realloc(profiles, (n_profiles + 1) * sizeof *p);
                 if (!p)

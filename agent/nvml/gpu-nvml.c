@@ -374,6 +374,15 @@ int gpu_nvml_normalize_bus_id(const char *nvml_bus_id, char ret[static 32]) {
         return 0;
 }
 
+const char *gpu_nvml_profile_suffix(unsigned index, const char *name) {
+        const char *suffix = gpu_nvml_profile_index_suffix(index), *gb;
+
+        if (suffix)
+                return suffix;
+        gb = name ? strstr(name, "gb") : NULL;
+        return gb && (gb[2] == '+' || gb[2] == '-') ? gb + 2 : "";
+}
+
 const char *gpu_nvml_profile_index_suffix(unsigned index) {
         switch (index) {
         case NVML_GPU_INSTANCE_PROFILE_1_SLICE:

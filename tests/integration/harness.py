@@ -194,6 +194,14 @@ class Agent:
         with open(self.log_path) as f:
             return f.read()
 
+    def wait_output(self, text, timeout, what, poll=0.1):
+        """Waits until text is in the agent's output; fails naming what was awaited, or that it died."""
+        deadline = time.monotonic() + timeout
+        while text not in self.output():
+            check(time.monotonic() < deadline, "%s:\n%s" % (what, self.output()))
+            check(self.proc.poll() is None, "agent died:\n" + self.output())
+            time.sleep(poll)
+
     def stop(self, sig=signal.SIGTERM, timeout=60):
         if self.proc.poll() is None:
             self.proc.send_signal(sig)

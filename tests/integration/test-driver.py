@@ -446,11 +446,7 @@ def test_admin_modprobe_r_respected():
             # What rmmod leaves: no /sys/module/<name> for the removed modules.
             for name in ("nvidia_uvm", "nvidia"):
                 shutil.rmtree(os.path.join(c.sys, "module", name))
-            deadline = time.monotonic() + 20 * SCALE
-            while "unloaded outside the agent" not in agent.output():
-                check(time.monotonic() < deadline, "no automatic pass noticed it:\n" + agent.output())
-                check(agent.proc.poll() is None, "agent died:\n" + agent.output())
-                time.sleep(0.1)
+            agent.wait_output("unloaded outside the agent", 20 * SCALE, "no automatic pass noticed it")
             # More automatic passes: still not loaded back.
             n = agent.output().count("Stage driver:")
             deadline = time.monotonic() + 20 * SCALE
@@ -823,11 +819,7 @@ def test_reload_while_health_worker_restarts():
         bus = Bus(tmp)
         agent = Agent(c.node, bus, extra_env=c.env, wrapper=[])
         try:
-            deadline = time.monotonic() + 30 * SCALE
-            while "restarting it in 1.0s (attempt 1)" not in agent.output():
-                check(time.monotonic() < deadline, "the event worker did not crash:\n" + agent.output())
-                check(agent.proc.poll() is None, "agent died:\n" + agent.output())
-                time.sleep(0.02)
+            agent.wait_output("restarting it in 1.0s (attempt 1)", 30 * SCALE, "the event worker did not crash", poll=0.02)
             os.unlink(crash)  # the worker started next holds the GPU
             n = agent.output().count("Stage driver: running → ")
             out = mismatch_pass(c, agent, bus, n)
@@ -891,11 +883,7 @@ def test_driver_reload_command():
         bus = Bus(tmp)
         agent = Agent(c.node, bus, extra_env=c.env, wrapper=[])
         try:
-            deadline = time.monotonic() + 20 * SCALE
-            while "Stage driver: running → failed" not in agent.output():
-                check(time.monotonic() < deadline, "no verdict:\n" + agent.output())
-                check(agent.proc.poll() is None, "agent died:\n" + agent.output())
-                time.sleep(0.1)
+            agent.wait_output("Stage driver: running → failed", 20 * SCALE, "no verdict")
             st = run([CTL, "driver", "status"], bus=bus, check_rc=0).stdout
             check("nvidia (installed)" in st and "differs" in st and VERSION in st, "driver status:\n" + st)
             p = run([CTL, "driver", "reload"], bus=bus, check_rc=0)

@@ -112,6 +112,11 @@ static void test_profile_index_suffix(void **state) {
         assert_string_equal(gpu_nvml_profile_index_suffix(NVML_GPU_INSTANCE_PROFILE_2_SLICE_NO_ME), "-me");
         assert_string_equal(gpu_nvml_profile_index_suffix(NVML_GPU_INSTANCE_PROFILE_1_SLICE_ALL_ME), "+me.all");
         assert_null(gpu_nvml_profile_index_suffix(NVML_GPU_INSTANCE_PROFILE_COUNT));
+        /* An index newer than us: from the name; a known index: its own, whatever the name says. */
+        assert_string_equal(gpu_nvml_profile_suffix(NVML_GPU_INSTANCE_PROFILE_COUNT, "MIG 1g.24gb+foo"), "+foo");
+        assert_string_equal(gpu_nvml_profile_suffix(NVML_GPU_INSTANCE_PROFILE_COUNT, "MIG 1g.24gb"), "");
+        assert_string_equal(gpu_nvml_profile_suffix(NVML_GPU_INSTANCE_PROFILE_COUNT, NULL), "");
+        assert_string_equal(gpu_nvml_profile_suffix(NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV1, "MIG 1g.5gb"), "+me");
 }
 
 /* ---- Return codes ----------------------------------------------------------------------------------- */
