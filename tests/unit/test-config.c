@@ -318,7 +318,7 @@ static void test_errors(void **state) {
         check_main_error(root, "paths:\n  state: \"\"\n", -EINVAL,
                          "2:10: paths.state: '' is not an absolute path; write it starting with '/'");
         {
-                _cleanup_free_ char *f = put(root, MAIN, "paths:\n  pci-ids: \"\"\n");
+                _cleanup_free_ _unused_ char *f = put(root, MAIN, "paths:\n  pci-ids: \"\"\n");
                 Config *c = load_root(root);
                 assert_string_equal(c->paths.pci_ids, "");
                 config_free(c);
@@ -634,10 +634,11 @@ static void test_dump_roundtrip(void **state) {
 static void test_remote_layer(void **state) {
         const char *root = *state;
         static const char url[] = "https://config.example/node.yaml";
-        _cleanup_free_ char *main_file = put(root, MAIN,
+        _cleanup_free_ _unused_ char *main_file = put(root, MAIN,
                                              "labels:\n  file: from-main\n  expiry: 1h\nsharing:\n  replicas: 1\n"
                                              "config:\n  remote:\n    url: https://config.example/{hostname}.yaml\n"),
-                            *admin = put(root, ADMIN "/50-local.yaml", "labels:\n  expiry: 2h\n"), *error = NULL;
+                            *admin _unused_ = put(root, ADMIN "/50-local.yaml", "labels:\n  expiry: 2h\n"),
+                            *error = NULL;
         const char *doc = "labels:\n  file: from-remote\n  expiry: 3h\nsharing:\n  strategy: mps\n  replicas: 4\n";
         ConfigLoadOptions o = { .root = root, .remote_name = url, .remote_data = doc, .remote_size = strlen(doc) };
         Config *c = NULL;

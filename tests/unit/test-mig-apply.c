@@ -923,7 +923,7 @@ static void test_all_profiles_a30(void **state) {
 /* ---- one GPU changed: the other GPUs keep their instances (and MIG UUIDs) ---- */
 
 static void test_one_gpu_changed(void **state) {
-        _cleanup_free_ char *desc = node_description("dgx-h100"), *mig = NULL, *yaml = NULL, *error = NULL;
+        _cleanup_free_ char *desc = node_description("dgx-h100"), *mig = NULL, *yaml = NULL;
         _cleanup_(gpu_nvml_snapshot_freep) NvmlSnapshot *before = NULL, *after = NULL;
         Done d = {};
         Fix *f;
