@@ -538,6 +538,11 @@ def test_unload_slow_and_hung_removal():
                 print("# D-Bus reads during a %s ms removal of nvidia: slowest %.0f ms (busctl included)"
                       % (delay, worst * 1e3))
                 check(worst < 1.0 * SCALE, "a D-Bus read took %.2f s during the removal" % worst)
+                # No NVML process may start while the driver is taken out (one would hold the GPU through
+                # the removal): a MIG read now is refused, saying why.
+                p = run([CTL, "mig", "export"], bus=e.bus)
+                check(p.returncode != 0 and "being removed" in p.stderr,
+                      "mig export during Unload(): %d %s %s" % (p.returncode, p.stdout, p.stderr))
                 if not hung:
                     out, err = call.communicate(timeout=30 * SCALE)
                     check(call.returncode == 0 and '"nvidia"' in out, "Unload(): %d %s %s" % (call.returncode, out, err))
