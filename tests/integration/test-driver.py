@@ -516,6 +516,16 @@ def test_slow_peermem_insert_while_dbus_answers():
             bus.stop()
 
 
+def installed_nvml(tmp):
+    """The user-space driver of the installed version in <tmp>/lib (libnvidia-ml.so.1 →
+    libnvidia-ml.so.VERSION, the fake NVML); returns the libnvidia-ml.so.1 path."""
+    libdir = os.path.join(tmp, "lib")
+    os.makedirs(libdir)
+    shutil.copy(os.path.realpath(FAKE_NVML), os.path.join(libdir, "libnvidia-ml.so." + VERSION))
+    os.symlink("libnvidia-ml.so." + VERSION, os.path.join(libdir, "libnvidia-ml.so.1"))
+    return os.path.join(libdir, "libnvidia-ml.so.1")
+
+
 def test_version_truth():
     """The loaded driver (550.127.05, as left by the boot before an upgrade) is not the one installed for the running
     kernel (550.54.15 in the tree) nor the user-space library: said with the fix instead of "already
@@ -528,13 +538,8 @@ def test_version_truth():
         os.symlink("../../nvidia_uvm", os.path.join(c.sys, "module/nvidia/holders/nvidia_uvm"))
         with open(os.path.join(c.sys, "module/nvidia/refcnt"), "w") as f:
             f.write("1\n")
-        # The user-space driver of the installed version: libnvidia-ml.so.1 → libnvidia-ml.so.550.54.15.
-        libdir = os.path.join(tmp, "lib")
-        os.makedirs(libdir)
-        shutil.copy(os.path.realpath(FAKE_NVML), os.path.join(libdir, "libnvidia-ml.so." + VERSION))
-        os.symlink("libnvidia-ml.so." + VERSION, os.path.join(libdir, "libnvidia-ml.so.1"))
         with open(os.path.join(c.node.confd, "70-nvml.yaml"), "w") as f:
-            f.write("nvml:\n  library: %s\n" % os.path.join(libdir, "libnvidia-ml.so.1"))
+            f.write("nvml:\n  library: %s\n" % installed_nvml(tmp))
         return c
 
     with TempDir() as tmp:
@@ -637,14 +642,10 @@ def when_idle_case(tmp):
     c.module_live("nvidia_uvm", VERSION)
     with open(os.path.join(c.sys, "module/nvidia/refcnt"), "w") as f:
         f.write("1\n")
-    libdir = os.path.join(tmp, "lib")
-    os.makedirs(libdir)
-    shutil.copy(os.path.realpath(FAKE_NVML), os.path.join(libdir, "libnvidia-ml.so." + VERSION))
-    os.symlink("libnvidia-ml.so." + VERSION, os.path.join(libdir, "libnvidia-ml.so.1"))
     for n in ["nvidiactl"] + ["nvidia%d" % i for i in range(8)]:
         open(os.path.join(c.node.dev, n), "w").close()
     with open(os.path.join(c.node.confd, "70-nvml.yaml"), "w") as f:
-        f.write("nvml:\n  library: %s\ndevices:\n  enabled: false\n" % os.path.join(libdir, "libnvidia-ml.so.1"))
+        f.write("nvml:\n  library: %s\ndevices:\n  enabled: false\n" % installed_nvml(tmp))
     c.env["FAKE_NVML_DEV"] = c.node.dev
     c.env["GNA_KMOD_TRAP_DEV"] = c.node.dev
     return c
