@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* Owns the command line of gpu-node-agent: argv → Manager → exit code. */
 #include <getopt.h>
+#include <signal.h>
 #include <syslog.h>
 
 #include "build-config.h"
@@ -221,6 +222,11 @@ static int run(int argc, char *argv[]) {
         int r;
 
         log_setup(LOG_TARGET_AUTO);
+        /* A write to a worker that has just crashed (its socket's far end gone) must fail with EPIPE,
+         * which the caller handles as that worker's death, not kill the agent: SIGPIPE's default action
+         * is a silent exit. systemd ignores SIGPIPE for services (IgnoreSIGPIPE=yes), but --oneshot from an
+         * image build and every run outside a unit do not have that. Children get it back (spawn-child.c). */
+        (void) signal(SIGPIPE, SIG_IGN);
         r = parse_argv(argc, argv);
         if (r <= 0)
                 return r;

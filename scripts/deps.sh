@@ -30,11 +30,12 @@ GNA_BUILD_PACKAGES=(
 #   hotplug:          umockdev, gir1.2-umockdev-1.0, python3-gi (uevents into sd_device_monitor:
 #                     integration-hotplug runs under umockdev-wrapper)
 #   metrics:          prometheus-node-exporter (the real textfile collector scrapes the file we write)
+#   driver:           strace (delays the agent's writes so that a crashing worker's EPIPE is hit every time)
 GNA_TEST_PACKAGES=(
         python3-dbus python3-jsonschema procps util-linux valgrind
         systemd systemd-container
         qemu-system-x86 busybox-static cpio file dkms linux-headers-amd64
-        rpm fakeroot man-db slurmd openssl udev prometheus-node-exporter
+        rpm fakeroot man-db slurmd openssl udev prometheus-node-exporter strace
         umockdev gir1.2-umockdev-1.0 python3-gi
         clang-14 libclang-rt-14-dev
 )

@@ -842,6 +842,47 @@ def test_reload_while_health_worker_restarts():
             bus.stop()
 
 
+def test_event_worker_crash_while_the_agent_writes():
+    """The agent writes "check" to a health event worker that has just crashed: the write fails with EPIPE,
+    the worker is restarted, and the agent lives (it ignores SIGPIPE, whose default action is a silent
+    exit). strace delays each of the agent's writes by 50 ms, so the worker's crash (in
+    nvmlEventSetWait_v2, right after it said "armed") always comes before the agent's "check": the race
+    that killed the agent, with no output, in test_reload_while_health_worker_restarts under load (3 of 3
+    runs like this before the fix)."""
+    from harness import Skip
+    strace = shutil.which("strace")
+    if not strace:
+        raise Skip("strace is not installed (Debian package strace)")
+    with TempDir() as tmp:
+        c = when_idle_case(tmp)
+        crash = os.path.join(tmp, "crash")
+        open(crash, "w").close()
+        c.env["FAKE_NVML_CRASH"] = "nvmlEventSetWait_v2:1+"
+        c.env["FAKE_NVML_CRASH_FILE"] = crash
+        bus = Bus(tmp)
+        agent = Agent(c.node, bus, extra_env=c.env,
+                      wrapper=[strace, "-o", "/dev/null", "-e", "trace=write", "-e", "inject=write:delay_enter=50000"])
+        try:
+            agent.wait_output("GPU event worker does not take requests; restarting it in",
+                              60 * SCALE, "the agent's write to the crashed worker did not fail", poll=0.05)
+            os.unlink(crash)
+            deadline = time.monotonic() + 30 * SCALE
+            while not [k for p in own_children(agent.proc.pid) for k in own_children(p) if holds_node(k, c.node.dev)]:
+                check(time.monotonic() < deadline, "no event worker after the restart:\n" + agent.output())
+                check(agent.proc.poll() is None, "agent died:\n" + agent.output())
+                time.sleep(0.1)
+            check(agent.proc.poll() is None, "agent died:\n" + agent.output())
+            # strace does not pass SIGTERM on: the agent itself is told, and strace exits with its status.
+            os.kill(own_children(agent.proc.pid)[0], signal.SIGTERM)
+            rc = agent.proc.wait(60 * SCALE)
+            check(rc == 0, "agent exited %d:\n%s" % (rc, agent.output()))
+        finally:
+            if agent.proc.poll() is None:
+                agent.proc.kill()
+                agent.proc.wait()
+            bus.stop()
+
+
 def test_reload_failure_is_no_admin_unload():
     """A when-idle reload whose new driver then fails to load is retried, not mistaken for an
     administrator's modprobe -r (the agent removed the old driver itself)."""
@@ -1128,9 +1169,8 @@ TESTS = [
     test_version_truth,
     test_reload_when_idle_ignores_own_nvml,
     test_reload_waits_for_a_wedged_worker_off_the_loop,
-    # test_reload_while_health_worker_restarts: left out until the agent's death it showed once is explained
-    # (a full CI=true run at 7b67beb: "agent died" right after the event worker's injected crash, no
-    # output; 10 runs alone, gcc and ASan, passed). It proves health_release_driver()'s fix.
+    test_reload_while_health_worker_restarts,
+    test_event_worker_crash_while_the_agent_writes,
     test_kernel_module_type,
     test_driver_reload_command,
     test_reload_failure_is_no_admin_unload,
