@@ -507,20 +507,22 @@ _noreturn_ static void child_run(int pass_fd, SpawnChildFunc fn, void *userdata)
         sigemptyset(&none);
         (void) sigprocmask(SIG_SETMASK, &none, NULL);
 
-        if (pass_fd != 3) {
-                if (dup2(pass_fd, 3) < 0)
-                        _exit(127);
-        } else if (fcntl(3, F_SETFD, 0) < 0)
+        /* pass_fd stays at its own number: moved to 3 it took the place of whatever the parent had there
+         * (the loader opens LD_DEBUG_OUTPUT's file early, often as fd 3), and the loader's lines for the
+         * child's dlopen() then went into our socket. Only one below 3 (stdin was closed) is moved up. */
+        if (pass_fd < 3 && (pass_fd = fcntl(pass_fd, F_DUPFD, 3)) < 0)
                 _exit(127);
-        if (close_range(4, ~0U, 0) < 0)
-                for (int fd = 4; fd < 65536; fd++)
-                        (void) close(fd);
+        if ((pass_fd > 3 && close_range(3, (unsigned) pass_fd - 1, 0) < 0) ||
+            close_range((unsigned) pass_fd + 1, ~0U, 0) < 0)
+                for (int fd = 3; fd < 65536; fd++)
+                        if (fd != pass_fd)
+                                (void) close(fd);
         null = open("/dev/null", O_RDONLY | O_CLOEXEC);
         if (null >= 0 && null != STDIN_FILENO) {
                 (void) dup2(null, STDIN_FILENO);
                 (void) close(null);
         }
-        _exit(fn(3, userdata));
+        _exit(fn(pass_fd, userdata));
 }
 
 int spawn_fork(sd_event *e, int pass_fd, SpawnChildFunc fn, void *userdata, const SpawnOptions *o, Spawn **ret) {

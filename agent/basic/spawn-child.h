@@ -56,12 +56,12 @@ int spawn_find_program(const char *name, char **ret);
  * failure nothing is left running. */
 int spawn_start(sd_event *e, char *const *argv, const SpawnOptions *o, Spawn **ret);
 
-/* The body of a forked child (spawn_fork()): fd is the descriptor passed in, as fd 3; the return value is
- * its exit status. */
+/* The body of a forked child (spawn_fork()): fd is the descriptor passed in, at its own number (moved up
+ * only if it was below 3); the return value is its exit status. */
 typedef int (*SpawnChildFunc)(int fd, void *userdata);
 
 /* Forks (without exec) a child that runs fn: the same process group, descriptor, signal and watch
- * treatment as spawn_start() — every descriptor but 0-2 and pass_fd (moved to 3) closed, stdin /dev/null,
+ * treatment as spawn_start() — every descriptor but 0-2 and pass_fd closed, stdin /dev/null,
  * default signals, an empty mask — plus PR_SET_PDEATHSIG SIGKILL, so that it never outlives us. For
  * workers that run code which may crash or hang (the vendor library). o->capture is not supported. */
 int spawn_fork(sd_event *e, int pass_fd, SpawnChildFunc fn, void *userdata, const SpawnOptions *o, Spawn **ret);

@@ -327,11 +327,15 @@ static void test_cancel_and_free(void **state) {
         result_done(&r);
 }
 
-/* A forked worker: gets the passed descriptor as fd 3 and nothing else of ours; its crash is reported. */
+/* A forked worker: gets the passed descriptor at its own number, not over fd 3 (where the parent had
+ * another file, as the loader's LD_DEBUG_OUTPUT file may be), and nothing else of ours; its crash is
+ * reported. */
 static int child_body(int fd, void *userdata) {
         char c = 0;
 
-        if (fcntl(77, F_GETFD) >= 0)
+        if (fd != *(const int *) userdata)
+                return 4; /* moved */
+        if (fcntl(77, F_GETFD) >= 0 || fcntl(3, F_GETFD) >= 0)
                 return 2; /* inherited what it should not have */
         if (write(fd, "x", 1) != 1 || read(fd, &c, 1) != 1)
                 return 3;
@@ -350,11 +354,12 @@ static void test_fork_worker(void **state) {
 
         assert_true(fd >= 0);
         assert_int_equal(dup2(fd, 77), 77);
+        assert_true(fcntl(3, F_GETFD) >= 0); /* fd 3 is taken here: the socket gets another number */
         assert_return_code(sd_event_new(&e), 0);
         for (int round = 0; round < 2; round++) {
                 assert_return_code(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
                 r.done = false;
-                assert_return_code(spawn_fork(e, sv[1], child_body, NULL, &o, &s), 0);
+                assert_return_code(spawn_fork(e, sv[1], child_body, &sv[1], &o, &s), 0);
                 close(sv[1]);
                 assert_int_equal(getpgid(spawn_pid(s)), spawn_pid(s));
                 assert_int_equal(read(sv[0], &c, 1), 1);
