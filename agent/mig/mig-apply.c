@@ -174,6 +174,8 @@ static int spawn_reset(MigApply *a, const char *pci_address, char **ret_error) {
         snprintf(bus_id, sizeof bus_id, "%08X:%02X:%02X.%X", domain, bus, dev, fn);
 
         a->reset_output = mfree(a->reset_output);
+        if (a->o.gpu_reset_prepare)
+                a->o.gpu_reset_prepare(pci_address, a->o.gpu_reset_userdata);
         r = spawn_start(a->o.event, argv, &o, &a->reset);
         if (r < 0)
                 *ret_error = strprintf("Cannot run %s to reset GPU %s: %s (install nvidia-smi, or reset the GPU "

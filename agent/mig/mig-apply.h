@@ -75,6 +75,10 @@ typedef struct MigApplyOptions {
         /* The daemon's snapshot (read at each job's fork): the memory size of each GPU, which a job needs to
          * name the MIG devices it reads after its steps. NULL: the jobs do not read them. */
         NvmlSnapshot *const *snapshot;
+        /* Called just before the apply starts a GPU reset: whoever holds the GPU open for the agent (the
+         * NVML workers, the health event worker) must let go, since the driver refuses to reset a GPU
+         * that any process has open. NULL: nobody is asked. */
+        void (*gpu_reset_prepare)(const char *pci_address, void *userdata);
         /* Called after a GPU reset the apply ran finished successfully (NULL: nobody is told). */
         void (*gpu_reset)(const char *pci_address, void *userdata);
         void *gpu_reset_userdata;

@@ -268,6 +268,15 @@ static void on_apply_finished(MigApply *a, const MigApplyResult *res, void *user
                 cb(mm, &o, ud);
 }
 
+static void on_gpu_reset_prepare(const char *pci_address, void *userdata) {
+        MigManager *mm = userdata;
+        /* Our NVML processes hold /dev/nvidia* open; the driver refuses a reset while any process does
+         * ("in use by another process"). The next read starts them again, the next pass the event worker. */
+        log_info("GPU %s: closing the agent's NVML processes for its reset.", pci_address);
+        node_nvml_stop(mm->node, "NVML was closed for a GPU reset (MIG mode change)");
+        health_release_driver(mm->node->health);
+}
+
 static void on_gpu_reset(const char *pci_address, void *userdata) {
         MigManager *mm = userdata;
         /* The reset is the remedy for a fatal fault too: health forgets it and re-checks the GPU. */
@@ -301,6 +310,7 @@ static MigApplyOptions apply_options(MigManager *mm, const char *journal, bool f
                 .snapshot = &mm->node->nvml_snapshot,
                 .session_job = session_job,
                 .session_userdata = mm,
+                .gpu_reset_prepare = on_gpu_reset_prepare,
                 .gpu_reset = on_gpu_reset,
                 .gpu_reset_userdata = mm,
         };

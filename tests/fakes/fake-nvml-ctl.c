@@ -3,7 +3,10 @@
  * (the pending MIG mode becomes current, instances are gone), instances made behind the agent's back (as
  * `nvidia-smi mig -cgi … -C` does), and a readable dump of that state. It also answers nvidia-smi's
  * "-r -i <bus id>" so that it can stand in for nvidia-smi where the agent resets GPUs. */
+#include <dirent.h>
 #include <getopt.h>
+#include <limits.h>
+#include <unistd.h>
 
 #include "fake-node.h"
 #include "fake-nvml.h"
@@ -24,7 +27,38 @@ static void usage(FILE *f) {
               "                     all of it: what `nvidia-smi mig -i GPU -cgi PROFILE,… -C` does\n"
               "GPU is an NVML index or a PCI bus id (0000:1b:00.0 or 00000000:1B:00.0).\n"
               "Defaults come from FAKE_NVML_DESCRIPTION, FAKE_NVML_STATE and FAKE_NVML_PROFILES; FAKE_NVML_BUSY\n"
-              "and the description's processes make a GPU busy.\n", f);
+              "and the description's processes make a GPU busy, and so does any process holding its\n"
+              "<FAKE_NVML_DEV>/nvidia<minor> open (the reset is then refused as the driver refuses it).\n", f);
+}
+
+/* FAKE_NVML_DEV (the fake library holds <dir>/nvidia<minor> open while NVML is initialised, as the real
+ * one holds /dev/nvidia<minor>): the first process other than us that has GPU idx's node open, 0 none.
+ * The driver refuses to reset a GPU that any process (a CUDA job, DCGM, an NVML monitor) still holds. */
+static pid_t holder(const FakeNode *n, size_t idx) {
+        const char *dir = getenv("FAKE_NVML_DEV");
+        _cleanup_(closedirp) DIR *proc = NULL;
+        char node[PATH_MAX];
+        struct dirent *de;
+
+        if (isempty(dir) || !(proc = opendir("/proc")))
+                return 0;
+        snprintf(node, sizeof node, "%s/nvidia%u", dir, n->gpus[idx].minor);
+        while ((de = readdir(proc))) {
+                char fds[64], *end;
+                long pid = strtol(de->d_name, &end, 10);
+                if (pid <= 0 || *end || pid == getpid())
+                        continue;
+                snprintf(fds, sizeof fds, "/proc/%ld/fd", pid);
+                _cleanup_(closedirp) DIR *d = opendir(fds);
+                for (struct dirent *f; d && (f = readdir(d));) {
+                        char link[PATH_MAX + 64], target[PATH_MAX];
+                        snprintf(link, sizeof link, "%s/%s", fds, f->d_name);
+                        ssize_t len = readlink(link, target, sizeof target - 1);
+                        if (len > 0 && (target[len] = 0, streq(target, node)))
+                                return (pid_t) pid;
+                }
+        }
+        return 0;
 }
 
 static bool busy(const FakeNode *n, size_t idx) {
@@ -108,6 +142,14 @@ static int reset(FakeNode *n, char **targets, size_t n_targets) {
                 if (n_targets > 0 && !selected[i])
                         continue;
                 FakeGpu *g = &n->gpus[i];
+                pid_t h = holder(n, i);
+                if (h > 0) {
+                        fprintf(stderr, "Unable to reset GPU %s because it's being used by some other process "
+                                "(pid %d holds %s/nvidia%u): stop every process that has the GPU open, NVML "
+                                "monitors included, first.\n", g->pci, (int) h, getenv("FAKE_NVML_DEV"), g->minor);
+                        any_failed = true;
+                        continue;
+                }
                 if (fake_mig_reset(g, busy(n, i)) != FAKE_OK) {
                         fprintf(stderr, "Unable to reset GPU %s: it is in use by running processes "
                                 "(FAKE_NVML_BUSY or the description's processes); stop them first.\n", g->pci);

@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import (Agent, BUILD, Fail, Node, Notify, SRC, TempDir, busctl, check, tap_main)  # noqa: E402
@@ -53,7 +54,15 @@ class Setup:
         self.node = Node(tmp, "a100-sxm", YAML)
         with open(os.path.join(self.node.confd, "40-dev.yaml"), "w") as f:
             f.write("paths:\n  dev: %s\n" % self.node.dev)
-        self.env = {"GNA_MIG_RESET_PROGRAM": reset_program}
+        # The fake library holds <dev>/nvidiactl and <dev>/nvidia<minor> open as the real one does, and
+        # fake-nvml-ctl (the reset program) refuses to reset a GPU any other process holds, as the driver
+        # does: the agent's own NVML processes must let go of the GPU around the reset.
+        # (Plain files of their own: the devices stage makes <paths.dev>'s nodes, which open as ENXIO here.)
+        held = os.path.join(tmp, "held-dev")
+        os.makedirs(held)
+        for name in ["nvidiactl"] + ["nvidia%d" % i for i in range(8)]:
+            open(os.path.join(held, name), "a").close()
+        self.env = {"GNA_MIG_RESET_PROGRAM": reset_program, "FAKE_NVML_DEV": held}
         self.notify = None
         self.agent = None
 
@@ -67,6 +76,22 @@ class Setup:
                 self.notify.wait_for("READY=1", 60 * SCALE)
             except Fail:
                 raise Fail("no READY=1; agent output:\n" + self.agent.output())
+
+    def wait_gpu_held(self):
+        """Waits until one of the agent's processes holds GPU 0 open again (the health event worker)."""
+        node = os.path.join(self.env["FAKE_NVML_DEV"], "nvidia0")
+        deadline = time.monotonic() + 30 * SCALE
+        while True:
+            for pid in filter(str.isdigit, os.listdir("/proc")):
+                try:
+                    fds = os.listdir("/proc/%s/fd" % pid)
+                    if any(os.readlink("/proc/%s/fd/%s" % (pid, fd)) == node for fd in fds):
+                        return
+                except OSError:
+                    continue
+            check(time.monotonic() < deadline, "no agent process holds %s after the apply:\n%s"
+                  % (node, self.agent.output()[-3000:]))
+            time.sleep(0.1)
 
     def stop_agent(self, sig=signal.SIGTERM):
         rc = self.agent.stop(sig)
@@ -109,6 +134,9 @@ def test_apply_at_start_with_hooks():
                   "hook unit calls: %r" % calls)
             out = s.agent.output()
             check("Stopped kubelet.service for the MIG change." in out, out[-3000:])
+            # The resets went through with the agent's NVML processes closed, and they came back after.
+            check(out.count("closing the agent's NVML processes for its reset") == 8, out[-3000:])
+            s.wait_gpu_held()
             check(s.stop_agent() == 0, "agent exit status")
 
             # A restart finds the node as configured: no NVML writes, no hooks.
