@@ -656,8 +656,12 @@ def mismatch_pass(c, agent, bus, done_before):
     agent's output once the driver stage finished it (its done_before+1-th verdict)."""
     from harness import CTL, run
     for m in ("nvidia", "nvidia_uvm"):
-        with open(os.path.join(c.sys, "module", m, "version"), "w") as f:
+        # Atomically, as sysfs shows it: a pass running meanwhile (the event worker's crash marks the
+        # GPUs degraded) read the half-written file as "unknown" and took that for the loaded version.
+        path = os.path.join(c.sys, "module", m, "version")
+        with open(path + ".new", "w") as f:
             f.write("550.127.05\n")
+        os.rename(path + ".new", path)
     run([CTL, "reconcile"], bus=bus, check_rc=0)
     deadline = time.monotonic() + 30 * SCALE
     while True:
@@ -845,7 +849,7 @@ def test_reload_while_health_worker_restarts():
 def test_event_worker_crash_while_the_agent_writes():
     """The agent writes "check" to a health event worker that has just crashed: the write fails with EPIPE,
     the worker is restarted, and the agent lives (it ignores SIGPIPE, whose default action is a silent
-    exit). strace delays each of the agent's writes by 50 ms, so the worker's crash (in
+    exit). strace delays each of the agent's writes by 50 ms (times the load), so the worker's crash (in
     nvmlEventSetWait_v2, right after it said "armed") always comes before the agent's "check": the race
     that killed the agent, with no output, in test_reload_while_health_worker_restarts under load (3 of 3
     runs like this before the fix)."""
@@ -861,7 +865,8 @@ def test_event_worker_crash_while_the_agent_writes():
         c.env["FAKE_NVML_CRASH_FILE"] = crash
         bus = Bus(tmp)
         agent = Agent(c.node, bus, extra_env=c.env,
-                      wrapper=[strace, "-o", "/dev/null", "-e", "trace=write", "-e", "inject=write:delay_enter=50000"])
+                      wrapper=[strace, "-o", "/dev/null", "-e", "trace=write", "-e",
+                               "inject=write:delay_enter=%d" % int(50000 * max(1.0, os.getloadavg()[0] / os.cpu_count()))])
         try:
             agent.wait_output("GPU event worker does not take requests; restarting it in",
                               60 * SCALE, "the agent's write to the crashed worker did not fail", poll=0.05)
