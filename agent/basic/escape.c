@@ -101,3 +101,14 @@ void escape_control(const char *buf, char *out, size_t size) {
         }
         out[o] = '\0';
 }
+
+void string_clean(char *s) {
+        for (unsigned char *p = (unsigned char *) s; *p;) {
+                size_t n = is_control(*p) ? 0 : utf8_sequence(p);
+                if (n == 0) {
+                        *p++ = '?';
+                        continue;
+                }
+                p += n;
+        }
+}

@@ -20,3 +20,8 @@ void escape_control(const char *buf, char *out, size_t size);
 
 /* True when s has a C0 control character or DEL. */
 bool string_has_control(const char *s);
+
+/* Replaces, in place, every control character and every byte that is not part of a valid UTF-8
+ * sequence by '?': for a short diagnostic from a library (nvmlErrorString) that goes into log lines
+ * and D-Bus strings. */
+void string_clean(char *s);

@@ -47,6 +47,13 @@ static void test_escape_control(void **state) {
         assert_false(string_has_control("a b"));
 }
 
+static void test_string_clean(void **state) {
+        char s[] = "nvmlErrorString\n<3>\xff\xc3\xa9\x7f";
+        (void) state;
+        string_clean(s);
+        assert_string_equal(s, "nvmlErrorString?<3>?\xc3\xa9?");
+}
+
 /* The logger writes one line per message, whatever the message holds. */
 static void test_log_one_line(void **state) {
         char path[] = "/tmp/gna-test-escape-XXXXXX", line[4096];
@@ -75,6 +82,7 @@ int main(void) {
                 cmocka_unit_test(test_utf8_valid),
                 cmocka_unit_test(test_utf8_make_valid),
                 cmocka_unit_test(test_escape_control),
+                cmocka_unit_test(test_string_clean),
                 cmocka_unit_test(test_log_one_line),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
