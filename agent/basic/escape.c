@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "escape.h"
+#include "macro.h"
 
 /* Length of the valid UTF-8 sequence at p, 0 when p does not start one. */
 static size_t utf8_sequence(const unsigned char *p) {
@@ -111,4 +112,14 @@ void string_clean(char *s) {
                 }
                 p += n;
         }
+}
+
+char *escape_message(const char *s) {
+        size_t size = strlen(s) * 4 + 1; /* \xNN for every byte at most */
+        _cleanup_free_ char *e = malloc(size);
+
+        if (!e)
+                return NULL;
+        escape_control(s, e, size);
+        return utf8_make_valid(e);
 }

@@ -25,3 +25,7 @@ bool string_has_control(const char *s);
  * sequence by '?': for a short diagnostic from a library (nvmlErrorString) that goes into log lines
  * and D-Bus strings. */
 void string_clean(char *s);
+
+/* A copy of s fit to quote in a message that reaches logs and D-Bus: control characters escaped as
+ * escape_control() does, bytes that are not UTF-8 as U+FFFD. NULL on OOM. */
+char *escape_message(const char *s);
