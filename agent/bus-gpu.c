@@ -9,6 +9,7 @@
 #include <systemd/sd-bus.h>
 
 #include "bus.h"
+#include "escape.h"
 #include "log.h"
 #include "strv.h"
 
@@ -85,6 +86,22 @@ static int property_get_pci_address(sd_bus *bus, const char *path, const char *i
         return sd_bus_message_append(reply, "s", d->address);
 }
 
+/* sd-bus refuses a string that is not UTF-8 (-EINVAL), and one refused property fails the whole GetAll
+ * and GetManagedObjects: a name NVML or pci.ids gave us with other bytes is sent with U+FFFD for them. */
+static int append_string(sd_bus_message *reply, const char *v) {
+        _cleanup_free_ char *valid = NULL;
+
+        if (!v)
+                v = "";
+        if (!utf8_is_valid(v)) {
+                valid = utf8_make_valid(v);
+                if (!valid)
+                        return -ENOMEM;
+                v = valid;
+        }
+        return sd_bus_message_append(reply, "s", v);
+}
+
 /* Strings that may be unknown are "" rather than absent: D-Bus has no null, and "" reads as
  * "not known" in every client language. */
 static int property_get_string_or_empty(sd_bus *bus, const char *path, const char *interface,
@@ -101,7 +118,7 @@ static int property_get_string_or_empty(sd_bus *bus, const char *path, const cha
                 v = d->link_speed;
         else
                 return -EINVAL;
-        return sd_bus_message_append(reply, "s", v ?: "");
+        return append_string(reply, v);
 }
 
 static const GpuInfo *snapshot_find(const NvmlSnapshot *s, const char *address) {
@@ -185,7 +202,7 @@ static int property_get_nvml_string(sd_bus *bus, const char *path, const char *i
                 v = gpu_mig_mode(g, true);
         else
                 return -EINVAL;
-        return sd_bus_message_append(reply, "s", v);
+        return append_string(reply, v);
 }
 
 static int property_get_memory_mib(sd_bus *bus, const char *path, const char *interface, const char *property,

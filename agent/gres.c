@@ -38,8 +38,13 @@ char *gres_type_name(const char *nvml_name) {
 
         if (!t)
                 return NULL;
-        for (char *p = t; *p; p++)
-                *p = isspace((unsigned char) *p) ? '_' : (char) tolower((unsigned char) *p);
+        /* Slurm's own AutoDetect=nvml spelling (blanks to '_', lower case), and '_' also for every byte
+         * that means something to slurm.conf's parser or is no printable ASCII: '#' starts a comment, '='
+         * and ',' split values, quotes group, a backslash continues the line, a newline ends it. */
+        for (char *p = t; *p; p++) {
+                unsigned char c = (unsigned char) *p;
+                *p = c <= ' ' || c >= 0x7f || strchr("#=,\"'\\", c) ? '_' : (char) tolower(c);
+        }
         return t;
 }
 

@@ -21,7 +21,9 @@ typedef struct GresInput {
  * and one per MIG device of a GPU in MIG mode:
  *   Name=gpu Type=<model>_<profile> MultipleFiles=<dev>/nvidia<minor>,<dev>/nvidia-caps/nvidia-cap<gi>,<dev>/nvidia-caps/nvidia-cap<ci>
  * <model> is NVML's name as Slurm's AutoDetect=nvml spells it (lower case, blanks as '_'), so a
- * slurm.conf written for autodetection keeps working. A GPU or MIG device that cannot be described
+ * slurm.conf written for autodetection keeps working; '#', '=', ',', quotes, backslashes, control
+ * characters and non-ASCII bytes also become '_', so that no name can end the line, start a comment or
+ * add a key. A GPU or MIG device that cannot be described
  * (no minor, no profile, not in mig-minors) is left out with a line in *ret_warnings. Returns the number
  * of GPUs and MIG devices described; with 0 the text is only its header comment (no GPU is no GRES). */
 int gres_format(const GresInput *in, char **ret_text, char ***ret_warnings);

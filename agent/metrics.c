@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "build-config.h"
+#include "escape.h"
 #include "fileio.h"
 #include "health.h"
 #include "log.h"
@@ -73,9 +74,11 @@ void metrics_dkms_finished(Node *n, bool ok) {
         metrics_update(n);
 }
 
-/* The exposition format's label value escapes: backslash, double quote, newline. */
-static void put_value(FILE *f, const char *v) {
-        for (const char *p = v ? v : ""; *p; p++)
+void metrics_put_label_value(FILE *f, const char *v) {
+        /* The format is UTF-8: a byte of NVML's that is not becomes U+FFFD (the parsers reject the file). */
+        _cleanup_free_ char *valid = v && !utf8_is_valid(v) ? utf8_make_valid(v) : NULL;
+
+        for (const char *p = valid ?: v ?: ""; *p; p++)
                 if (*p == '\\' || *p == '"')
                         fprintf(f, "\\%c", *p);
                 else if (*p == '\n')
@@ -83,6 +86,7 @@ static void put_value(FILE *f, const char *v) {
                 else
                         fputc(*p, f);
 }
+#define put_value metrics_put_label_value
 
 static void header(FILE *f, const char *name, const char *type, const char *help) {
         fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
@@ -106,6 +110,20 @@ static void gpu_labels(FILE *f, const GpuInfo *g, const char *host) {
         fputs("\",Hostname=\"", f);
         put_value(f, host);
         fputc('"', f);
+}
+
+/* dcgm-exporter's (3.3.6 on) labels of DCGM_FI_DEV_XID_ERRORS: err_code, the value as a string, and
+ * err_msg, what the XID means (none for 0); the text is health-xid.c's, not dcgm-exporter's. */
+static void xid_labels(FILE *f, unsigned xid) {
+        const char *text = NULL;
+
+        fprintf(f, ",err_code=\"%u\"", xid);
+        (void) health_xid_classify(xid, NULL, NULL, &text);
+        if (xid != 0 && text) {
+                fputs(",err_msg=\"", f);
+                put_value(f, text);
+                fputc('"', f);
+        }
 }
 
 typedef enum GpuSeries {
@@ -145,6 +163,8 @@ static void gpu_family(FILE *f, const Node *n, const char *host, const char *nam
                 any = true;
                 fprintf(f, "%s{", name);
                 gpu_labels(f, &s->gpus[i], host);
+                if (which == SERIES_XID)
+                        xid_labels(f, c.last_xid);
                 fprintf(f, "} %" PRIu64 "\n", v);
         }
 }

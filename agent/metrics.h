@@ -9,6 +9,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "macro.h"
 
@@ -18,6 +19,10 @@ typedef struct Metrics Metrics;
 int metrics_new(Metrics **ret);
 Metrics *metrics_free(Metrics *x);
 DEFINE_CLEANUP_FUNC(Metrics *, metrics_free);
+
+/* Writes v (NULL: empty) as a label value of the text exposition format: backslash, double quote and
+ * newline escaped as \\, \" and \n, bytes that are not UTF-8 as U+FFFD. */
+void metrics_put_label_value(FILE *f, const char *v);
 
 /* Renders the textfile from m (NULL text on -ENOMEM). */
 int metrics_format(const struct Node *n, char **ret);

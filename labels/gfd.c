@@ -7,6 +7,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 
+#include "escape.h"
 #include "label-internal.h"
 #include "string-table.h"
 #include "strv.h"
@@ -110,11 +111,15 @@ static int gfd_put_driver_version(Gfd *g) {
                 else
                         parts[n++] = t;
         }
-        if (!ok || n < 2)
+        if (!ok || n < 2) {
+                _cleanup_free_ char *quoted = escape_message(v);
+                if (!quoted)
+                        return -ENOMEM;
                 return gfd_warn(g,
                                 "NVML reported the driver version '%s', which is not of the form X.Y[.Z]; "
                                 "the cuda.driver.* and cuda.driver-version.* labels are left out.",
-                                v);
+                                quoted);
+        }
 
         const char *rev = n == 3 ? parts[2] : "";
         static const char *const keys[][2] = {
@@ -278,9 +283,13 @@ static int gfd_gpu_model(Gfd *g, const LabelNvmlGpu *gpu, char **ret) {
                         return -ENOMEM;
         }
 
-        if (gpu->name)
-                bad = strprintf("the name '%s' for GPU %s, which has no usable characters", gpu->name, gpu->pci_address);
-        else
+        if (gpu->name) {
+                /* The name is the driver's: quoted escaped, so that it cannot break the log line or D-Bus. */
+                _cleanup_free_ char *quoted = escape_message(gpu->name);
+                if (!quoted)
+                        return -ENOMEM;
+                bad = strprintf("the name '%s' for GPU %s, which has no usable characters", quoted, gpu->pci_address);
+        } else
                 bad = strprintf("no name for GPU %s", gpu->pci_address);
         if (!bad)
                 return -ENOMEM;

@@ -5,6 +5,7 @@
 #include <sys/uio.h>
 #include <systemd/sd-journal.h>
 
+#include "escape.h"
 #include "log.h"
 #include "strv.h"
 
@@ -56,13 +57,16 @@ int log_internalv(int level, int error, const char *fmt, va_list ap) {
         if (level <= logger.max_level) {
                 if (error != 0)
                         errno = error; /* for %m */
-                /* One write per line so that concurrent writers do not interleave mid-line. */
-                char buf[4096];
-                int n = 0;
+                /* One write per line so that concurrent writers do not interleave mid-line. The message
+                 * carries strings we did not write (NVML's names, file contents): its control characters
+                 * are escaped, so that none can end the line and forge another one or its "<N>" prefix. */
+                char msg[4096], buf[4096];
+                vsnprintf(msg, sizeof msg, fmt, ap);
+                escape_control(msg, buf, sizeof buf);
                 if (logger.prefix)
-                        n = snprintf(buf, sizeof buf, "<%d>", level);
-                vsnprintf(buf + n, sizeof buf - (size_t) n, fmt, ap);
-                fprintf(stderr, "%s\n", buf);
+                        fprintf(stderr, "<%d>%s\n", level, buf);
+                else
+                        fprintf(stderr, "%s\n", buf);
                 fflush(stderr);
         }
         errno = saved;
@@ -85,9 +89,11 @@ void log_struct(int level, const char *const *fields, const char *fmt, ...) {
 
         if (level > logger.max_level)
                 return;
+        char raw[4096];
         va_start(ap, fmt);
-        vsnprintf(msg, sizeof msg, fmt, ap);
+        vsnprintf(raw, sizeof raw, fmt, ap);
         va_end(ap);
+        escape_control(raw, msg, sizeof msg);
 
         if (!logger.journal) {
                 log_internal(level, 0, "%s", msg);

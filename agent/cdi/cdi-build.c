@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 
 #include "cdi-internal.h"
+#include "escape.h"
 #include "cdi.h"
 #include "config.h"
 #include "fileio.h"
@@ -73,13 +74,16 @@ static void normalize_path(char *p) {
 
 static int warn(Builder *b, const char *fmt, ...) _printf_(2, 3);
 static int warn(Builder *b, const char *fmt, ...) {
-        char *s;
+        _cleanup_free_ char *s = NULL;
         va_list ap;
 
         va_start(ap, fmt);
         int k = vasprintf(&s, fmt, ap);
         va_end(ap);
-        return k < 0 ? -ENOMEM : strv_consume(&b->warnings, s);
+        if (k < 0)
+                return -ENOMEM;
+        /* A warning quotes NVML's strings and file names; it goes to the journal and D-Bus. */
+        return strv_consume(&b->warnings, escape_message(s));
 }
 
 static int add_node(CdiEdits *e, const char *path) {

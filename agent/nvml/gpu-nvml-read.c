@@ -22,6 +22,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 
+#include "escape.h"
 #include "gpu-nvml-internal.h"
 #include "strv.h"
 
@@ -61,7 +62,11 @@ static int read_system(GpuNvml *n, NvmlSnapshot *s) {
         if (!(n->system_facts & GPU_SYSTEM_DRIVER)) {
                 buf[0] = '\0';
                 r = gpu_nvml_system_get_driver_version(n, buf, sizeof buf);
-                if (r >= 0 && *buf) {
+                if (r >= 0 && *buf && !gpu_nvml_version_is_valid(buf)) {
+                        if (warn(s, "NVML: nvmlSystemGetDriverVersion answered a string that is not a version "
+                                 "(digits and dots); the driver version is unknown.") < 0)
+                                return -ENOMEM;
+                } else if (r >= 0 && *buf) {
                         n->driver_version = strdup(buf);
                         if (!n->driver_version)
                                 return -ENOMEM;
@@ -76,7 +81,11 @@ static int read_system(GpuNvml *n, NvmlSnapshot *s) {
         if (!(n->system_facts & GPU_SYSTEM_NVML)) {
                 buf[0] = '\0';
                 r = gpu_nvml_system_get_nvml_version(n, buf, sizeof buf);
-                if (r >= 0 && *buf) {
+                if (r >= 0 && *buf && !gpu_nvml_version_is_valid(buf)) {
+                        if (warn(s, "NVML: nvmlSystemGetNVMLVersion answered a string that is not a version "
+                                 "(digits and dots); the NVML version is unknown.") < 0)
+                                return -ENOMEM;
+                } else if (r >= 0 && *buf) {
                         n->nvml_version = strdup(buf);
                         if (!n->nvml_version)
                                 return -ENOMEM;
@@ -147,6 +156,7 @@ int gpu_nvml_enumerate(GpuNvml *n, char ***ret, char **ret_error) {
                 }
                 pci.busId[sizeof pci.busId - 1] = '\0';
                 if (gpu_nvml_normalize_bus_id(pci.busId, address) < 0) {
+                        string_clean(pci.busId);
                         *ret_error = strprintf("Cannot list GPUs through NVML: GPU %u has the PCI bus id \"%s\", "
                                                "which is not a PCI address.", i, pci.busId);
                         return -EBADMSG;
@@ -244,6 +254,10 @@ static int read_static_facts(GpuNvml *n, NvmlSnapshot *s, GpuNvmlCached *c, unsi
                 if (r >= 0 && !*buf)
                         r = warn(s, "GPU %s: nvmlDeviceGetUUID answered an empty UUID; the UUID is left unknown.",
                                  c->pci_address);
+                else if (r >= 0 && !gpu_nvml_uuid_is_valid(buf, "GPU-"))
+                        r = warn(s, "GPU %s: nvmlDeviceGetUUID answered a UUID that is not \"GPU-\" followed by "
+                                 "hex digits and dashes; the UUID is left unknown (no UUID-named CDI device, no UUID "
+                                 "label or metric).", c->pci_address);
                 else if (r >= 0) {
                         if (!(c->uuid = strdup(buf)))
                                 return -ENOMEM;
@@ -538,16 +552,19 @@ static int read_mig_device(GpuNvml *n, NvmlSnapshot *s, GpuNvmlCached *c, GpuNvm
         *ret_found = true;
 
         r = gpu_nvml_device_get_uuid(n, md, buf, sizeof buf);
-        if (r >= 0 && *buf) {
+        if (r >= 0 && *buf && !gpu_nvml_uuid_is_valid(buf, "MIG-"))
+                /* Also NVML's pre-R470 "MIG-GPU-<uuid>/<gi>/<ci>", whose '/' no CDI name may hold. */
+                r = warn(s, "GPU %s: MIG device %u: nvmlDeviceGetUUID answered a UUID that is not \"MIG-\" "
+                         "followed by hex digits and dashes; the UUID is left unknown.", c->pci_address, i);
+        else if (r >= 0 && *buf) {
                 MigDeviceInfo *k = mig_known_find(c, buf);
                 if (k)
                         return mig_device_copy(k, i, m);
-        }
-        if (r >= 0 && *buf && !(m->uuid = strdup(buf)))
-                return -ENOMEM;
-        if (r >= 0 && !*buf)
+                if (!(m->uuid = strdup(buf)))
+                        return -ENOMEM;
+        } else if (r >= 0)
                 r = warn(s, "GPU %s: MIG device %u has an empty UUID.", c->pci_address, i);
-        else if (r < 0)
+        else
                 r = gpu_call_failed(n, s, c->pci_address, r);
         if (r < 0)
                 return r;

@@ -2,7 +2,10 @@
 /* Owns the NvmlSnapshot model's helpers (free, find, equal: what the stages compare to decide whether
  * anything changed) and the canonical MIG profile naming formula of labels.md. */
 #include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
 
+#include "escape.h"
 #include "gpu-nvml-internal.h"
 #include "strv.h"
 
@@ -106,4 +109,95 @@ char *gpu_mig_profile_name(unsigned gi_slices, unsigned ci_slices, uint64_t memo
         if (ci_slices != gi_slices)
                 return strprintf("%uc.%ug.%" PRIu64 "gb%s", ci_slices, gi_slices, gb, suffix ?: "");
         return strprintf("%ug.%" PRIu64 "gb%s", gi_slices, gb, suffix ?: "");
+}
+
+/* ---- Checks on strings from NVML and from workers ------------------------------------------------------- */
+
+static bool hex_or_dash(char c) {
+        return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F') || c == '-';
+}
+
+bool gpu_nvml_uuid_is_valid(const char *s, const char *prefix) {
+        size_t n;
+
+        if (!s || !startswith(s, prefix))
+                return false;
+        n = strlen(s);
+        s += strlen(prefix);
+        if (n > GPU_NVML_UUID_MAX || !*s || *s == '-')
+                return false;
+        for (; *s; s++)
+                if (!hex_or_dash(*s))
+                        return false;
+        return true;
+}
+
+bool gpu_nvml_version_is_valid(const char *s) {
+        bool digit = false;
+
+        if (!s || strlen(s) > 79)
+                return false;
+        for (; *s; s++) {
+                if (*s >= '0' && *s <= '9')
+                        digit = true;
+                else if (*s == '.' && digit)
+                        digit = false;
+                else
+                        return false;
+        }
+        return digit;
+}
+
+bool gpu_nvml_profile_is_valid(const char *s) {
+        if (!s || !*s || strlen(s) > 32)
+                return false;
+        return s[strspn(s, "0123456789abcdefghijklmnopqrstuvwxyz.+-")] == '\0';
+}
+
+bool gpu_nvml_pci_address_is_valid(const char *s) {
+        char again[32];
+
+        return s && gpu_nvml_normalize_bus_id(s, again) >= 0 && streq(again, s);
+}
+
+static bool name_ok(const char *s) {
+        return !s || (*s && strlen(s) <= GPU_NVML_STRING_MAX);
+}
+
+int gpu_nvml_snapshot_check(const NvmlSnapshot *s, const char **ret_what) {
+        const char *what = NULL;
+
+        if (s->driver_version && !gpu_nvml_version_is_valid(s->driver_version))
+                what = "the driver version";
+        else if (s->nvml_version && !gpu_nvml_version_is_valid(s->nvml_version))
+                what = "the NVML version";
+        STRV_FOREACH(w, s->warnings)
+                if (!what && (strlen(*w) > 4096 || string_has_control(*w) || !utf8_is_valid(*w)))
+                        what = "a warning";
+        for (size_t i = 0; !what && i < s->n_gpus; i++) {
+                const GpuInfo *g = &s->gpus[i];
+
+                if (!gpu_nvml_pci_address_is_valid(g->pci_address))
+                        what = "a GPU's PCI address";
+                else if (!name_ok(g->name))
+                        what = "a GPU's name";
+                else if (g->uuid && !gpu_nvml_uuid_is_valid(g->uuid, "GPU-"))
+                        what = "a GPU's UUID";
+                else if (g->clique && (strlen(g->clique) > 64 ||
+                                       g->clique[strspn(g->clique, "0123456789abcdef-.")] != '\0'))
+                        what = "a GPU's fabric clique";
+                STRV_FOREACH(a, g->nvlink_remotes)
+                        if (!what && !gpu_nvml_pci_address_is_valid(*a))
+                                what = "an NVLink's far end";
+                for (size_t k = 0; !what && k < g->n_mig_devices; k++) {
+                        const MigDeviceInfo *m = &g->mig_devices[k];
+                        if (m->uuid && !gpu_nvml_uuid_is_valid(m->uuid, "MIG-"))
+                                what = "a MIG device's UUID";
+                        else if (m->profile && !gpu_nvml_profile_is_valid(m->profile))
+                                what = "a MIG device's profile name";
+                }
+        }
+        if (ret_what)
+                *ret_what = what;
+        return what ? -EBADMSG : 0;
 }

@@ -115,7 +115,7 @@ char *wire_get_str(WireReader *r) {
 
         if (r->bad || n == NULL_STRING)
                 return NULL;
-        if (n > r->left) {
+        if (n > r->left || n > GPU_NVML_WIRE_STR_MAX) {
                 r->bad = true;
                 return NULL;
         }
@@ -256,6 +256,9 @@ int wire_get_snapshot(WireReader *r, NvmlSnapshot **ret) {
                         get_mig_device(r, &g->mig_devices[g->n_mig_devices++]);
         }
         if (r->bad || r->left != 0)
+                return -EBADMSG;
+        /* The worker checked NVML's strings; one that did not was crashed or subverted. */
+        if (gpu_nvml_snapshot_check(s, NULL) < 0)
                 return -EBADMSG;
         *ret = TAKE_PTR(s);
         return 0;

@@ -134,6 +134,8 @@ typedef enum GpuNvmlWireType {
 } GpuNvmlWireType;
 
 #define GPU_NVML_WIRE_MAX (64u << 20)
+/* The longest string a frame may carry (paths, warnings): a worker that sends more is broken. */
+#define GPU_NVML_WIRE_STR_MAX (64u << 10)
 
 typedef struct WireBuf {
         uint8_t *data;

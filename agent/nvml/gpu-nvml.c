@@ -6,6 +6,7 @@
 #include <dlfcn.h>
 #include <stdio.h>
 
+#include "escape.h"
 #include "gpu-nvml-internal.h"
 #include "string-table.h"
 #include "strv.h"
@@ -101,6 +102,8 @@ const char *gpu_nvml_last_error(GpuNvml *n) {
                         snprintf(n->last_error, sizeof n->last_error, "%s: %s (%d)", n->last_entry,
                                  gpu_nvml_return_to_string(n->last_rc), (int) n->last_rc);
         }
+        /* nvmlErrorString's text is the library's: it goes into logs and D-Bus warnings. */
+        string_clean(n->last_error);
         n->last_formatted = true;
         return n->last_error;
 }
@@ -380,7 +383,11 @@ const char *gpu_nvml_profile_suffix(unsigned index, const char *name) {
         if (suffix)
                 return suffix;
         gb = name ? strstr(name, "gb") : NULL;
-        return gb && (gb[2] == '+' || gb[2] == '-') ? gb + 2 : "";
+        /* The suffix becomes part of the profile name, hence of labels and gres.conf lines. */
+        if (!gb || (gb[2] != '+' && gb[2] != '-') || strlen(gb + 2) > 16 ||
+            gb[2 + strspn(gb + 2, "abcdefghijklmnopqrstuvwxyz.+-")] != '\0')
+                return "";
+        return gb + 2;
 }
 
 const char *gpu_nvml_profile_index_suffix(unsigned index) {
@@ -422,12 +429,20 @@ DEFINE_STRING_TABLE_LOOKUP_TO_STRING(gpu_mig_mode, GpuMigMode, mig_mode_table, _
 
 /* ---- One wrapper per entry point -------------------------------------------------------------------------- */
 
+/* A driver that fills the whole buffer leaves no NUL: the string ends at the buffer's end, whatever it
+ * answered. */
+static int terminated(int r, char *buf, unsigned size) {
+        if (buf && size > 0)
+                buf[size - 1] = '\0';
+        return r;
+}
+
 int gpu_nvml_system_get_driver_version(GpuNvml *n, char *buf, unsigned size) {
-        return GPU_NVML_CALL(n, nvmlSystemGetDriverVersion, buf, size);
+        return terminated(GPU_NVML_CALL(n, nvmlSystemGetDriverVersion, buf, size), buf, size);
 }
 
 int gpu_nvml_system_get_nvml_version(GpuNvml *n, char *buf, unsigned size) {
-        return GPU_NVML_CALL(n, nvmlSystemGetNVMLVersion, buf, size);
+        return terminated(GPU_NVML_CALL(n, nvmlSystemGetNVMLVersion, buf, size), buf, size);
 }
 
 int gpu_nvml_system_get_cuda_driver_version(GpuNvml *n, int *ret) {
@@ -451,11 +466,11 @@ int gpu_nvml_device_get_index(GpuNvml *n, nvmlDevice_t d, unsigned *ret) {
 }
 
 int gpu_nvml_device_get_name(GpuNvml *n, nvmlDevice_t d, char *buf, unsigned size) {
-        return GPU_NVML_CALL(n, nvmlDeviceGetName, d, buf, size);
+        return terminated(GPU_NVML_CALL(n, nvmlDeviceGetName, d, buf, size), buf, size);
 }
 
 int gpu_nvml_device_get_uuid(GpuNvml *n, nvmlDevice_t d, char *buf, unsigned size) {
-        return GPU_NVML_CALL(n, nvmlDeviceGetUUID, d, buf, size);
+        return terminated(GPU_NVML_CALL(n, nvmlDeviceGetUUID, d, buf, size), buf, size);
 }
 
 int gpu_nvml_device_get_pci_info(GpuNvml *n, nvmlDevice_t d, nvmlPciInfo_t *ret) {

@@ -137,3 +137,23 @@ char *gpu_mig_profile_name(unsigned gi_slices, unsigned ci_slices, uint64_t memo
                            uint64_t total_bytes, const char *suffix);
 
 const char *gpu_mig_mode_to_string(GpuMigMode m);
+
+/* The strings NVML hands us are data from a driver we did not write, and those a worker sends may come
+ * from a crashed or subverted process: each is checked where it enters (the reader, the wire decoder).
+ * The longest string NVML answers, without its NUL: the V2 name and UUID buffers are 96 bytes. */
+#define GPU_NVML_STRING_MAX 95
+/* prefix ("GPU-" or "MIG-") followed by hex digits and dashes (a hex digit first), at most
+ * GPU_NVML_UUID_MAX bytes (a real one has 40; one that filled NVML's whole buffer was cut short): the only
+ * characters a CDI device name, a label or a gres.conf line can take from it. NVML's pre-R470
+ * "MIG-GPU-<uuid>/<gi>/<ci>" form is refused. */
+#define GPU_NVML_UUID_MAX 80
+bool gpu_nvml_uuid_is_valid(const char *s, const char *prefix);
+/* "550.54.15", "12.550.54.15": digits separated by single dots, at most 79 bytes (NVML's 80-byte buffer). */
+bool gpu_nvml_version_is_valid(const char *s);
+/* A canonical MIG profile name: "1g.10gb", "1c.2g.20gb+me.all", lower-case letters, digits, '.', '+', '-'. */
+bool gpu_nvml_profile_is_valid(const char *s);
+/* A PCI address as we spell it: "0000:3b:00.0" (lower case). */
+bool gpu_nvml_pci_address_is_valid(const char *s);
+/* Every string of s within the rules above (names: non-empty, at most GPU_NVML_STRING_MAX bytes, any
+ * bytes but NUL). -EBADMSG with *ret_what naming the first offending field otherwise. */
+int gpu_nvml_snapshot_check(const NvmlSnapshot *s, const char **ret_what);

@@ -130,8 +130,8 @@ static int parse_instance(FakeYaml *y, yaml_node_t *n, FakeGpu *g, FakeInitGi *r
 }
 
 static int parse_gpu(FakeYaml *y, yaml_node_t *n, FakeNode *node, FakeGpu *g, FakeError *e) {
-        static const char *const keys[] = { "pci", "model", "uuid", "minor", "subsystem", "mig", "mig_pending",
-                                            "instances", "fabric", "nvlink", "processes", NULL };
+        static const char *const keys[] = { "pci", "model", "name", "name_hex", "uuid", "minor", "subsystem", "mig",
+                                            "mig_pending", "instances", "fabric", "nvlink", "processes", NULL };
         const char *s;
         uint64_t v;
         int r;
@@ -172,6 +172,38 @@ static int parse_gpu(FakeYaml *y, yaml_node_t *n, FakeNode *node, FakeGpu *g, Fa
                                   y->path, fake_yaml_line(model), g->pci, s, node->profiles_path, list);
         }
         g->subsystem = g->model->subsystem;
+
+        /* A hostile driver's name: any string, or any bytes (name_hex), even what YAML cannot carry. */
+        yaml_node_t *name = fake_yaml_get(y, n, "name"), *name_hex = fake_yaml_get(y, n, "name_hex");
+        if (name && name_hex)
+                return fake_error(e, "%s:%u: GPU %s has both 'name' and 'name_hex'; keep one", y->path,
+                                  fake_yaml_line(n), g->pci);
+        if (name) {
+                r = fake_yaml_str(y, name, "'name' of a GPU", &s, e);
+                if (r < 0)
+                        return r;
+                if (!(g->name = strdup(s)))
+                        return -ENOMEM;
+        }
+        if (name_hex) {
+                r = fake_yaml_str(y, name_hex, "'name_hex' of a GPU", &s, e);
+                if (r < 0)
+                        return r;
+                size_t len = strlen(s);
+                if (len == 0 || len % 2 || s[strspn(s, "0123456789abcdefABCDEF")] || strstr(s, "00"))
+                        return fake_error(e, "%s:%u: GPU %s: name_hex '%s' is not pairs of hex digits without a "
+                                          "00 byte, e.g. \"4e56ff\"", y->path, fake_yaml_line(name_hex), g->pci, s);
+                if (!(g->name = calloc(len / 2 + 1, 1)))
+                        return -ENOMEM;
+                for (size_t i = 0; i < len / 2; i++) {
+                        unsigned b;
+                        sscanf(s + 2 * i, "%2x", &b);
+                        g->name[i] = (char) b;
+                }
+                if (strlen(g->name) != len / 2)
+                        return fake_error(e, "%s:%u: GPU %s: name_hex '%s' has a 00 byte", y->path,
+                                          fake_yaml_line(name_hex), g->pci, s);
+        }
 
         yaml_node_t *uuid = fake_yaml_get(y, n, "uuid");
         if (uuid) {
@@ -733,6 +765,7 @@ FakeNode *fake_node_free(FakeNode *n) {
         for (size_t i = 0; i < n->n_gpus; i++) {
                 free(n->gpus[i].procs);
                 free(n->gpus[i].init);
+                free(n->gpus[i].name);
         }
         free(n->gpus);
         fake_models_done(&n->models);

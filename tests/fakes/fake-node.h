@@ -70,7 +70,8 @@ typedef struct FakeGpu {
         char pci[16];          /* "0000:1b:00.0" */
         unsigned domain, bus, device, function;
         const FakeModel *model;
-        char uuid[80];
+        char *name;            /* "name"/"name_hex": what nvmlDeviceGetName answers instead of the model's */
+        char uuid[320];
         unsigned minor;
         unsigned subsystem;
         bool has_fabric;

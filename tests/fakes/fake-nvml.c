@@ -573,6 +573,18 @@ static nvmlReturn_t copy_string(const char *s, char *buf, unsigned length) {
         return NVML_SUCCESS;
 }
 
+/* A string the node description chose (a hostile driver's): one longer than the buffer fills it whole,
+ * with no NUL, as a broken driver might, instead of NVML's INSUFFICIENT_SIZE. */
+static nvmlReturn_t copy_hostile(const char *s, char *buf, unsigned length) {
+        if (!buf)
+                return NVML_ERROR_INVALID_ARGUMENT;
+        if (strlen(s) + 1 > length) {
+                memcpy(buf, s, length);
+                return NVML_SUCCESS;
+        }
+        return copy_string(s, buf, length);
+}
+
 nvmlReturn_t nvmlSystemGetDriverVersion(char *version, unsigned int length) {
         nvmlReturn_t r;
         if (fake_enter(__func__, &r))
@@ -709,7 +721,9 @@ nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned int len
                 char pn[64];
                 fake_ci_name(fake_model_gi_by_id(g->model, gi->profile), ci->size, pn, sizeof pn);
                 snprintf(buf, sizeof buf, "%s MIG %s", g->model->name, pn);
-        } else
+        } else if (g->name)
+                return fake_leave(__func__, copy_hostile(g->name, name, length));
+        else
                 snprintf(buf, sizeof buf, "%s", g->model->name);
         return fake_leave(__func__, copy_string(buf, name, length));
 }
@@ -725,7 +739,7 @@ nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned int len
         if (!g)
                 return fake_leave(__func__, NVML_ERROR_INVALID_ARGUMENT);
         const char *s = garbage(idx, FAKE_GARBAGE_UUID) ? "" : ci ? ci->uuid : g->uuid;
-        return fake_leave(__func__, copy_string(s, uuid, length));
+        return fake_leave(__func__, copy_hostile(s, uuid, length));
 }
 
 static nvmlReturn_t pci_info(nvmlDevice_t device, nvmlPciInfo_t *pci) {

@@ -6,14 +6,15 @@ plants symlinks, FIFOs, device nodes or deep/recursive files, runs the real daem
 and that the daemon keeps answering on the bus. TAP output; needs root (mknod, the bus policy)."""
 import hashlib
 import os
+import re
 import signal
 import stat
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import (AGENT, Agent, Bus, Fail, Node, Notify, TempDir, busctl, check, get_property,  # noqa: E402
-                     run, tap_main)
+from harness import (AGENT, NODES, Agent, Bus, Fail, Node, Notify, TempDir, busctl, check,  # noqa: E402
+                     get_property, run, tap_main)
 
 from harness import timeout_scale  # noqa: E402
 SCALE = timeout_scale()
@@ -63,10 +64,12 @@ def laughs_yaml():
 
 
 class Daemon:
-    def __init__(self, tmp, node, extra_yaml=""):
+    def __init__(self, tmp, node, extra_yaml="", nvml_description=None):
         self.bus = Bus(tmp)
         self.notify = Notify(tmp)
         self.node = Node(tmp, node, extra_yaml)
+        if nvml_description:
+            self.node.nvml_env["FAKE_NVML_DESCRIPTION"] = nvml_description
         self.agent = Agent(self.node, self.bus, self.notify)
         try:
             self.notify.wait_for("READY=1", 60 * SCALE)
@@ -256,6 +259,141 @@ def test_empty_mig_journal_is_no_crash():
         check("MIG journal" not in p.stderr, "reported: " + p.stderr)
 
 
+HOSTILE_NAME = 'NVIDIA "A100"\n#nvidia.com/gpu.count=99 x=y\\ ' + "A" * 300
+BAD_UTF8_NAME = b"\xff\xfe\n<!>\"#=".hex()  # not UTF-8, and nothing a label value can take
+
+
+def hostile_description(tmp, node):
+    """The node's fake NVML description with a hostile driver's strings: GPU 0 a name with quotes, a
+    newline, '#', '=' and a backslash, 300+ bytes long (the fake fills NVML's buffer without a NUL), and a
+    UUID with a newline and '#'; GPU 1 a name that is not UTF-8 and would start a forged log line; a
+    driver version with a newline."""
+    import yaml
+    with open(os.path.join(NODES, node, "nvml.yaml")) as f:
+        desc = yaml.safe_load(f)
+    desc["gpus"][0]["name"] = HOSTILE_NAME
+    desc["gpus"][0]["uuid"] = "GPU-0123\n#uuid=evil"
+    desc["gpus"][1]["name_hex"] = BAD_UTF8_NAME
+    desc["driver_version"] = "550.127.05\n#nvidia.com/x=y"
+    path = os.path.join(tmp, "nvml.yaml")
+    with open(path, "w") as f:
+        yaml.safe_dump(desc, f)
+    return path
+
+
+def _import(name):
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(name.replace("-", "_"),
+                                                  os.path.join(os.path.dirname(os.path.abspath(__file__)), name))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_hostile_nvml_strings():
+    """A driver answering hostile names and UUIDs (#21): one daemon run, every output checked. The
+    feature file has one valid label per line and no extra label; the CDI spec parses and names no device
+    after the bad UUID; gres.conf has one line per GPU, nothing after a '#'; the metrics textfile parses
+    (node_exporter's parser, or a strict one) with the name as one label value; the GPU objects answer
+    GetAll; no output line of the agent holds a control character or a forged priority."""
+    import json
+    import yaml
+    metrics = _import("test-metrics.py")
+    with TempDir() as tmp:
+        prom = os.path.join(tmp, "textfile", "gpu-node-agent.prom")
+        gres = os.path.join(tmp, "slurm", "gres.conf")
+        d = Daemon(tmp, "a100-pcie", "gres:\n  slurm:\n    enabled: true\n    file: %s\nmetrics:\n  textfile: %s\n"
+                   % (gres, prom), nvml_description=hostile_description(tmp, "a100-pcie"))
+        try:
+            d.answers()
+            deadline = time.monotonic() + 10 * SCALE
+            while not (os.path.exists(prom) and os.path.exists(gres)) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            check(os.path.exists(prom) and os.path.exists(gres), "no textfile or gres.conf:\n" + d.agent.output())
+
+            # Labels: comments and key=value lines only, every one a valid Kubernetes label.
+            label_re = re.compile(r"^nvidia\.com/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?="
+                                  r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+            with open(d.node.feature_file(), "rb") as f:
+                lines = f.read().decode("ascii").split("\n")
+            check(lines[-1] == "", "the feature file does not end with a newline")
+            labels = {}
+            for line in lines[:-1]:
+                if line.startswith("#"):
+                    check(line.startswith("# Written by") or line.startswith("# +expiry-time="),
+                          "a comment line not ours: %r" % line)
+                    continue
+                check(label_re.match(line) and len(line.split("=", 1)[1]) <= 63, "not a valid label line: %r" % line)
+                k, v = line.split("=", 1)
+                check(k not in labels, "label %s twice" % k)
+                labels[k] = v
+            # GPU 1's name has nothing a label can take: it is labelled with GPU 0's (same PCI ids), which is
+            # shortened to 63 characters.
+            check(labels.get("nvidia.com/gpu.count") == "2", "gpu.count %r" % labels.get("nvidia.com/gpu.count"))
+            check(labels.get("nvidia.com/gpu.product", "").startswith("NVIDIA-A100nvidia.comgpu.count99-xy-AAA"),
+                  "gpu.product %r" % labels.get("nvidia.com/gpu.product"))
+            check("nvidia.com/uuid" not in labels and not any("evil" in v for v in labels.values()),
+                  "the UUID leaked into the labels: %r" % labels)
+
+            # CDI: valid YAML that our checker takes, no device after the refused UUID.
+            with open(d.node.cdi_spec) as f:
+                spec = yaml.safe_load(f)
+            names = sorted(dev["name"] for dev in spec["devices"])
+            check(names == ["0", "1", "GPU-0000ca00-0000-4000-8000-20f100000001", "all"], "CDI devices %r" % names)
+            for dev in names:
+                check(re.match(r"^[A-Za-z0-9]([A-Za-z0-9_.:-]*[A-Za-z0-9])?$", dev), "bad CDI name %r" % dev)
+
+            # gres.conf: the header comments and one line per GPU, no '#' after the start of a line.
+            with open(gres, "rb") as f:
+                glines = [l for l in f.read().decode("ascii").split("\n") if l and not l.startswith("#")]
+            check(len(glines) == 2, "gres.conf lines %r" % glines)
+            for l in glines:
+                check("#" not in l and re.match(r"^Name=gpu Type=[^\s=#]+ File=/\S+/nvidia[01] Cores=[0-9,-]+"
+                                                r"( Links=[-0-9,]+)?$", l), "bad gres.conf line %r" % l)
+
+            # Metrics: the strict parser (and node_exporter's, when installed); one modelName per GPU.
+            with open(prom, "rb") as f:
+                text = f.read().decode("utf-8")  # fails on bytes that are not UTF-8
+            samples, _ = metrics.parse(text, prom)
+            xid = {lab["gpu"]: lab for n, lab, _ in samples if n == "DCGM_FI_DEV_XID_ERRORS"}
+            check(sorted(xid) == ["0", "1"], "XID series %r" % xid)
+            escaped = HOSTILE_NAME[:95].replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+            check(xid["0"]["modelName"] == escaped, "modelName of GPU 0: %r" % xid["0"]["modelName"])
+            check(xid["1"]["modelName"] == '\ufffd\ufffd\\n<!>\\"#=', "modelName of GPU 1: %r" % xid["1"])
+            check(xid["0"]["UUID"] == "" and xid["1"]["UUID"] == "GPU-0000ca00-0000-4000-8000-20f100000001",
+                  "UUID labels %r" % xid)
+            if os.access(metrics.NODE_EXPORTER, os.X_OK):
+                exp = metrics.Exporter(tmp, os.path.dirname(prom))
+                try:
+                    exp.series()  # fails on a textfile error
+                finally:
+                    exp.close()
+
+            # D-Bus: every GPU object's GetAll answers, the names as sent (U+FFFD for the bad bytes).
+            for i in range(2):
+                out = busctl(d.bus, "--json=short", "call", AGENT_NAME, "/org/gpunodeagent/Agent1/gpu/%d" % i,
+                             "org.freedesktop.DBus.Properties", "GetAll", "s", "org.gpunodeagent.Agent1.Gpu").stdout
+                props = json.loads(out)["data"][0]
+                check(props["Uuid"]["data"] == ("" if i == 0 else "GPU-0000ca00-0000-4000-8000-20f100000001"),
+                      "Uuid of GPU %d: %r" % (i, props["Uuid"]["data"]))
+                want = HOSTILE_NAME[:95] if i == 0 else '\ufffd\ufffd\n<!>"#='
+                check(props["NvmlName"]["data"] == want, "NvmlName of GPU %d: %r" % (i, props["NvmlName"]["data"]))
+
+            # The log: the refused UUID named by PCI address; no control character, no forged line.
+            d.stop_clean()
+            out = d.agent.output()
+            check("GPU 0000:17:00.0: nvmlDeviceGetUUID answered a UUID that is not" in out, "no UUID warning:\n" + out)
+            check("nvmlSystemGetDriverVersion answered a string that is not a version" in out,
+                  "no driver version warning:\n" + out)
+            check("NVML reported the name '\ufffd\ufffd\\n<!>\"#=' for GPU 0000:ca:00.0" in out,
+                  "no warning quoting GPU 1's name:\n" + out)
+            for line in out.split("\n"):
+                check(not re.search(r"[\x00-\x08\x0b-\x1f\x7f]", line), "a control character in %r" % line)
+                check(not line.startswith(("<!>", "#nvidia.com")), "a forged line %r" % line)
+        finally:
+            d.close()
+
+
 if __name__ == "__main__":
     sys.exit(tap_main([
         test_features_hidden_dir_symlink_no_gpu,
@@ -265,4 +403,5 @@ if __name__ == "__main__":
         test_fifo_and_device_in_confd,
         test_leftover_temp_file_cleaned,
         test_empty_mig_journal_is_no_crash,
+        test_hostile_nvml_strings,
     ], sys.argv[1:]))

@@ -161,7 +161,9 @@ def test_textfile_scraped_by_node_exporter():
                          "DCGM_FI_DEV_ROW_REMAP_FAILURE", "gpu_node_agent_gpu_health"):
                 check(len({lab["gpu"] for n, lab, _ in scraped if n == name}) == 8, "%s: not one series per GPU" % name)
             check(find(samples, "DCGM_FI_DEV_XID_ERRORS", gpu="3", pci_bus_id="00000000:61:00.0",
-                       device="nvidia3") == [0.0], "XID gauge of GPU 3 before any XID")
+                       device="nvidia3", err_code="0") == [0.0], "XID gauge of GPU 3 before any XID")
+            check(not any("err_msg" in lab for n, lab, _ in samples if n == "DCGM_FI_DEV_XID_ERRORS"),
+                  "an err_msg label without an XID")
             check(find(samples, "gpu_node_agent_node_state", state="ready") == [1.0], "node_state ready")
             check(find(samples, "gpu_node_agent_stage_state", stage="nvml", state="done") == [1.0], "stage_state nvml")
             check(find(samples, "gpu_node_agent_passes_total")[0] >= 1, "passes_total")
@@ -200,6 +202,9 @@ def test_textfile_scraped_by_node_exporter():
             held.close()
             wait_until("the pass the XID caused", lambda: 'state="degraded"} 1' in open(prom).read(), 2)
             samples = exp.series()
+            # dcgm-exporter's labels of the XID gauge: the code, and what it means.
+            check(find(samples, "DCGM_FI_DEV_XID_ERRORS", gpu="3", err_code="79",
+                       err_msg="GPU has fallen off the bus") == [79.0], "err_code/err_msg of XID 79 on GPU 3")
             check(find(samples, "gpu_node_agent_gpu_health", gpu="3", health="failed") == [1.0], "GPU 3 health gauge")
             check(find(samples, "gpu_node_agent_unhealthy_gpus") == [1.0], "unhealthy_gpus")
             check(find(samples, "gpu_node_agent_node_state", state="degraded") == [1.0], "node_state degraded")

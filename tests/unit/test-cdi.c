@@ -570,6 +570,34 @@ static void test_bad_nvml_data(void **state) {
         node_free(&n);
 }
 
+/* Strings a hostile driver (or a caller that skipped the NVML layer's checks) could hand the builder:
+ * quotes, newlines, '#', ':', backslashes, bytes that are not UTF-8. The spec stays valid and parseable,
+ * such a UUID costs only its own name, and the warnings quote it escaped. */
+static void test_hostile_strings(void **state) {
+        TestNode n = node_new(true);
+        GpuInfo gpus[] = { gpu_a(false), gpu_b(false) };
+        NvmlSnapshot snap = snapshot(gpus, 2);
+        CdiBuildInput in = node_input(&n, &snap, NULL);
+        _cleanup_strv_free_ char **warnings = NULL;
+        _cleanup_(cdi_spec_freep) CdiSpec *back = NULL;
+        _cleanup_free_ char *error = NULL;
+        (void) state;
+
+        gpus[0].uuid = "GPU-1\n  - name: evil\n#\"x\\";
+        gpus[1].uuid = "GPU-\xff: \"";
+        gpus[0].name = "NVIDIA \"H100\"\n#x: y";
+        _cleanup_free_ char *text = build_yaml(&in, &warnings);
+        assert_int_equal(cdi_spec_parse("built", text, strlen(text), &back, &error), 0);
+        assert_int_equal(back->n_devices, 3); /* 0, 1, all */
+        assert_null(strstr(text, "evil"));
+        assert_int_equal(strv_length(warnings), 2);
+        assert_string_equal(warnings[0], "GPU 0000:3b:00.0: \"GPU-1\\n  - name: evil\\n#\"x\\\" cannot be a CDI device "
+                                         "name (invalid or used twice); left out");
+        assert_string_equal(warnings[1], "GPU 0000:86:00.0: \"GPU-\xef\xbf\xbd: \"\" cannot be a CDI device name "
+                                         "(invalid or used twice); left out");
+        node_free(&n);
+}
+
 /* mig-minors as the driver lays it out (tests/fixtures/mknode.py): config and monitor, then per GPU 15 GPU
  * instances, each an access minor followed by its 8 compute instances'. With 32 GPUs (the driver's own
  * count) that is 4322 lines; with offset 0 the first lines are those of the fixture. */
@@ -940,6 +968,7 @@ int main(void) {
                 cmocka_unit_test(test_ldcache),
                 cmocka_unit_test(test_driver_root),
                 cmocka_unit_test(test_bad_nvml_data),
+                cmocka_unit_test(test_hostile_strings),
                 cmocka_unit_test(test_mig_minors_driver_size),
                 cmocka_unit_test(test_mig_minors_only_for_mig),
                 cmocka_unit_test(test_conflict),

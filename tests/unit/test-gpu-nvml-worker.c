@@ -165,7 +165,7 @@ static void test_wire_round_trip(void **state) {
                   .uuid = (char *) "GPU-1", .memory_total_bytes = 42949672960ull, .cc_major = 8, .cc_minor = 0,
                   .minor = 0, .mig_current = GPU_MIG_ENABLED, .mig_pending = GPU_MIG_ENABLED, .mig_devices = mig,
                   .n_mig_devices = 1, .clique = (char *) "a1b2.7", .nvlink_known = true, .nvlink_remotes = nvlinks },
-                { .pci_address = "0000:5e:00.0", .nvml_index = 1, .name = NULL, .uuid = (char *) "", .cc_major = -1,
+                { .pci_address = "0000:5e:00.0", .nvml_index = 1, .name = NULL, .uuid = NULL, .cc_major = -1,
                   .cc_minor = -1, .minor = -1, .mig_current = GPU_MIG_UNSUPPORTED, .mig_pending = GPU_MIG_UNSUPPORTED },
         };
         char *warnings[] = { (char *) "GPU 0000:5e:00.0: nvmlDeviceGetName failed", NULL };
@@ -183,7 +183,7 @@ static void test_wire_round_trip(void **state) {
         assert_true(gpu_nvml_snapshot_equal(&s, back));
         assert_null(back->nvml_version);
         assert_null(back->gpus[1].name);
-        assert_string_equal(back->gpus[1].uuid, "");
+        assert_null(back->gpus[1].uuid);
         assert_string_equal(back->gpus[0].mig_devices[0].profile, "3g.20gb");
         assert_string_equal(back->warnings[0], warnings[0]);
         assert_true(back->gpus[0].nvlink_known);
@@ -204,6 +204,85 @@ static void test_wire_round_trip(void **state) {
                 assert_null(back);
                 free(copy);
         }
+}
+
+/* A crashed or subverted worker's snapshot: every string NVML could not have answered, or that the reader
+ * would have refused, fails the whole frame; a name keeps its bytes (the outputs escape them). */
+static int hostile_round_trip(NvmlSnapshot *s) {
+        _cleanup_(wire_buf_done) WireBuf b = {};
+        NvmlSnapshot *back = NULL;
+        WireReader rd;
+        int r;
+
+        wire_begin(&b, GPU_NVML_WIRE_SNAPSHOT);
+        wire_put_snapshot(&b, s);
+        assert_return_code(wire_end(&b), 0);
+        rd = (WireReader) { .p = b.data + 8, .left = b.len - 8 };
+        r = wire_get_snapshot(&rd, &back);
+        gpu_nvml_snapshot_free(back);
+        return r;
+}
+
+static void test_wire_refuses_hostile_strings(void **state) {
+        char long_name[301], max_name[GPU_NVML_STRING_MAX + 1];
+        char *bad_link[] = { (char *) "../../../etc", NULL }, *bad_warning[] = { (char *) "GPU x\n<0>forged", NULL };
+        MigDeviceInfo mig = { .uuid = (char *) "MIG-0123abcd", .profile = (char *) "1g.10gb" };
+        GpuInfo g = { .pci_address = "0000:3b:00.0", .name = (char *) "NVIDIA \"H100\"\n#x=y\\", .uuid =
+                              (char *) "GPU-0123abcd-ef01", .cc_major = -1, .cc_minor = -1, .minor = 0,
+                      .mig_current = GPU_MIG_ENABLED, .mig_pending = GPU_MIG_ENABLED, .mig_devices = &mig,
+                      .n_mig_devices = 1 };
+        NvmlSnapshot s = { .driver_version = (char *) "550.54.15", .gpus = &g, .n_gpus = 1 };
+        (void) state;
+
+        memset(long_name, 'A', sizeof long_name - 1);
+        long_name[sizeof long_name - 1] = '\0';
+        memset(max_name, 'A', sizeof max_name - 1);
+        max_name[sizeof max_name - 1] = '\0';
+
+        assert_return_code(hostile_round_trip(&s), 0);
+        g.name = max_name;
+        assert_return_code(hostile_round_trip(&s), 0);
+        g.name = long_name;
+        assert_int_equal(hostile_round_trip(&s), -EBADMSG);
+        g.name = (char *) "";
+        assert_int_equal(hostile_round_trip(&s), -EBADMSG);
+        g.name = (char *) "NVIDIA H100";
+
+        const char *bad_uuids[] = { "GPU-", "GPU-0123\n#x", "GPU-01\"23", "gpu-0123", "MIG-0123", "GPU-01=2" };
+        for (size_t i = 0; i < ELEMENTSOF(bad_uuids); i++) {
+                g.uuid = (char *) bad_uuids[i];
+                assert_int_equal(hostile_round_trip(&s), -EBADMSG);
+        }
+        g.uuid = long_name;
+        assert_int_equal(hostile_round_trip(&s), -EBADMSG);
+        g.uuid = NULL;
+
+        mig.uuid = (char *) "MIG-GPU-0123abcd/1/0"; /* pre-R470: the '/' is no CDI name's */
+        assert_int_equal(hostile_round_trip(&s), -EBADMSG);
+        mig.uuid = NULL;
+        mig.profile = (char *) "1g.10gb\n#";
+        assert_int_equal(hostile_round_trip(&s), -EBADMSG);
+        mig.profile = NULL;
+
+        s.driver_version = (char *) "550.54.15\ncuda=13";
+        assert_int_equal(hostile_round_trip(&s), -EBADMSG);
+        s.driver_version = NULL;
+        s.nvml_version = (char *) "12.550 #";
+        assert_int_equal(hostile_round_trip(&s), -EBADMSG);
+        s.nvml_version = NULL;
+        s.warnings = bad_warning;
+        assert_int_equal(hostile_round_trip(&s), -EBADMSG);
+        s.warnings = NULL;
+        g.nvlink_remotes = bad_link;
+        assert_int_equal(hostile_round_trip(&s), -EBADMSG);
+        g.nvlink_remotes = NULL;
+        g.clique = (char *) "a1b2.7\n";
+        assert_int_equal(hostile_round_trip(&s), -EBADMSG);
+        g.clique = NULL;
+        snprintf(g.pci_address, sizeof g.pci_address, "0000:3B:00.0/..");
+        assert_int_equal(hostile_round_trip(&s), -EBADMSG);
+        snprintf(g.pci_address, sizeof g.pci_address, "0000:3b:00.0");
+        assert_return_code(hostile_round_trip(&s), 0);
 }
 
 static void test_worker_snapshot_and_progress(void **state) {
@@ -309,6 +388,7 @@ static void test_worker_crash_reported(void **state) {
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_wire_round_trip),
+                cmocka_unit_test(test_wire_refuses_hostile_strings),
                 cmocka_unit_test_setup_teardown(test_worker_snapshot_and_progress, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_worker_hang_named_and_killed, setup, teardown),
                 cmocka_unit_test_setup_teardown(test_worker_crash_reported, setup, teardown),

@@ -116,6 +116,18 @@ static void test_profile_index_suffix(void **state) {
         assert_string_equal(gpu_nvml_profile_suffix(NVML_GPU_INSTANCE_PROFILE_COUNT, "MIG 1g.24gb+foo"), "+foo");
         assert_string_equal(gpu_nvml_profile_suffix(NVML_GPU_INSTANCE_PROFILE_COUNT, "MIG 1g.24gb"), "");
         assert_string_equal(gpu_nvml_profile_suffix(NVML_GPU_INSTANCE_PROFILE_COUNT, NULL), "");
+        /* A name's suffix goes into labels and gres.conf: only the characters a profile name has. */
+        assert_string_equal(gpu_nvml_profile_suffix(NVML_GPU_INSTANCE_PROFILE_COUNT, "MIG 1g.24gb+me\n#x=y"), "");
+        assert_string_equal(gpu_nvml_profile_suffix(NVML_GPU_INSTANCE_PROFILE_COUNT, "MIG 1g.24gb+\"me\""), "");
+        assert_true(gpu_nvml_profile_is_valid("1c.2g.20gb+me.all"));
+        assert_false(gpu_nvml_profile_is_valid("1g.10gb\n"));
+        assert_true(gpu_nvml_uuid_is_valid("GPU-5e1d5c8a-1b2c-3d4e-5f60-718293a4b5c6", "GPU-"));
+        assert_false(gpu_nvml_uuid_is_valid("GPU-5e1d5c8a-1b2c-3d4e-5f60-718293a4b5c6", "MIG-"));
+        assert_false(gpu_nvml_uuid_is_valid("GPU--1", "GPU-"));
+        assert_true(gpu_nvml_version_is_valid("550.54.15"));
+        assert_false(gpu_nvml_version_is_valid("550..54"));
+        assert_false(gpu_nvml_version_is_valid("550.54."));
+        assert_false(gpu_nvml_version_is_valid(""));
         assert_string_equal(gpu_nvml_profile_suffix(NVML_GPU_INSTANCE_PROFILE_1_SLICE_REV1, "MIG 1g.5gb"), "+me");
 }
 
@@ -814,6 +826,50 @@ static void test_fake_garbage(void **state) {
         unsetenv("FAKE_NVML_GARBAGE");
 }
 
+/* A hostile driver: names keep their bytes (bounded by NVML's buffer, even one it filled without a NUL),
+ * UUIDs and versions that are not one are refused, with a warning naming the GPU by PCI address. */
+static void test_fake_hostile_strings(void **state) {
+        Fake *f = fake_or_skip(state);
+        _cleanup_free_ char *desc = NULL, *long_name = malloc(301), *long_uuid = malloc(301);
+        GpuNvml *n;
+        _cleanup_(gpu_nvml_snapshot_freep) NvmlSnapshot *s = NULL;
+
+        assert_non_null(long_name);
+        assert_non_null(long_uuid);
+        memset(long_name, 'N', 300);
+        long_name[300] = '\0';
+        memcpy(long_uuid, "GPU-", 4);
+        memset(long_uuid + 4, 'a', 296);
+        long_uuid[300] = '\0';
+        desc = strprintf("driver_version: \"550.54.15\\n#evil=1\"\n"
+                         "gpus:\n"
+                         "  - pci: \"0000:3b:00.0\"\n"
+                         "    model: \"NVIDIA H100 80GB HBM3\"\n"
+                         "    name: \"NVIDIA \\\"H100\\\"\\n#a=b\\\\c\"\n"
+                         "    uuid: \"GPU-0123\\n#evil=1\"\n"
+                         "  - pci: \"0000:5e:00.0\"\n"
+                         "    model: \"NVIDIA H100 80GB HBM3\"\n"
+                         "    name: \"%s\"\n"
+                         "    uuid: \"%s\"\n",
+                         long_name, long_uuid);
+        assert_non_null(desc);
+        assert_int_equal(write_file_atomic(f->description, NULL, desc, strlen(desc), 0644), 0);
+
+        n = fake_open(f);
+        s = fake_read(n, NULL);
+        assert_int_equal(s->n_gpus, 2);
+        assert_null(s->driver_version);
+        assert_true(has_warning(s, "NVML: nvmlSystemGetDriverVersion answered a string that is not a version"));
+        assert_string_equal(s->gpus[0].name, "NVIDIA \"H100\"\n#a=b\\c");
+        assert_null(s->gpus[0].uuid);
+        assert_true(has_warning(s, "GPU 0000:3b:00.0: nvmlDeviceGetUUID answered a UUID that is not"));
+        assert_int_equal(strlen(s->gpus[1].name), GPU_NVML_STRING_MAX);
+        assert_null(s->gpus[1].uuid);
+        assert_true(has_warning(s, "GPU 0000:5e:00.0: nvmlDeviceGetUUID answered a UUID that is not"));
+        /* What the reader kept passes the daemon's wire check. */
+        assert_return_code(gpu_nvml_snapshot_check(s, NULL), 0);
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_profile_names),
@@ -827,6 +883,7 @@ int main(void) {
                 cmocka_unit_test(test_open_library_without_nvml),
                 cmocka_unit_test(test_snapshot_equal_find),
                 cmocka_unit_test_setup_teardown(test_fake_read, fake_setup, fake_teardown),
+                cmocka_unit_test_setup_teardown(test_fake_hostile_strings, fake_setup, fake_teardown),
                 cmocka_unit_test_setup_teardown(test_fake_call_counts, fake_setup, fake_teardown),
                 cmocka_unit_test_setup_teardown(test_fake_mig_recreated, fake_setup, fake_teardown),
                 cmocka_unit_test_setup_teardown(test_fake_enumerate, fake_setup, fake_teardown),

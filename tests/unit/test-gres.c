@@ -58,6 +58,34 @@ static void test_type_name(void **state) {
         assert_string_equal(b, "nvidia_a100-sxm4-40gb");
 }
 
+/* A hostile driver's name can neither end the line, start a comment, nor add a key. */
+static void test_hostile_name(void **state) {
+        _cleanup_free_ char *sys = NULL, *proc = NULL, *text = NULL;
+        _cleanup_strv_free_ char **warnings = NULL, **lines = NULL;
+        char name[] = "NVIDIA \"H100\"\n#Name=gpu File=/dev/sda,x\\ \xff'";
+        GpuInfo g = { .pci_address = "0000:1b:00.0", .name = name, .minor = 0, .cc_major = 9,
+                      .mig_current = GPU_MIG_UNSUPPORTED, .mig_pending = GPU_MIG_UNSUPPORTED };
+        NvmlSnapshot s = { .gpus = &g, .n_gpus = 1 };
+        GresInput in = input(&s, &sys, &proc);
+        size_t n_gres = 0;
+        (void) state;
+
+        assert_int_equal(gres_format(&in, &text, &warnings), 1);
+        for (const char *p = text, *e; *p; p = e + 1) {
+                e = strchr(p, '\n');
+                assert_non_null(e);
+                assert_int_equal(strv_extendf(&lines, "%.*s", (int) (e - p), p), 0);
+        }
+        STRV_FOREACH(l, lines) {
+                if (**l == '#')
+                        continue;
+                n_gres++;
+                assert_null(strchr(*l, '#'));
+                assert_string_equal(*l, "Name=gpu Type=nvidia__h100___name_gpu_file_/dev/sda_x____ File=/dev/nvidia0 Cores=0-3");
+        }
+        assert_int_equal(n_gres, 1);
+}
+
 static void test_cores(void **state) {
         _cleanup_free_ char *sys = path_join(tmp, "sys"), *a = NULL, *b = NULL, *c = NULL;
 
@@ -201,6 +229,7 @@ static void test_write_only_on_change(void **state) {
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_type_name),
+                cmocka_unit_test(test_hostile_name),
                 cmocka_unit_test(test_cores),
                 cmocka_unit_test(test_full_and_mig),
                 cmocka_unit_test(test_links),

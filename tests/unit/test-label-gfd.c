@@ -226,6 +226,74 @@ static Node *hgx_h100(LabelMigMode mig) {
         return n;
 }
 
+/* --- A hostile driver's names --- */
+
+/* Labels one GPU named name; every line of the feature file is a comment or one valid label, and there
+ * is at most one gpu.product. Returns its value (NULL: left out); *ret_warnings the warnings. */
+static char *hostile_product(const char *name, char ***ret_warnings) {
+        Model m = H100;
+        Node *n = node_new("550.54.15", 12040);
+        _cleanup_(label_set_freep) LabelSet *s = NULL;
+        _cleanup_free_ char *text = NULL;
+        char *product = NULL;
+        size_t n_product = 0;
+
+        m.nvml_name = name;
+        node_add_gpu(n, "0000:18:00.0", &m, LABEL_MIG_DISABLED);
+        assert_int_equal(labels_compute(&n->in, &s, ret_warnings), 0);
+        assert_int_equal(nfd_format(s, 0, &text), 0);
+        for (char *l = text, *e; *l; l = e + 1) {
+                e = strchr(l, '\n');
+                assert_non_null(e); /* every line ends */
+                *e = '\0';
+                if (*l == '#')
+                        continue;
+                char *eq = strchr(l, '=');
+                assert_non_null(eq);
+                *eq = '\0';
+                if (!label_key_is_valid(l) || !label_value_is_valid(eq + 1))
+                        fail_msg("invalid label '%s' = '%s' from the name '%s'", l, eq + 1, name);
+                if (streq(l, LABEL_PREFIX "gpu.product")) {
+                        n_product++;
+                        free(product);
+                        product = strdup(eq + 1);
+                }
+        }
+        assert_true(n_product <= 1);
+        assert_string_equal(label_set_get(s, LABEL_PREFIX "gpu.count"), "1");
+        free(n);
+        return product;
+}
+
+static void test_hostile_names(void **state) {
+        char long_name[96];
+        (void) state;
+
+        _cleanup_strv_free_ char **w1 = NULL, **w2 = NULL, **w3 = NULL, **w4 = NULL;
+        _cleanup_free_ char *a = hostile_product("NVIDIA \"H100\"\n#nvidia.com/gpu.count99=true =x\\y", &w1);
+        assert_string_equal(a, "NVIDIA-H100nvidia.comgpu.count99true-xy");
+        assert_null(w1);
+
+        /* NVML's longest name (95 bytes) still gives a value of at most 63 characters. */
+        memset(long_name, 'A', sizeof long_name - 1);
+        long_name[sizeof long_name - 1] = '\0';
+        _cleanup_free_ char *b = hostile_product(long_name, &w2);
+        assert_true(strlen(b) <= 63);
+
+        /* A value may not end with '.', '-' or '_': such a product is left out, and the user told. */
+        _cleanup_free_ char *c = hostile_product("NVIDIA H100 -_.", &w3);
+        assert_null(c);
+        assert_int_equal(strv_length(w3), 1);
+        assert_non_null(strstr(w3[0], "nvidia.com/gpu.product left out"));
+
+        /* Nothing usable: the PCI name instead, and the warning quotes the name escaped (it reaches the
+         * journal and D-Bus). */
+        _cleanup_free_ char *d = hostile_product("\n\"#=\xff", &w4);
+        assert_string_equal(d, "NVIDIA-H100-SXM5-80GB");
+        assert_int_equal(strv_length(w4), 1);
+        assert_non_null(strstr(w4[0], "the name '\\n\"#=\xef\xbf\xbd' for GPU 0000:18:00.0"));
+}
+
 /* --- MIG strategy none --- */
 
 static void test_none_valid(void **state) {
@@ -634,7 +702,7 @@ static void test_garbage_name_same_ids(void **state) {
               WARNINGS("NVML reported no name for GPU 0000:18:00.0; using NVIDIA-H100-80GB-HBM3, the name NVML "
                        "reported for GPU 0000:2a:00.0 with the same PCI IDs (10de:2330, subsystem 10de:16c1), "
                        "instead.",
-                       "NVML reported the name '(\t)' for GPU 0000:ab:00.0, which has no usable characters; using "
+                       "NVML reported the name '(\\t)' for GPU 0000:ab:00.0, which has no usable characters; using "
                        "NVIDIA-H100-80GB-HBM3, the name NVML reported for GPU 0000:2a:00.0 with the same PCI IDs "
                        "(10de:2330, subsystem 10de:16c1), instead."));
 }
@@ -772,6 +840,7 @@ static void test_long_product(void **state) {
 
 int main(void) {
         const struct CMUnitTest tests[] = {
+                cmocka_unit_test(test_hostile_names),
                 cmocka_unit_test(test_none_valid),
                 cmocka_unit_test(test_none_all_mig),
                 cmocka_unit_test(test_none_partial_mig),

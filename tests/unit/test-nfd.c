@@ -119,6 +119,24 @@ static void test_format_rejects_invalid(void **state) {
         s = (LabelSet) { unsorted, 2 };
         assert_int_equal(nfd_format(&s, 0, &text), -EINVAL);
         assert_null(text);
+
+        /* A hostile driver's string can make neither a second line, a second label nor a comment. */
+        static const char *const hostile[] = { "H100\nnvidia.com/gpu.count=99", "H100=x", "#x", "H100 #x",
+                                               "a\\b", "\"H100\"", "H100\r", "\xff" };
+        for (size_t i = 0; i < ELEMENTSOF(hostile); i++) {
+                Label v[] = { { (char *) "nvidia.com/gpu.product", (char *) hostile[i] } };
+                Label k[] = { { (char *) hostile[i], (char *) "x" } };
+                _cleanup_(label_set_freep) LabelSet *set = label_set_new();
+
+                assert_non_null(set);
+                assert_int_equal(label_set_put(set, "nvidia.com/gpu.product", hostile[i]), -EINVAL);
+                assert_int_equal(label_set_put(set, hostile[i], "x"), -EINVAL);
+                s = (LabelSet) { v, 1 };
+                assert_int_equal(nfd_format(&s, 0, &text), -EINVAL);
+                s = (LabelSet) { k, 1 };
+                assert_int_equal(nfd_format(&s, 0, &text), -EINVAL);
+                assert_null(text);
+        }
 }
 
 /* Names in dir other than "." and "..", sorted, joined with ' '. */
