@@ -177,6 +177,8 @@ def test_fatal_xid_reaches_everything_and_sticks():
             h.wait("gpu.health=ok label", lambda: h.labels().get("nvidia.com/gpu.health") == "ok", 5)
             h.wait("State ready", lambda: h.d.prop("State") == 's "ready"', 5)
             h.d.expect("Health", 's "ok"')
+            # The fixture node has a kernel boot id (tests/fixtures/mknode.py), as every real node.
+            check("Cannot read the kernel's boot id" not in h.d.agent.output(), "no boot id on the fixture node")
         finally:
             h.close()
 
