@@ -4,7 +4,7 @@
  * "XID Errors" catalog (docs.nvidia.com/deploy/xid-errors, the "XID Error Listing" table and its
  * "Possible causes"/"Action" columns, R535-R570) and the GPU Debug Guidelines
  * (docs.nvidia.com/deploy/gpu-debug-guidelines). The configuration overrides a code either way
- * (health.xid.ignore, health.xid.fatal). */
+ * (health.xid.ignore, health.xid.fatal). Also the bound on the journal lines an XID storm makes. */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -30,6 +30,7 @@ static const XidEntry xid_table[] = {
         { 63, XID_RECOVERABLE, "ECC page retirement or row remapping recording event" },
         { 92, XID_RECOVERABLE, "high single-bit ECC error rate" },
         { 94, XID_RECOVERABLE, "contained ECC error (the affected application must restart)" },
+        { 109, XID_RECOVERABLE, "context switch timeout (the application must restart)" },
         { 74, XID_RECOVERABLE, "NVLink error" },
         /* Need a GPU reset (catalog action: "reset the GPU" / drain and reset). */
         { 48, XID_RESET, "double-bit ECC error" },
@@ -64,6 +65,35 @@ XidAction health_xid_classify(unsigned xid, char *const *ignore, char *const *fa
                 return XID_APPLICATION;
         /* An XID we do not know: not the application's by default, but no reason to fail the GPU. */
         return e ? e->action : XID_RECOVERABLE;
+}
+
+bool xid_log_note(XidLog *l, unsigned xid, uint64_t now) {
+        if (l->start_usec == 0) {
+                l->start_usec = now;
+                l->n_slots = 0;
+        }
+        for (size_t i = 0; i < l->n_slots; i++)
+                if (l->slots[i].xid == xid) {
+                        l->slots[i].more++;
+                        return false;
+                }
+        if (l->n_slots < XID_LOG_SLOTS)
+                l->slots[l->n_slots++] = (XidLogSlot) { .xid = xid };
+        return true;
+}
+
+uint64_t xid_log_deadline(const XidLog *l) {
+        return l->start_usec ? l->start_usec + XID_LOG_WINDOW_USEC : 0;
+}
+
+size_t xid_log_flush(XidLog *l, XidLogSlot ret[XID_LOG_SLOTS]) {
+        size_t n = 0;
+
+        for (size_t i = 0; i < l->n_slots; i++)
+                if (l->slots[i].more > 0)
+                        ret[n++] = l->slots[i];
+        *l = (XidLog) {};
+        return n;
 }
 
 static const char *const xid_action_names[_XID_ACTION_MAX] = {

@@ -7,6 +7,7 @@
  * the loop reads when they have a line, so an armed worker costs the loop no wakeup at all. */
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,6 +31,7 @@
 #define HEALTH_RESTART_MAX_USEC (5 * 60 * USEC_PER_SEC)
 #define HEALTH_STABLE_USEC (60 * USEC_PER_SEC)  /* armed this long: the next crash starts backoff over */
 #define HEALTH_HOOK_TIMEOUT_USEC (60 * USEC_PER_SEC)
+#define HEALTH_METRICS_INTERVAL_USEC (1 * USEC_PER_SEC) /* the textfile's bound in an event storm */
 #define HEALTH_STATE_FILE "gpu-health"
 #define HEALTH_STATE_MAX_SIZE (64 * 1024)
 #define HEALTH_RESTORED_SUFFIX ", recorded before the agent restarted"
@@ -53,6 +55,15 @@ typedef struct HealthGpu {
         unsigned remap[4];         /* corrected, uncorrected, pending, failure: the last check's */
         char *uuid;                /* NVML's, NULL unknown: a record in the state file names it */
         int64_t failed_since;      /* when the event fault became failed (CLOCK_REALTIME s), 0 none */
+        unsigned event_xid;        /* the XID behind the event fault, 0 none (or another cause) */
+        uint64_t state_usec;       /* when published (the state, not its reason) last changed */
+        /* The hook sees lasting changes only (health_settle()): */
+        GpuHealthState hook_state; /* the state that lasted, which the hook is to be told */
+        char *hook_reason;
+        unsigned hook_xid;
+        GpuHealthState hook_told;  /* what the last run was told */
+        uint64_t hook_usec;        /* when that run started (CLOCK_MONOTONIC), 0 never */
+        XidLog xid_log;            /* the journal's XID lines in a storm */
 } HealthGpu;
 
 /* A failed GPU read from <paths.state>/gpu-health that health does not watch (yet). */
@@ -62,6 +73,12 @@ typedef struct HealthRecord {
         char *reason;
         int64_t since;
 } HealthRecord;
+
+/* A health.on-unhealthy run not finished yet, and the GPU it is about. */
+typedef struct HealthHook {
+        Spawn *spawn;
+        char pci_address[32];
+} HealthHook;
 
 typedef struct HealthPipe {
         int fd;
@@ -93,8 +110,12 @@ struct Health {
         char *check_node_reason;   /* node-wide finding of the last check, NULL none */
         bool active;
 
-        Spawn **hooks;             /* health.on-unhealthy runs not finished yet */
+        HealthHook *hooks;         /* health.on-unhealthy runs not finished yet */
         size_t n_hooks;
+        sd_event_source *hook_timer; /* a run held back by the per-GPU interval */
+        sd_event_source *xid_log_timer; /* the end of the earliest XID log window */
+        sd_event_source *metrics_timer; /* a textfile update held back in a storm */
+        uint64_t metrics_usec;     /* when health last had the textfile updated */
 
         GpuHealthState node_published;
         char *node_published_reason;
@@ -132,6 +153,7 @@ static void gpu_done(HealthGpu *g) {
         free(g->event.reason);
         free(g->check.reason);
         free(g->published_reason);
+        free(g->hook_reason);
         strv_free(g->events);
 }
 
@@ -195,8 +217,11 @@ Health *health_free(Health *h) {
         worker_stop(h);
         /* A hook still running is ended (its process group killed from the loop's background reaper). */
         for (size_t i = 0; i < h->n_hooks; i++)
-                spawn_free(h->hooks[i]);
+                spawn_free(h->hooks[i].spawn);
         free(h->hooks);
+        sd_event_source_disable_unref(h->hook_timer);
+        sd_event_source_disable_unref(h->xid_log_timer);
+        sd_event_source_disable_unref(h->metrics_timer);
         sd_event_source_disable_unref(h->restart_timer);
         sd_event_source_disable_unref(h->recheck_timer);
         for (size_t i = 0; i < h->n_gpus; i++)
@@ -347,6 +372,9 @@ static void state_restore(Health *h, HealthGpu *g) {
                    "ResetGpuHealth).", g->pci_address, rec->reason, stamp);
         fault_set(&g->event, GPU_HEALTH_FAILED, reason);
         g->failed_since = rec->since;
+        /* The hook was told before the restart: a restart is no change. */
+        g->hook_state = g->hook_told = GPU_HEALTH_FAILED;
+        g->hook_reason = TAKE_PTR(reason);
         snprintf(text, sizeof text, "failed fault recorded at %s restored after an agent restart", stamp);
         gpu_add_event(g, text);
         record_free_at(h, (size_t) (rec - h->records));
@@ -421,11 +449,13 @@ static int inventory_index(const Node *n, const char *pci_address) {
         return -1;
 }
 
+static void hooks_dispatch(Health *h);
+
 static void hook_exited(Spawn *s, const SpawnResult *res, void *userdata) {
         Health *h = userdata;
 
         for (size_t i = 0; i < h->n_hooks; i++)
-                if (h->hooks[i] == s) {
+                if (h->hooks[i].spawn == s) {
                         h->hooks[i] = h->hooks[--h->n_hooks];
                         break;
                 }
@@ -436,40 +466,135 @@ static void hook_exited(Spawn *s, const SpawnResult *res, void *userdata) {
         else if (res->exit_status != 0)
                 log_warning("health.on-unhealthy hook exited with status %d.", res->exit_status);
         spawn_free(s);
+        /* A change that came while it ran is told now (or when the interval allows). */
+        hooks_dispatch(h);
 }
 
-static void run_hook(Health *h, const HealthGpu *g, GpuHealthState s, const char *reason) {
+static bool hook_running(const Health *h, const char *pci_address) {
+        for (size_t i = 0; i < h->n_hooks; i++)
+                if (streq(h->hooks[i].pci_address, pci_address))
+                        return true;
+        return false;
+}
+
+/* At most one run per GPU per this long: a GPU that flaps tells the hook its latest state, not each. */
+static uint64_t hook_interval(const Health *h) {
+        uint64_t d = h->n->config->health.recheck_delay_usec;
+        return d > USEC_PER_SEC ? d : USEC_PER_SEC;
+}
+
+/* Tells the hook g's lasting state (g->hook_state), and what it was told before. */
+static void run_hook(Health *h, HealthGpu *g, uint64_t now) {
         extern char **environ;
         const char *cmd = h->n->config->health.on_unhealthy;
         _cleanup_strv_free_ char **env = NULL;
-        char host[256] = "";
+        char host[256] = "", xid[16] = "";
         int idx = inventory_index(h->n, g->pci_address);
         const GpuInfo *info = h->n->nvml_snapshot ? gpu_nvml_snapshot_find(h->n->nvml_snapshot, g->pci_address) : NULL;
+        GpuHealthState old = g->hook_told;
+        unsigned unhealthy = 0;
         Spawn *child = NULL;
         int r;
 
+        g->hook_told = g->hook_state;
         if (isempty(cmd))
                 return;
+        g->hook_usec = now;
+        for (size_t i = 0; i < h->n_gpus; i++)
+                if (h->gpus[i].hook_state != GPU_HEALTH_OK)
+                        unhealthy++;
+        if (g->hook_xid > 0)
+                snprintf(xid, sizeof xid, "%u", g->hook_xid);
         (void) gethostname(host, sizeof host - 1);
         env = strv_copy(environ);
         if (!env || strv_extendf(&env, "GPU_NODE_AGENT_GPU=%d", idx) < 0 ||
             strv_extendf(&env, "GPU_NODE_AGENT_GPU_PCI_ADDRESS=%s", g->pci_address) < 0 ||
             strv_extendf(&env, "GPU_NODE_AGENT_GPU_UUID=%s", info && info->uuid ? info->uuid : "") < 0 ||
-            strv_extendf(&env, "GPU_NODE_AGENT_HEALTH=%s", gpu_health_to_string(s)) < 0 ||
-            strv_extendf(&env, "GPU_NODE_AGENT_REASON=%s", reason ?: "") < 0 ||
+            strv_extendf(&env, "GPU_NODE_AGENT_HEALTH=%s", gpu_health_to_string(g->hook_state)) < 0 ||
+            strv_extendf(&env, "GPU_NODE_AGENT_OLD_HEALTH=%s", gpu_health_to_string(old)) < 0 ||
+            strv_extendf(&env, "GPU_NODE_AGENT_REASON=%s", g->hook_reason ?: "") < 0 ||
+            strv_extendf(&env, "GPU_NODE_AGENT_XID=%s", xid) < 0 ||
+            strv_extendf(&env, "GPU_NODE_AGENT_UNHEALTHY_GPUS=%u", unhealthy) < 0 ||
             strv_extendf(&env, "GPU_NODE_AGENT_HOSTNAME=%s", host) < 0)
                 return (void) log_oom();
         char *argv[] = { (char *) "/bin/sh", (char *) "-c", (char *) cmd, NULL };
         SpawnOptions o = { .env = env, .timeout_usec = HEALTH_HOOK_TIMEOUT_USEC, .on_exit = hook_exited,
                            .userdata = h };
-        Spawn **l = reallocarray(h->hooks, h->n_hooks + 1, sizeof *l);
+        HealthHook *l = reallocarray(h->hooks, h->n_hooks + 1, sizeof *l);
         if (!l)
                 return (void) log_oom();
         h->hooks = l;
         r = spawn_start(h->n->event, argv, &o, &child);
         if (r < 0)
                 return (void) log_warning_errno(r, "Failed to run the health.on-unhealthy hook: %s", strerror(-r));
-        h->hooks[h->n_hooks++] = child;
+        log_debug("GPU %s: health.on-unhealthy hook run (%s -> %s).", g->pci_address, gpu_health_to_string(old),
+                  gpu_health_to_string(g->hook_state));
+        h->hooks[h->n_hooks] = (HealthHook) { .spawn = child };
+        snprintf(h->hooks[h->n_hooks].pci_address, sizeof h->hooks[h->n_hooks].pci_address, "%s", g->pci_address);
+        h->n_hooks++;
+}
+
+static int on_hook_timer(sd_event_source *s, uint64_t usec, void *userdata) {
+        hooks_dispatch(userdata);
+        return 0;
+}
+
+/* Runs the hook for each GPU whose lasting state differs from what it was told, one run per GPU at a
+ * time and per hook_interval(): the latest state wins, the ones in between are not told. */
+static void hooks_dispatch(Health *h) {
+        uint64_t now = 0, next = UINT64_MAX, interval = hook_interval(h);
+
+        (void) sd_event_now(h->n->event, CLOCK_MONOTONIC, &now);
+        for (size_t i = 0; i < h->n_gpus; i++) {
+                HealthGpu *g = &h->gpus[i];
+                if (g->hook_state == g->hook_told || hook_running(h, g->pci_address))
+                        continue;   /* nothing to tell, or its exit comes back here */
+                if (g->hook_usec > 0 && now < g->hook_usec + interval) {
+                        if (g->hook_usec + interval < next)
+                                next = g->hook_usec + interval;
+                        continue;
+                }
+                run_hook(h, g, now);
+        }
+        if (next != UINT64_MAX &&
+            event_reset_time(h->n->event, &h->hook_timer, CLOCK_MONOTONIC, next, 0, on_hook_timer, h,
+                             "health-hook-interval") < 0)
+                log_warning("Failed to arm the health.on-unhealthy interval timer: a held-back run is lost.");
+}
+
+static bool timer_armed(sd_event_source *s) {
+        int enabled = SD_EVENT_OFF;
+        return s && sd_event_source_get_enabled(s, &enabled) >= 0 && enabled != SD_EVENT_OFF;
+}
+
+/* Which published changes last, for the hook: failed at once (nothing clears it by itself); degraded once
+ * a health check asked for at least health.recheck-delay after it began still finds it (a recoverable
+ * XID that its re-check clears never reaches the hook); ok once a complete check agrees (the recovery
+ * after a degraded or failed state that was told). checked: a complete health check just finished. */
+static void health_settle(Health *h, bool checked) {
+        uint64_t delay = h->n->config->health.recheck_delay_usec;
+        bool waiting = false;
+
+        for (size_t i = 0; i < h->n_gpus; i++) {
+                HealthGpu *g = &h->gpus[i];
+                GpuHealthState s = g->published;
+
+                if (s == g->hook_state)
+                        continue;
+                if (s != GPU_HEALTH_FAILED &&
+                    !(checked && (s == GPU_HEALTH_OK || h->check_usec >= g->state_usec + delay))) {
+                        waiting = waiting || s == GPU_HEALTH_DEGRADED;
+                        continue;
+                }
+                g->hook_state = s;
+                free(g->hook_reason);
+                g->hook_reason = g->published_reason ? strdup(g->published_reason) : NULL;
+                g->hook_xid = s != GPU_HEALTH_OK && g->event.state != GPU_HEALTH_OK ? g->event_xid : 0;
+        }
+        /* A degraded state found by a check has no re-check coming of its own. */
+        if (waiting && !timer_armed(h->recheck_timer))
+                health_check_now(h);
+        hooks_dispatch(h);
 }
 
 static char *node_reason_text(const Health *h, GpuHealthState *ret) {
@@ -504,10 +629,38 @@ static char *node_reason_text(const Health *h, GpuHealthState *ret) {
 
 /* Compares what is now with what was published; tells D-Bus, the hook and (through a pass: labels,
  * node state) everything else about each difference. */
-static void health_publish(Health *h) {
+static int on_metrics_timer(sd_event_source *s, uint64_t usec, void *userdata) {
+        Health *h = userdata;
+
+        h->metrics_usec = usec;
+        node_metrics_update(h->n);
+        return 0;
+}
+
+/* The textfile follows a health change at once, and in a storm at most once per
+ * HEALTH_METRICS_INTERVAL_USEC: each write is a file replaced, and the last one has the exact counts. */
+static void health_metrics_changed(Health *h) {
+        uint64_t now = 0;
+
+        /* Without a textfile nothing is written: no timer to wake an idle daemon for. */
+        if (isempty(h->n->config->metrics.textfile) || timer_armed(h->metrics_timer))
+                return;
+        (void) sd_event_now(h->n->event, CLOCK_MONOTONIC, &now);
+        if (h->metrics_usec == 0 || now >= h->metrics_usec + HEALTH_METRICS_INTERVAL_USEC ||
+            event_reset_time(h->n->event, &h->metrics_timer, CLOCK_MONOTONIC,
+                             h->metrics_usec + HEALTH_METRICS_INTERVAL_USEC, 0, on_metrics_timer, h,
+                             "health-metrics") < 0) {
+                h->metrics_usec = now;
+                node_metrics_update(h->n);
+        }
+}
+
+static void health_publish_checked(Health *h, bool checked) {
         Node *n = h->n;
         bool changed = false;
+        uint64_t now = 0;
 
+        (void) sd_event_now(n->event, CLOCK_MONOTONIC, &now);
         for (size_t i = 0; i < h->n_gpus; i++) {
                 HealthGpu *g = &h->gpus[i];
                 _cleanup_free_ char *why = NULL;
@@ -520,8 +673,8 @@ static void health_publish(Health *h) {
                                  g->published_reason ? " (was: " : "", g->published_reason ? g->published_reason : "");
                 else
                         log_warning("GPU %s is %s: %s.", g->pci_address, gpu_health_to_string(s), strna(why));
-                if (s != GPU_HEALTH_OK && (s > g->published || !streq_ptr(why, g->published_reason)))
-                        run_hook(h, g, s, why);
+                if (s != g->published)
+                        g->state_usec = now;
                 g->published = s;
                 free(g->published_reason);
                 g->published_reason = why ? strdup(why) : NULL;
@@ -551,8 +704,13 @@ static void health_publish(Health *h) {
          * with every event, even one that changes no state) now. */
         if (changed)
                 node_request_pass(n, "GPU health changed");
-        node_metrics_update(n);
+        health_metrics_changed(h);
         state_save(h);
+        health_settle(h, checked);
+}
+
+static void health_publish(Health *h) {
+        health_publish_checked(h, false);
 }
 
 /* ---- Health check ------------------------------------------------------------------------------------ */
@@ -640,9 +798,10 @@ static void check_apply(Health *h, const CheckResult *res, bool complete, const 
                         log_info("GPU %s passed its health re-check.", g->pci_address);
                         gpu_add_event(g, "health re-check passed");
                         fault_set(&g->event, GPU_HEALTH_OK, NULL);
+                        g->event_xid = 0;
                 }
         }
-        health_publish(h);
+        health_publish_checked(h, complete);
 }
 
 
@@ -671,6 +830,50 @@ static void check_finish(Health *h, bool complete, const char *failure) {
                 check_apply(h, results, complete, failure);
 }
 
+/* One line per XID code per GPU and window; what the window held back, in one line per code at its end. */
+static void xid_log_summary(Health *h, HealthGpu *g) {
+        XidLogSlot more[XID_LOG_SLOTS];
+        size_t n = xid_log_flush(&g->xid_log, more);
+
+        for (size_t i = 0; i < n; i++)
+                log_info("XID %u on GPU %d (%s): %" PRIu64 " more in the last %" PRIu64 " s.", more[i].xid,
+                         inventory_index(h->n, g->pci_address), g->pci_address, more[i].more,
+                         XID_LOG_WINDOW_USEC / USEC_PER_SEC);
+}
+
+static int on_xid_log_timer(sd_event_source *s, uint64_t usec, void *userdata) {
+        Health *h = userdata;
+        uint64_t next = UINT64_MAX;
+
+        for (size_t i = 0; i < h->n_gpus; i++) {
+                uint64_t d = xid_log_deadline(&h->gpus[i].xid_log);
+                if (d > 0 && d <= usec)
+                        xid_log_summary(h, &h->gpus[i]);
+                else if (d > 0 && d < next)
+                        next = d;
+        }
+        if (next != UINT64_MAX)
+                (void) event_reset_time(h->n->event, &h->xid_log_timer, CLOCK_MONOTONIC, next, 0, on_xid_log_timer,
+                                        h, "health-xid-log");
+        return 0;
+}
+
+static void xid_log(Health *h, HealthGpu *g, unsigned xid, const char *desc, XidAction a) {
+        uint64_t now = 0, d = xid_log_deadline(&g->xid_log);
+
+        (void) sd_event_now(h->n->event, CLOCK_MONOTONIC, &now);
+        if (d > 0 && now >= d)
+                xid_log_summary(h, g); /* its timer is due in this same iteration */
+        if (xid_log_note(&g->xid_log, xid, now))
+                log_info("GPU %s: XID %u (%s; class %s).", g->pci_address, xid, desc, xid_action_to_string(a));
+        /* Windows open in time order: an armed timer is due no later than this one's end. */
+        if (!timer_armed(h->xid_log_timer) &&
+            event_reset_time(h->n->event, &h->xid_log_timer, CLOCK_MONOTONIC, xid_log_deadline(&g->xid_log), 0,
+                             on_xid_log_timer, h, "health-xid-log") < 0)
+                log_warning("GPU %s: failed to arm the XID log timer; the count of XIDs held back comes with "
+                            "the next XID.", g->pci_address);
+}
+
 static void handle_event(Health *h, HealthGpu *g, unsigned long long type, unsigned long long data, unsigned gi) {
         const ConfigHealth *c = &h->n->config->health;
         char text[256], where[48] = "";
@@ -685,13 +888,14 @@ static void handle_event(Health *h, HealthGpu *g, unsigned long long type, unsig
                 g->last_xid = (unsigned) data;
                 snprintf(text, sizeof text, "XID %llu%s: %s", data, where, desc);
                 gpu_add_event(g, text);
-                log_info("GPU %s: XID %llu (%s; class %s).", g->pci_address, data, desc, xid_action_to_string(a));
+                xid_log(h, g, (unsigned) data, desc, a);
                 switch (a) {
                 case XID_APPLICATION:
                         break;
                 case XID_RECOVERABLE:
                         if (g->event.state < GPU_HEALTH_FAILED) {
                                 fault_set(&g->event, GPU_HEALTH_DEGRADED, text);
+                                g->event_xid = (unsigned) data;
                                 (void) sd_event_now(h->n->event, CLOCK_MONOTONIC, &g->event_usec);
                         }
                         /* Clears once a re-check passes. */
@@ -700,10 +904,12 @@ static void handle_event(Health *h, HealthGpu *g, unsigned long long type, unsig
                 case XID_RESET:
                         snprintf(text + strlen(text), sizeof text - strlen(text), "; reset the GPU (nvidia-smi -r)");
                         fault_set(&g->event, GPU_HEALTH_FAILED, text);
+                        g->event_xid = (unsigned) data;
                         break;
                 case XID_REBOOT:
                         snprintf(text + strlen(text), sizeof text - strlen(text), "; reboot the node");
                         fault_set(&g->event, GPU_HEALTH_FAILED, text);
+                        g->event_xid = (unsigned) data;
                         break;
                 case _XID_ACTION_MAX:
                 case _XID_ACTION_INVALID:
@@ -714,6 +920,7 @@ static void handle_event(Health *h, HealthGpu *g, unsigned long long type, unsig
                 snprintf(text, sizeof text, "double-bit ECC error%s", where);
                 gpu_add_event(g, text);
                 fault_set(&g->event, GPU_HEALTH_FAILED, "double-bit ECC error; reset the GPU (nvidia-smi -r)");
+                g->event_xid = 0;
         } else if (type == nvmlEventTypeSingleBitEccError) {
                 g->sbe_count++;
                 gpu_add_event(g, "single-bit ECC error (corrected)");
@@ -967,6 +1174,7 @@ static void health_set_gpus(Health *h, char **addresses) {
                 if (g->event.state == GPU_HEALTH_FAILED && g->uuid && h->active &&
                     record_add(h, g->pci_address, g->uuid, strna(g->event.reason), g->failed_since ?: (int64_t) time(NULL)) < 0)
                         log_oom();
+                xid_log_summary(h, g);
                 gpu_done(g);
         }
         free(h->gpus);
@@ -1025,6 +1233,7 @@ static int gpu_was_reset(Health *h, const char *pci_address, const char *event) 
         }
         gpu_add_event(g, event);
         fault_set(&g->event, GPU_HEALTH_OK, NULL);
+        g->event_xid = 0;
         g->failed_since = 0;
         health_publish(h);
         check_send(h);

@@ -37,6 +37,34 @@ typedef enum XidAction {
  * (fatal wins over ignore). *ret_text: the catalog's description. */
 XidAction health_xid_classify(unsigned xid, char *const *ignore, char *const *fatal, const char **ret_text);
 const char *xid_action_to_string(XidAction a);
+
+/* The journal's bound for an XID storm, per GPU: the first XID of each code in a window of
+ * XID_LOG_WINDOW_USEC is logged, the others of that code only counted, and when the window ends one
+ * summary line per code says how many more came ("XID 13 on GPU 0 (…): 512 more in the last 10 s").
+ * The health counters are kept apart and stay exact. */
+#define XID_LOG_WINDOW_USEC (10 * UINT64_C(1000000))
+#define XID_LOG_SLOTS 8
+
+typedef struct XidLogSlot {
+        unsigned xid;
+        uint64_t more;                /* seen after the first in this window, not logged */
+} XidLogSlot;
+
+typedef struct XidLog {
+        uint64_t start_usec;          /* when the open window began; 0 none open */
+        XidLogSlot slots[XID_LOG_SLOTS];
+        size_t n_slots;
+} XidLog;
+
+/* An XID at now (CLOCK_MONOTONIC, above 0): true to log it, false when it was counted for the summary.
+ * A window that has ended must be flushed first (xid_log_deadline()). A ninth code in one window is
+ * always logged. */
+bool xid_log_note(XidLog *l, unsigned xid, uint64_t now);
+/* When the open window ends; 0 when none is open. */
+uint64_t xid_log_deadline(const XidLog *l);
+/* Closes the window: the codes with more than their first into ret, in the order first seen; their
+ * number is returned. */
+size_t xid_log_flush(XidLog *l, XidLogSlot ret[XID_LOG_SLOTS]);
 const char *gpu_health_to_string(GpuHealthState s);
 
 int health_new(struct Node *n, Health **ret);

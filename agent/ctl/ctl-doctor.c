@@ -4,7 +4,7 @@
  * against libnvidia-ml's; Secure Boot/lockdown against a module that is not loaded; device nodes with
  * their modes (MIG caps included); nvidia-persistenced and nvidia-fabricmanager (systemd over D-Bus) and
  * the GPUs' fabric registration; NVML itself; MIG state against the selected config; the CDI spec
- * (present, parses, lists every GPU NVML knows and nothing else); the container runtimes' CDI settings;
+ * (present, parses, names exactly what the cdi stage would write now); the container runtimes' CDI settings;
  * the NFD feature file; health. It reads the host itself (under the agent's configuration: the same
  * paths, so it works on a chroot or a simulated node), so it works without the daemon; what only the
  * daemon knows (MIG apply state, health) it asks over D-Bus when the daemon runs and says so when not.
@@ -24,6 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cdi.h"
 #include "config.h"
 #include "ctl-doctor.h"
 #include "ctl-output.h"
@@ -71,6 +72,10 @@ typedef struct Doctor {
         bool nvml_ok;
         char *nvml_error;
         char *nvml_version;
+        char **cdi_names;        /* the devices the cdi stage would write now, by its own rules */
+        char **cdi_warnings;     /* what it says it left out or could not find, one line each */
+        bool cdi_none;           /* it would write no spec: nothing to describe */
+        char *cdi_error;         /* it could not work that out */
         DoctorGpu *gpus;
         size_t n_gpus;
         sd_bus *bus;             /* the system bus, NULL unreachable */
@@ -90,7 +95,42 @@ static char *under(const char *dir, const char *rel) {
 
 /* ---- NVML, in a child ------------------------------------------------------------------------------- */
 
-static void nvml_child(int fd, const char *library) {
+/* The device names the cdi stage would write for this snapshot, worked out by the writer itself
+ * (cdi_spec_build() with the agent's configuration): a GPU in MIG mode has no whole-GPU entry (as
+ * nvidia-ctk from v1.18 on), cdi.device-name-strategy picks the names, and a device the writer cannot
+ * describe is left out with a warning. The doctor judges the file against these, never by a rule of its
+ * own. One line each; a reason is kept to one line. */
+static void cdi_expected(FILE *f, const Config *c, const NvmlSnapshot *s) {
+        _cleanup_(cdi_spec_freep) CdiSpec *spec = NULL;
+        _cleanup_strv_free_ char **warnings = NULL;
+        CdiBuildInput in = {
+                .snapshot = s,
+                .root = c->paths.root,
+                .dev = c->paths.dev,
+                .proc = c->paths.proc,
+                .sys = c->paths.sys,
+                .run = c->paths.run,
+                .driver_root = c->cdi.driver_root,
+                .device_names = c->cdi.device_names,
+        };
+        int r = cdi_spec_build(&in, &spec, &warnings);
+
+        if (r == -ENODEV)
+                fprintf(f, "cdi-none\n");
+        else if (r < 0)
+                fprintf(f, "cdi-error %s\n", strerror(-r));
+        for (size_t i = 0; spec && i < spec->n_devices; i++)
+                fprintf(f, "cdi %s\n", spec->devices[i].name);
+        STRV_FOREACH(w, warnings) {
+                for (char *q = *w; *q; q++)
+                        if (*q == '\n')
+                                *q = ' ';
+                fprintf(f, "cdi-warning %s\n", *w);
+        }
+}
+
+static void nvml_child(int fd, const Config *c) {
+        const char *library = c->nvml.library;
         _cleanup_(gpu_nvml_closep) GpuNvml *n = NULL;
         _cleanup_(gpu_nvml_snapshot_freep) NvmlSnapshot *s = NULL;
         _cleanup_free_ char *error = NULL;
@@ -124,6 +164,8 @@ static void nvml_child(int fd, const char *library) {
                 for (size_t j = 0; j < g->n_mig_devices; j++)
                         fprintf(f, "mig %s %s\n", g->pci_address, strna(g->mig_devices[j].uuid));
         }
+        if (c->cdi.enabled)
+                cdi_expected(f, c, s);
         fclose(f);
         _exit(0);
 }
@@ -146,7 +188,7 @@ static void nvml_read(Doctor *d) {
         }
         if (pid == 0) {
                 close(p[0]);
-                nvml_child(p[1], d->c->nvml.library);
+                nvml_child(p[1], d->c);
         }
         close(p[1]);
         uint64_t limit_ms = d->c->nvml.timeout_usec / USEC_PER_MSEC;
@@ -211,6 +253,15 @@ static void nvml_read(Doctor *d) {
                         n[d->n_gpus++] = (DoctorGpu) { .uuid = strdup(uuid), .minor = minor, .mig = mig,
                                                        .fabric_state = fs, .fabric_status = st };
                         snprintf(n[d->n_gpus - 1].pci, sizeof n->pci, "%s", pci);
+                } else if (startswith(l, "cdi ")) {
+                        (void) strv_extend(&d->cdi_names, l + 4);
+                } else if (startswith(l, "cdi-warning ")) {
+                        (void) strv_extend(&d->cdi_warnings, l + 12);
+                } else if (streq(l, "cdi-none")) {
+                        d->cdi_none = true;
+                } else if (startswith(l, "cdi-error ")) {
+                        free(d->cdi_error);
+                        d->cdi_error = strdup(l + 10);
                 } else if (startswith(l, "mig ") && d->n_gpus > 0) {
                         char pci[32], uuid[128];
                         if (sscanf(l, "mig %31s %127s", pci, uuid) == 2)
@@ -501,13 +552,19 @@ static void check_mig(Doctor *d) {
 }
 
 static void check_cdi(Doctor *d) {
-        _cleanup_free_ char *text = NULL;
-        _cleanup_strv_free_ char **missing = NULL;
+        _cleanup_(cdi_spec_freep) CdiSpec *spec = NULL;
+        _cleanup_free_ char *text = NULL, *error = NULL;
+        _cleanup_strv_free_ char **missing = NULL, **extra = NULL;
+        size_t size = 0;
         int r;
 
         if (!d->c->cdi.enabled)
                 return verdict(d, "cdi", VERDICT_SKIPPED, strdup("cdi.enabled is false"), NULL);
-        r = read_full_file(d->c->cdi.spec, 1 << 24, &text, NULL);
+        r = read_full_file(d->c->cdi.spec, 1 << 24, &text, &size);
+        if (r == -ENOENT && d->nvml_ok && d->cdi_none)
+                return verdict(d, "cdi", VERDICT_SKIPPED,
+                               strprintf("no GPU or MIG device to describe, so no CDI spec at %s (as the cdi stage "
+                                         "leaves it)", d->c->cdi.spec), NULL);
         if (r == -ENOENT)
                 return verdict(d, "cdi", VERDICT_FAILED, strprintf("no CDI spec at %s", d->c->cdi.spec),
                                strdup("gpunodectl reconcile writes it (the cdi stage); containers asking for "
@@ -515,41 +572,59 @@ static void check_cdi(Doctor *d) {
         if (r < 0)
                 return verdict(d, "cdi", VERDICT_FAILED, strprintf("cannot read %s: %s", d->c->cdi.spec, strerror(-r)),
                                NULL);
-        if (!strstr(text, "kind: nvidia.com/gpu") && !strstr(text, "\"kind\": \"nvidia.com/gpu\""))
+        r = cdi_spec_parse(d->c->cdi.spec, text, size, &spec, &error);
+        if (r == -ENOMEM)
+                return verdict(d, "cdi", VERDICT_FAILED, strdup("out of memory"), NULL);
+        if (r < 0)
+                return verdict(d, "cdi", VERDICT_FAILED, strprintf("container runtimes refuse it: %s", strna(error)),
+                               strdup("remove it and run gpunodectl reconcile"));
+        if (!streq_ptr(spec->kind, CDI_KIND))
                 return verdict(d, "cdi", VERDICT_FAILED, strprintf("%s is not a CDI spec of kind nvidia.com/gpu", d->c->cdi.spec),
                                strdup("remove it and run gpunodectl reconcile"));
         if (!d->nvml_ok)
                 return verdict(d, "cdi", VERDICT_WARNING, strprintf("%s present; not compared (NVML did not answer)",
                                                                    d->c->cdi.spec), NULL);
-        for (size_t i = 0; i < d->n_gpus; i++) {
-                if (!strstr(text, d->gpus[i].uuid))
-                        (void) strv_extend(&missing, d->gpus[i].uuid);
-                STRV_FOREACH(u, d->gpus[i].mig_uuids)
-                        if (!strstr(text, *u))
-                                (void) strv_extend(&missing, *u);
+        if (d->cdi_error)
+                return verdict(d, "cdi", VERDICT_WARNING, strprintf("%s present; not compared (cannot work out what the "
+                                                                   "cdi stage would write: %s)", d->c->cdi.spec,
+                                                                   d->cdi_error), NULL);
+
+        /* The file against what the writer would write now: a device it would write and the file lacks
+         * is missing; one the file names and the writer would not is stale (a GPU or MIG device that is
+         * gone, or a GPU that went into MIG mode). Both are what `gpunodectl reconcile` rewrites. */
+        for (size_t i = 0; i < spec->n_devices; i++)
+                if (!strv_contains(d->cdi_names, spec->devices[i].name))
+                        (void) strv_extend(&extra, spec->devices[i].name);
+        STRV_FOREACH(n, d->cdi_names) {
+                bool found = false;
+                for (size_t i = 0; i < spec->n_devices && !found; i++)
+                        found = streq(spec->devices[i].name, *n);
+                if (!found)
+                        (void) strv_extend(&missing, *n);
         }
-        /* Devices of the spec that NVML does not know: a GPU or MIG device that is gone. */
-        size_t stale = 0;
-        for (const char *p = text; (p = strstr(p, "GPU-")) || (p = NULL); p += 4) {
-                char uuid[128];
-                if (sscanf(p, "%127[A-Za-z0-9-]", uuid) != 1)
-                        continue;
-                bool known = false;
-                for (size_t i = 0; i < d->n_gpus && !known; i++)
-                        known = streq(d->gpus[i].uuid, uuid);
-                if (!known)
-                        stale++;
-        }
-        if (missing || stale) {
-                _cleanup_free_ char *t = strv_join(missing, ", ");
+        if (missing || extra) {
+                _cleanup_free_ char *m = strv_join(missing, ", "), *x = strv_join(extra, ", ");
                 return verdict(d, "cdi", VERDICT_FAILED,
-                               strprintf("%s is stale: %s%s%s", d->c->cdi.spec, missing ? "missing " : "",
-                                         t ?: "", stale ? (missing ? "; names GPUs NVML does not know"
-                                                                       : "names GPUs NVML does not know") : ""),
+                               strprintf("%s is stale: %s%s%s%s%s", d->c->cdi.spec, missing ? "missing " : "", m ?: "",
+                                         missing && extra ? "; " : "", extra ? "lists devices the node does not have: " : "",
+                                         x ?: ""),
                                strdup("regenerate it: gpunodectl reconcile (the cdi stage rewrites it when the GPUs or "
                                       "MIG devices change)"));
         }
-        verdict(d, "cdi", VERDICT_OK, strprintf("%s lists every GPU and MIG device", d->c->cdi.spec), NULL);
+
+        bool mig = false;
+        for (size_t i = 0; i < d->n_gpus; i++)
+                mig = mig || d->gpus[i].mig;
+        const char *how = mig ? " (a GPU in MIG mode by its MIG devices only, as nvidia-ctk 1.18 and later)" : "";
+        if (d->cdi_warnings) {
+                _cleanup_free_ char *t = strv_join(d->cdi_warnings, "; ");
+                return verdict(d, "cdi", VERDICT_WARNING,
+                               strprintf("%s lists every device the agent can describe%s; the cdi stage warns: %s",
+                                         d->c->cdi.spec, how, strna(t)),
+                               strdup("each warning says what is missing on the node; gpunodectl reconcile does not "
+                                      "change them"));
+        }
+        verdict(d, "cdi", VERDICT_OK, strprintf("%s lists every GPU and MIG device%s", d->c->cdi.spec, how), NULL);
 }
 
 static void check_runtime(Doctor *d) {
@@ -696,6 +771,9 @@ static void doctor_done(Doctor *d) {
         free(d->installed_error);
         free(d->nvml_error);
         free(d->nvml_version);
+        strv_free(d->cdi_names);
+        strv_free(d->cdi_warnings);
+        free(d->cdi_error);
         for (size_t i = 0; i < d->n_gpus; i++) {
                 free(d->gpus[i].uuid);
                 strv_free(d->gpus[i].mig_uuids);

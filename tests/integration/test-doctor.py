@@ -8,6 +8,7 @@ private bus the doctor reads its health (an injected XID makes the health layer 
 module missing, version mismatch, missing device node, fabric manager dead (tests/fake-systemd), CDI spec
 stale, a container runtime without CDI, NFD absent, a GPU missing from the bus, and a GPU whose fabric
 registration never completes. TAP output."""
+import copy
 import importlib.util
 import json
 import os
@@ -15,6 +16,8 @@ import shutil
 import subprocess
 import sys
 import time
+
+import yaml
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import AGENT, BUILD, CTL, FAKE_NVML, NODES, PCI_IDS, Fail, TempDir, busctl, check, tap_main  # noqa: E402
@@ -61,6 +64,12 @@ class Sim:
         # The node is prepared with the matching tree: since the driver stage checks the installed module
         # against the loaded one, a preparation on another tree fails by design. The tree the test asks
         # for replaces it afterwards (an upgrade installed after the agent prepared the node).
+        # The driver's user-space libraries of that version, so that the CDI spec has its mounts and the
+        # cdi stage has nothing to warn about (the doctor repeats its warnings).
+        libdir = os.path.join(self.node, "usr/lib")
+        os.makedirs(libdir, exist_ok=True)
+        for lib in ("libcuda.so.", "libnvidia-ml.so."):
+            open(os.path.join(libdir, lib + VERSION), "w").close()
         modules = os.path.join(KMOD_TREES, "debian", "lib/modules")
         self.dev = os.path.join(tmp, "dev")
         self.run = os.path.join(tmp, "run")
@@ -245,6 +254,47 @@ def test_cdi_stale():
         expect_broken(sim, "cdi", "no CDI spec")
 
 
+def cdi_devices(sim):
+    with open(sim.cdi) as f:
+        return yaml.safe_load(f)
+
+
+def write_cdi(sim, spec):
+    with open(sim.cdi, "w") as f:
+        yaml.safe_dump(spec, f)
+
+
+def test_cdi_mig_node():
+    """A GPU in MIG mode has no whole-GPU entry in the spec (the writer's rule, as nvidia-ctk 1.18 and
+    later): the doctor judges the file by that same rule, so a MIG node is ok, an entry for the whole GPU
+    is stale, a MIG device left out is missing, and the agent's rewrite (what gpunodectl reconcile runs)
+    makes it ok again. cdi.device-name-strategy is followed too: index names only, no UUID in the file."""
+    with TempDir() as tmp:
+        sim = Sim(tmp, node="a100-sxm-mig")
+        rc, out, v = sim.verdicts()
+        check(v["cdi"]["verdict"] == "ok" and "MIG devices only" in v["cdi"]["message"],
+              "MIG node, spec as written: %r" % v["cdi"])
+        check(rc == 0, "MIG node: doctor exit %d:\n%s" % (rc, json.dumps(out, indent=1)))
+        spec = cdi_devices(sim)
+        names = [d["name"] for d in spec["devices"]]
+        check("0" not in names and "GPU-00000700-0000-4000-8000-20b000000000" not in names and "0:0" in names,
+              "the writer's rule changed? devices %r" % names)
+        whole = next(d for d in spec["devices"] if d["name"] == "2")
+        spec["devices"].append(dict(copy.deepcopy(whole), name="0"))
+        spec["devices"] = [d for d in spec["devices"] if d["name"] != "0:1"]
+        write_cdi(sim, spec)
+        expect_broken(sim, "cdi", "is stale: missing 0:1; lists devices the node does not have: 0")
+        p = subprocess.run([AGENT, "--config", sim.config, "--config-dir", sim.confd, "--oneshot"], env=sim.env,
+                           capture_output=True, text=True, timeout=60)
+        check(p.returncode == 0, "the agent's rewrite failed:\n" + p.stdout + p.stderr)
+        rc, out, v = sim.verdicts()
+        check(v["cdi"]["verdict"] == "ok" and rc == 0, "after the rewrite: exit %d, %r" % (rc, v["cdi"]))
+    with TempDir() as tmp:
+        sim = Sim(tmp, dropin="cdi:\n  device-name-strategy: index\n")
+        rc, out, v = sim.verdicts()
+        check(v["cdi"]["verdict"] == "ok" and rc == 0, "index names: exit %d, %r" % (rc, v["cdi"]))
+
+
 def test_runtime_without_cdi():
     with TempDir() as tmp:
         sim = Sim(tmp)
@@ -338,6 +388,6 @@ if __name__ == "__main__":
     tap_main([test_healthy_node_without_agent, test_module_missing, test_version_mismatch, test_installed_module_differs,
               test_secure_boot_not_loaded, test_vfio_passthrough,
               test_missing_device_node,
-              test_fabric_manager_dead, test_cdi_stale, test_runtime_without_cdi, test_nfd_absent,
+              test_fabric_manager_dead, test_cdi_stale, test_cdi_mig_node, test_runtime_without_cdi, test_nfd_absent,
               test_gpu_missing_from_bus, test_fabric_not_registered, test_nvml_hang_and_crash,
               test_with_agent_running], sys.argv[1:])

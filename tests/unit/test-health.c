@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* Tests for agent/health-xid.c: the XID classes follow NVIDIA's XID catalog (application errors are
  * ignored, row-remap/ECC/GSP errors need a reset, a GPU off the bus a reboot), unknown XIDs degrade,
- * and health.xid.ignore / health.xid.fatal move codes either way (fatal wins). */
+ * and health.xid.ignore / health.xid.fatal move codes either way (fatal wins); the journal's bound on an
+ * XID storm (one line per code and window, then a count). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -27,6 +28,9 @@ static void test_catalog(void **state) {
         assert_int_equal(health_xid_classify(95, NULL, NULL, NULL), XID_RESET);
         assert_int_equal(health_xid_classify(94, NULL, NULL, NULL), XID_RECOVERABLE);
         assert_int_equal(health_xid_classify(63, NULL, NULL, NULL), XID_RECOVERABLE);
+        /* A context switch timeout: the driver recovers the channel, the application restarts. */
+        assert_int_equal(health_xid_classify(109, NULL, NULL, &text), XID_RECOVERABLE);
+        assert_string_equal(text, "context switch timeout (the application must restart)");
         /* Not in the table: degraded until a re-check, not ignored, not failed. */
         assert_int_equal(health_xid_classify(9999, NULL, NULL, &text), XID_RECOVERABLE);
         assert_string_equal(text, "not in the XID table");
@@ -46,10 +50,42 @@ static void test_overrides(void **state) {
         assert_null(gpu_health_to_string(_GPU_HEALTH_MAX));
 }
 
+static void test_xid_log_storm(void **state) {
+        XidLog l = {};
+        XidLogSlot more[XID_LOG_SLOTS];
+        uint64_t t0 = 5 * XID_LOG_WINDOW_USEC, logged = 0;
+
+        assert_int_equal(xid_log_deadline(&l), 0);
+        /* 512 of XID 13 and 3 of XID 31, interleaved: the first of each is logged, the rest counted. */
+        for (unsigned i = 0; i < 512; i++) {
+                logged += xid_log_note(&l, 13, t0 + i);
+                if (i < 3)
+                        logged += xid_log_note(&l, 31, t0 + i);
+        }
+        assert_int_equal(logged, 2);
+        assert_int_equal(xid_log_deadline(&l), t0 + XID_LOG_WINDOW_USEC);
+        assert_int_equal(xid_log_flush(&l, more), 2);
+        assert_int_equal(more[0].xid, 13);
+        assert_int_equal(more[0].more, 511);
+        assert_int_equal(more[1].xid, 31);
+        assert_int_equal(more[1].more, 2);
+        /* A new window logs the first again; one XID alone leaves nothing to count. */
+        assert_int_equal(xid_log_deadline(&l), 0);
+        assert_true(xid_log_note(&l, 13, t0 + XID_LOG_WINDOW_USEC));
+        assert_int_equal(xid_log_flush(&l, more), 0);
+        /* More codes than slots in one window: the extra ones are each logged, never lost. */
+        for (unsigned x = 1; x <= XID_LOG_SLOTS; x++)
+                assert_true(xid_log_note(&l, x, t0));
+        assert_true(xid_log_note(&l, 100, t0));
+        assert_true(xid_log_note(&l, 100, t0));
+        assert_false(xid_log_note(&l, 1, t0));
+}
+
 int main(void) {
         const struct CMUnitTest tests[] = {
                 cmocka_unit_test(test_catalog),
                 cmocka_unit_test(test_overrides),
+                cmocka_unit_test(test_xid_log_storm),
         };
         return cmocka_run_group_tests(tests, NULL, NULL);
 }
