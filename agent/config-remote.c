@@ -4,6 +4,7 @@
  * CURLMOPT_TIMERFUNCTION to one timer source, so a slow or silent server never blocks the loop; the
  * URL template; and the last-known-good copy. */
 #include <ctype.h>
+#include <inttypes.h>
 #include <curl/curl.h>
 #include <dlfcn.h>
 #include <strings.h>
@@ -524,6 +525,7 @@ void config_remote_cache_done(ConfigRemoteCache *c) {
         free(c->etag);
         free(c->last_modified);
         free(c->data);
+        free(c->sig);
         *c = (ConfigRemoteCache) {};
 }
 
@@ -539,6 +541,16 @@ int config_remote_cache_load(const char *state_dir, ConfigRemoteCache *ret) {
         r = read_full_file(doc, CONFIG_REMOTE_MAX, &c.data, &c.size);
         if (r < 0)
                 return r;
+        _cleanup_free_ char *sig = path_join(state_dir, "remote-config.sig");
+        if (!sig) {
+                config_remote_cache_done(&c);
+                return -ENOMEM;
+        }
+        r = read_full_file(sig, CONFIG_REMOTE_MAX, &c.sig, &c.sig_size);
+        if (r < 0 && r != -ENOENT) {
+                config_remote_cache_done(&c);
+                return r;
+        }
         /* Without metadata the copy is still good, only not usable for a conditional request. */
         if (read_full_file(meta, 64 * 1024, &text, &size) >= 0)
                 for (char *line = text, *next; line && *line; line = next) {
@@ -575,8 +587,66 @@ int config_remote_cache_save(const char *state_dir, const ConfigRemoteCache *c) 
         r = write_file_atomic(doc, NULL, c->data, c->size, 0600);
         if (r < 0)
                 return r;
+        /* A crash before the signature is replaced leaves a copy that does not verify: it is then not
+         * used, and the next fetch brings both again. */
+        _cleanup_free_ char *sig = path_join(state_dir, "remote-config.sig");
+        if (!sig)
+                return -ENOMEM;
+        if (c->sig)
+                r = write_file_atomic(sig, NULL, c->sig, c->sig_size, 0600);
+        else
+                r = unlink(sig) < 0 && errno != ENOENT ? -errno : 0;
+        if (r < 0)
+                return r;
         if (asprintf(&text, "url=%s\netag=%s\nlast-modified=%s\n", strempty(c->url), strempty(c->etag),
                      strempty(c->last_modified)) < 0)
                 return -ENOMEM;
         return write_file_atomic(meta, NULL, text, strlen(text), 0600);
+}
+
+int config_remote_serial_load(const char *state_dir, const char *url, uint64_t *ret) {
+        _cleanup_free_ char *path = path_join(state_dir, "remote-config.serial"), *text = NULL;
+        const char *u = NULL, *v = NULL;
+        int r;
+
+        if (!path)
+                return -ENOMEM;
+        *ret = 0;
+        r = read_full_file(path, 64 * 1024, &text, NULL);
+        if (r == -ENOENT)
+                return 0;
+        if (r < 0)
+                return r;
+        for (char *line = text, *next; line && *line; line = next) {
+                next = strchr(line, '\n');
+                if (next)
+                        *next++ = 0;
+                if (startswith(line, "url="))
+                        u = line + 4;
+                else if (startswith(line, "serial="))
+                        v = line + 7;
+        }
+        if (!u || !v || !streq(u, url))
+                return 0;
+        char *end;
+        errno = 0;
+        unsigned long long n = strtoull(v, &end, 10);
+        if (!isdigit((unsigned char) v[0]) || *end || errno != 0)
+                return -EBADMSG;
+        *ret = n;
+        return 0;
+}
+
+int config_remote_serial_save(const char *state_dir, const char *url, uint64_t serial) {
+        _cleanup_free_ char *path = path_join(state_dir, "remote-config.serial"), *text = NULL;
+        int r;
+
+        if (!path)
+                return -ENOMEM;
+        r = mkdir_p(state_dir, 0755);
+        if (r < 0)
+                return r;
+        if (asprintf(&text, "url=%s\nserial=%" PRIu64 "\n", url, serial) < 0)
+                return -ENOMEM;
+        return write_file_atomic(path, NULL, text, strlen(text), 0600);
 }

@@ -8,6 +8,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <systemd/sd-event.h>
 
 #include "macro.h"
@@ -60,17 +61,27 @@ void config_remote_cancel(ConfigRemoteFetcher *f);
 int config_remote_expand_url(const char *template, const char *hostname, const char *machine_id,
                              const char *product, char **ret, char **ret_bad);
 
-/* The last-known-good copy: <state_dir>/remote-config.yaml and its metadata (URL, ETag, Last-Modified)
- * in <state_dir>/remote-config.meta, both written atomically. */
+/* The last-known-good copy: <state_dir>/remote-config.yaml, its detached signature (when it was signed)
+ * in <state_dir>/remote-config.sig and its metadata (URL, ETag, Last-Modified) in
+ * <state_dir>/remote-config.meta, all written atomically. */
 typedef struct ConfigRemoteCache {
         char *url;
         char *etag;
         char *last_modified;
         char *data;
         size_t size;
+        char *sig;                 /* NULL: not signed */
+        size_t sig_size;
 } ConfigRemoteCache;
 
 void config_remote_cache_done(ConfigRemoteCache *c);
 /* -ENOENT when there is none. */
 int config_remote_cache_load(const char *state_dir, ConfigRemoteCache *ret);
+/* Also removes a remote-config.sig that c does not have. */
 int config_remote_cache_save(const char *state_dir, const ConfigRemoteCache *c);
+
+/* The highest serial of a signed document accepted from url: <state_dir>/remote-config.serial
+ * ("url=…\nserial=N\n", written atomically). *ret is 0 when none was accepted from that URL. Kept apart
+ * from the copy so that losing or refusing the copy does not lower it. */
+int config_remote_serial_load(const char *state_dir, const char *url, uint64_t *ret);
+int config_remote_serial_save(const char *state_dir, const char *url, uint64_t serial);

@@ -50,6 +50,20 @@ const Node *config_node_find(const Node *tree, const char *path) {
         return n;
 }
 
+Node *config_node_take(Node *mapping, const char *key) {
+        if (!mapping || mapping->type != NODE_MAPPING)
+                return NULL;
+        for (size_t i = 0; i < mapping->n_items; i++)
+                if (streq(mapping->items[i]->key, key)) {
+                        Node *n = mapping->items[i];
+                        memmove(mapping->items + i, mapping->items + i + 1,
+                                (mapping->n_items - i - 1) * sizeof(Node *));
+                        mapping->n_items--;
+                        return n;
+                }
+        return NULL;
+}
+
 const char *config_node_kind(const Node *n) {
         switch (n->type) {
         case NODE_SCALAR:

@@ -32,6 +32,8 @@ DEFINE_CLEANUP_FUNC(Node *, config_node_free);
 
 /* Finds the node of a dotted key in a merged tree, to point an error at the file that set it. */
 const Node *config_node_find(const Node *tree, const char *path);
+/* Removes the entry key from a mapping and returns it (the caller frees it); NULL when absent. */
+Node *config_node_take(Node *mapping, const char *key);
 /* "a plain value", "a mapping of keys", "a list": for messages that say what was found instead. */
 const char *config_node_kind(const Node *n);
 /* Takes src. Mappings merge key by key; anything else (scalars, lists, null) replaces what was there. */

@@ -15,6 +15,7 @@
 #include <syslog.h>
 
 #include "config-remote.h"
+#include "config-signature.h"
 #include "config-yaml.h"
 #include "config.h"
 #include "fileio.h"
@@ -46,6 +47,23 @@ typedef enum PathBase {
         BASE_RUN,         /* unset: <paths.run>/<default> */
 } PathBase;
 
+/* Why a key may not come from the remote document (config.remote): a fleet's configuration server is
+ * a source of policy, not a root shell on every node. Whoever controls that server, its TLS key or a
+ * proxy in front of it must not be able to name what the agent loads, runs, writes or trusts as root. */
+typedef enum ConfigLocal {
+        LOCAL_UNREVIEWED,  /* a row without .remote or .local: never reviewed for the network, so refused */
+        LOCAL_PATH,        /* a file or directory the agent reads or writes as root */
+        LOCAL_LIBRARY,     /* a shared object loaded as root */
+        LOCAL_PROGRAM,     /* a program run as root */
+        LOCAL_COMMAND,     /* a shell command run as root */
+        LOCAL_ARGUMENTS,   /* arguments of a program, or kernel module options, run or loaded as root */
+        LOCAL_UNITS,       /* systemd units stopped and started as root */
+        LOCAL_SOURCE,      /* where the node takes its configuration or its MIG selection from */
+        LOCAL_IDENTITY,    /* which Kubernetes Node object (and so whose labels) this node is */
+        LOCAL_NODE,        /* how this node's kernel modules, device nodes and services are set up */
+        _LOCAL_MAX,
+} ConfigLocal;
+
 typedef struct ConfigKey {
         const char *path;            /* dotted key */
         ConfigType type;
@@ -53,7 +71,28 @@ typedef struct ConfigKey {
         const char *def;             /* default, written as in a file; relative to base if any */
         PathBase base;
         const char *const *values;   /* CONFIG_ENUM and CONFIG_FLAGS, NULL-terminated */
+        bool remote;                 /* policy: the remote document may set it; otherwise only local files */
+        ConfigLocal local;           /* !remote: why (a path-typed key is LOCAL_PATH without saying so) */
 } ConfigKey;
+
+/* The short word of the reference's "remote" column, and the reason a refusal gives. */
+static const struct {
+        const char *tag;
+        const char *why;
+} config_local_reasons[_LOCAL_MAX] = {
+        [LOCAL_UNREVIEWED] = { "unreviewed", "has not been reviewed as safe to take from the network" },
+        [LOCAL_PATH] = { "path", "names a file or directory the agent reads or writes as root" },
+        [LOCAL_LIBRARY] = { "library", "names a shared object the agent loads as root" },
+        [LOCAL_PROGRAM] = { "program", "names a program the agent runs as root" },
+        [LOCAL_COMMAND] = { "command", "is a shell command the agent runs as root" },
+        [LOCAL_ARGUMENTS] = { "arguments", "is passed as root to a program's command line or to the kernel as "
+                                           "module options" },
+        [LOCAL_UNITS] = { "units", "names systemd units the agent stops and starts as root" },
+        [LOCAL_SOURCE] = { "source", "decides where the node takes its configuration or its MIG selection from" },
+        [LOCAL_IDENTITY] = { "identity", "decides which Kubernetes node this node is" },
+        [LOCAL_NODE] = { "node", "sets up this node's kernel modules, device nodes or system services, which "
+                                 "depend on its hardware and image" },
+};
 
 /* Index = LOG_* value from syslog.h. */
 static const char *const log_level_names[] = {
@@ -92,7 +131,14 @@ DEFINE_STRING_TABLE_LOOKUP_TO_STRING(sharing_strategy, SharingStrategy, sharing_
 #define CONFIG_OFF(field) offsetof(Config, field)
 
 /* One line per key. Sections must stay together (config_dump prints them in this order), and a key
- * derived from another path must come after it (paths.etc before labels.directory). */
+ * derived from another path must come after it (paths.etc before labels.directory).
+ *
+ * .remote = true lets the remote document (config.remote) set the key: policy only — what the GPUs are
+ * made into and how they are shared, labelled and watched, the driver version and when to upgrade to
+ * it, which consumer outputs are on, timing and logging. Every other key is refused there, the
+ * document as a whole with it: anything that names a program, a shared object, a command line, a unit,
+ * a file or a directory, where the configuration comes from, and how the node's kernel modules and
+ * services are set up. A new row without .remote is refused from the network until someone decides. */
 static const ConfigKey config_keys[] = {
         { "paths.root",       CONFIG_PATH,      CONFIG_OFF(paths.root),     "/" },
         { "paths.sys",        CONFIG_PATH,      CONFIG_OFF(paths.sys),      "sys",              BASE_ROOT },
@@ -103,72 +149,88 @@ static const ConfigKey config_keys[] = {
         { "paths.run",        CONFIG_PATH,      CONFIG_OFF(paths.run),      "run",              BASE_ROOT },
         { "paths.state",      CONFIG_PATH,      CONFIG_OFF(paths.state),    "var/lib/gpu-node-agent", BASE_ROOT },
         { "paths.pci-ids",    CONFIG_PATH,      CONFIG_OFF(paths.pci_ids),  "" },
-        { "nvml.library",     CONFIG_LIBRARY,   CONFIG_OFF(nvml.library),   "libnvidia-ml.so.1" },
-        { "nvml.timeout",     CONFIG_DURATION,  CONFIG_OFF(nvml.timeout_usec), "30s" },
-        { "labels.enabled",   CONFIG_BOOL,      CONFIG_OFF(labels.enabled), "true" },
+        { "nvml.library",     CONFIG_LIBRARY,   CONFIG_OFF(nvml.library),   "libnvidia-ml.so.1", .local = LOCAL_LIBRARY },
+        { "nvml.timeout",     CONFIG_DURATION,  CONFIG_OFF(nvml.timeout_usec), "30s", .remote = true },
+        { "labels.enabled",   CONFIG_BOOL,      CONFIG_OFF(labels.enabled), "true", .remote = true },
         { "labels.directory", CONFIG_PATH,      CONFIG_OFF(labels.directory),
           "kubernetes/node-feature-discovery/features.d", BASE_ETC },
-        { "labels.file",      CONFIG_FILE_NAME, CONFIG_OFF(labels.file),    "gpu-node-agent" },
-        { "labels.expiry",    CONFIG_DURATION,  CONFIG_OFF(labels.expiry_usec), "0" },
-        { "labels.mig-strategy", CONFIG_ENUM,   CONFIG_OFF(labels.mig_strategy), "none", .values = mig_strategy_names },
-        { "labels.timestamp", CONFIG_BOOL,      CONFIG_OFF(labels.timestamp), "false" },
-        { "sharing.strategy", CONFIG_ENUM,      CONFIG_OFF(sharing.strategy), "none", .values = sharing_strategy_names },
-        { "sharing.replicas", CONFIG_UINT,      CONFIG_OFF(sharing.replicas), "1" },
-        { "sharing.rename-by-default", CONFIG_BOOL, CONFIG_OFF(sharing.rename_by_default), "false" },
-        { "driver.enabled",   CONFIG_BOOL,      CONFIG_OFF(driver.enabled), "true" },
-        { "driver.version",   CONFIG_STRING,    CONFIG_OFF(driver.version), "" },
-        { "driver.modeset",   CONFIG_BOOL,      CONFIG_OFF(driver.modeset), "false" },
-        { "driver.peermem",   CONFIG_ENUM,      CONFIG_OFF(driver.peermem), "auto", .values = auto_off_names },
-        { "driver.parameters.nvidia", CONFIG_STRING, CONFIG_OFF(driver.parameters[DRIVER_MODULE_NVIDIA]), "" },
-        { "driver.parameters.nvidia-uvm", CONFIG_STRING, CONFIG_OFF(driver.parameters[DRIVER_MODULE_UVM]), "" },
-        { "driver.parameters.nvidia-modeset", CONFIG_STRING, CONFIG_OFF(driver.parameters[DRIVER_MODULE_MODESET]), "" },
-        { "driver.parameters.nvidia-peermem", CONFIG_STRING, CONFIG_OFF(driver.parameters[DRIVER_MODULE_PEERMEM]), "" },
-        { "driver.dkms.enabled", CONFIG_BOOL,   CONFIG_OFF(driver.dkms_enabled), "true" },
-        { "driver.dkms.program", CONFIG_LIBRARY, CONFIG_OFF(driver.dkms_program), "dkms" },
-        { "driver.dkms.module", CONFIG_STRING,  CONFIG_OFF(driver.dkms_module), "" },
-        { "driver.dkms.timeout", CONFIG_DURATION, CONFIG_OFF(driver.dkms_timeout_usec), "30min" },
+        { "labels.file",      CONFIG_FILE_NAME, CONFIG_OFF(labels.file),    "gpu-node-agent", .local = LOCAL_PATH },
+        { "labels.expiry",    CONFIG_DURATION,  CONFIG_OFF(labels.expiry_usec), "0", .remote = true },
+        { "labels.mig-strategy", CONFIG_ENUM,   CONFIG_OFF(labels.mig_strategy), "none", .values = mig_strategy_names,
+          .remote = true },
+        { "labels.timestamp", CONFIG_BOOL,      CONFIG_OFF(labels.timestamp), "false", .remote = true },
+        { "sharing.strategy", CONFIG_ENUM,      CONFIG_OFF(sharing.strategy), "none", .values = sharing_strategy_names,
+          .remote = true },
+        { "sharing.replicas", CONFIG_UINT,      CONFIG_OFF(sharing.replicas), "1", .remote = true },
+        { "sharing.rename-by-default", CONFIG_BOOL, CONFIG_OFF(sharing.rename_by_default), "false", .remote = true },
+        { "driver.enabled",   CONFIG_BOOL,      CONFIG_OFF(driver.enabled), "true", .local = LOCAL_NODE },
+        { "driver.version",   CONFIG_STRING,    CONFIG_OFF(driver.version), "", .remote = true },
+        { "driver.modeset",   CONFIG_BOOL,      CONFIG_OFF(driver.modeset), "false", .local = LOCAL_NODE },
+        { "driver.peermem",   CONFIG_ENUM,      CONFIG_OFF(driver.peermem), "auto", .values = auto_off_names,
+          .local = LOCAL_NODE },
+        { "driver.parameters.nvidia", CONFIG_STRING, CONFIG_OFF(driver.parameters[DRIVER_MODULE_NVIDIA]), "",
+          .local = LOCAL_ARGUMENTS },
+        { "driver.parameters.nvidia-uvm", CONFIG_STRING, CONFIG_OFF(driver.parameters[DRIVER_MODULE_UVM]), "",
+          .local = LOCAL_ARGUMENTS },
+        { "driver.parameters.nvidia-modeset", CONFIG_STRING, CONFIG_OFF(driver.parameters[DRIVER_MODULE_MODESET]), "",
+          .local = LOCAL_ARGUMENTS },
+        { "driver.parameters.nvidia-peermem", CONFIG_STRING, CONFIG_OFF(driver.parameters[DRIVER_MODULE_PEERMEM]), "",
+          .local = LOCAL_ARGUMENTS },
+        { "driver.dkms.enabled", CONFIG_BOOL,   CONFIG_OFF(driver.dkms_enabled), "true", .local = LOCAL_NODE },
+        { "driver.dkms.program", CONFIG_LIBRARY, CONFIG_OFF(driver.dkms_program), "dkms", .local = LOCAL_PROGRAM },
+        { "driver.dkms.module", CONFIG_STRING,  CONFIG_OFF(driver.dkms_module), "", .local = LOCAL_ARGUMENTS },
+        { "driver.dkms.timeout", CONFIG_DURATION, CONFIG_OFF(driver.dkms_timeout_usec), "30min", .remote = true },
         { "driver.reload-on-mismatch", CONFIG_ENUM, CONFIG_OFF(driver.reload_on_mismatch), "never",
-          .values = reload_on_mismatch_names },
+          .values = reload_on_mismatch_names, .remote = true },
         { "driver.kernel-module-type", CONFIG_ENUM, CONFIG_OFF(driver.kernel_module_type), "auto",
-          .values = kernel_module_type_names },
-        { "devices.enabled",  CONFIG_BOOL,      CONFIG_OFF(devices.enabled), "true" },
-        { "fabric.persistenced", CONFIG_ENUM,   CONFIG_OFF(fabric.persistenced), "auto", .values = auto_off_names },
-        { "fabric.fabricmanager", CONFIG_ENUM,  CONFIG_OFF(fabric.fabricmanager), "auto", .values = auto_off_names },
-        { "fabric.timeout",   CONFIG_DURATION,  CONFIG_OFF(fabric.timeout_usec), "2min" },
-        { "fabric.imex",      CONFIG_ENUM,      CONFIG_OFF(fabric.imex),    "auto", .values = auto_off_names },
-        { "fabric.imex-channels", CONFIG_UINT,  CONFIG_OFF(fabric.imex_channels), "1" },
+          .values = kernel_module_type_names, .local = LOCAL_NODE },
+        { "devices.enabled",  CONFIG_BOOL,      CONFIG_OFF(devices.enabled), "true", .local = LOCAL_NODE },
+        { "fabric.persistenced", CONFIG_ENUM,   CONFIG_OFF(fabric.persistenced), "auto", .values = auto_off_names,
+          .local = LOCAL_NODE },
+        { "fabric.fabricmanager", CONFIG_ENUM,  CONFIG_OFF(fabric.fabricmanager), "auto", .values = auto_off_names,
+          .local = LOCAL_NODE },
+        { "fabric.timeout",   CONFIG_DURATION,  CONFIG_OFF(fabric.timeout_usec), "2min", .remote = true },
+        { "fabric.imex",      CONFIG_ENUM,      CONFIG_OFF(fabric.imex),    "auto", .values = auto_off_names,
+          .remote = true },
+        { "fabric.imex-channels", CONFIG_UINT,  CONFIG_OFF(fabric.imex_channels), "1", .remote = true },
         { "mig.config-file",  CONFIG_PATH,      CONFIG_OFF(mig.config_file), "gpu-node-agent/mig-config.yaml", BASE_ETC },
-        { "mig.selected",     CONFIG_STRING,    CONFIG_OFF(mig.selected),   "" },
-        { "mig.reset",        CONFIG_ENUM,      CONFIG_OFF(mig.reset),      "auto", .values = mig_reset_names },
-        { "mig.hooks.stop-units", CONFIG_UNITS, CONFIG_OFF(mig.stop_units), "" },
-        { "mig.selected-from", CONFIG_ENUM,     CONFIG_OFF(mig.selected_from), "config", .values = mig_selected_from_names },
-        { "cdi.enabled",      CONFIG_BOOL,      CONFIG_OFF(cdi.enabled),    "true" },
+        { "mig.selected",     CONFIG_STRING,    CONFIG_OFF(mig.selected),   "", .remote = true },
+        { "mig.reset",        CONFIG_ENUM,      CONFIG_OFF(mig.reset),      "auto", .values = mig_reset_names,
+          .remote = true },
+        { "mig.hooks.stop-units", CONFIG_UNITS, CONFIG_OFF(mig.stop_units), "", .local = LOCAL_UNITS },
+        { "mig.selected-from", CONFIG_ENUM,     CONFIG_OFF(mig.selected_from), "config", .values = mig_selected_from_names,
+          .local = LOCAL_SOURCE },
+        { "cdi.enabled",      CONFIG_BOOL,      CONFIG_OFF(cdi.enabled),    "true", .remote = true },
         { "cdi.spec",         CONFIG_PATH,      CONFIG_OFF(cdi.spec),       "cdi/nvidia.yaml",  BASE_RUN },
         { "cdi.driver-root",  CONFIG_PATH,      CONFIG_OFF(cdi.driver_root), "",                BASE_ROOT },
         { "cdi.imex-spec",    CONFIG_PATH,      CONFIG_OFF(cdi.imex_spec),  "cdi/nvidia-imex-channel.yaml", BASE_RUN },
-        { "cdi.device-name-strategy", CONFIG_FLAGS, CONFIG_OFF(cdi.device_names), "index,uuid", .values = cdi_device_names },
-        { "gres.slurm.enabled", CONFIG_BOOL,    CONFIG_OFF(gres.slurm_enabled), "false" },
+        { "cdi.device-name-strategy", CONFIG_FLAGS, CONFIG_OFF(cdi.device_names), "index,uuid", .values = cdi_device_names,
+          .remote = true },
+        { "gres.slurm.enabled", CONFIG_BOOL,    CONFIG_OFF(gres.slurm_enabled), "false", .remote = true },
         { "gres.slurm.file",  CONFIG_PATH,      CONFIG_OFF(gres.slurm_file), "slurm/gres-gpu-node-agent.conf", BASE_ETC },
-        { "validations.operator-compat", CONFIG_BOOL, CONFIG_OFF(validations.operator_compat), "false" },
+        { "validations.operator-compat", CONFIG_BOOL, CONFIG_OFF(validations.operator_compat), "false", .remote = true },
         { "validations.directory", CONFIG_PATH, CONFIG_OFF(validations.directory), "nvidia/validations", BASE_RUN },
-        { "probe.expect-gpus", CONFIG_UINT,     CONFIG_OFF(probe.expect_gpus), "0" },
-        { "health.enabled",   CONFIG_BOOL,      CONFIG_OFF(health.enabled), "true" },
-        { "health.xid.ignore", CONFIG_XIDS,     CONFIG_OFF(health.xid_ignore), "" },
-        { "health.xid.fatal", CONFIG_XIDS,      CONFIG_OFF(health.xid_fatal), "" },
-        { "health.on-unhealthy", CONFIG_STRING, CONFIG_OFF(health.on_unhealthy), "" },
-        { "health.recheck-delay", CONFIG_DURATION, CONFIG_OFF(health.recheck_delay_usec), "10s" },
-        { "metrics.textfile", CONFIG_STRING,   CONFIG_OFF(metrics.textfile), "" },
-        { "engine.retry-min", CONFIG_DURATION,  CONFIG_OFF(engine.retry_min_usec), "1s" },
-        { "engine.retry-max", CONFIG_DURATION,  CONFIG_OFF(engine.retry_max_usec), "5min" },
-        { "log.level",        CONFIG_ENUM,      CONFIG_OFF(log_level),      "info", .values = log_level_names },
-        { "kubernetes.node-name", CONFIG_STRING, CONFIG_OFF(kubernetes.node_name), "" },
+        { "probe.expect-gpus", CONFIG_UINT,     CONFIG_OFF(probe.expect_gpus), "0", .remote = true },
+        { "health.enabled",   CONFIG_BOOL,      CONFIG_OFF(health.enabled), "true", .remote = true },
+        { "health.xid.ignore", CONFIG_XIDS,     CONFIG_OFF(health.xid_ignore), "", .remote = true },
+        { "health.xid.fatal", CONFIG_XIDS,      CONFIG_OFF(health.xid_fatal), "", .remote = true },
+        { "health.on-unhealthy", CONFIG_STRING, CONFIG_OFF(health.on_unhealthy), "", .local = LOCAL_COMMAND },
+        { "health.recheck-delay", CONFIG_DURATION, CONFIG_OFF(health.recheck_delay_usec), "10s", .remote = true },
+        { "metrics.textfile", CONFIG_STRING,   CONFIG_OFF(metrics.textfile), "", .local = LOCAL_PATH },
+        { "engine.retry-min", CONFIG_DURATION,  CONFIG_OFF(engine.retry_min_usec), "1s", .remote = true },
+        { "engine.retry-max", CONFIG_DURATION,  CONFIG_OFF(engine.retry_max_usec), "5min", .remote = true },
+        { "log.level",        CONFIG_ENUM,      CONFIG_OFF(log_level),      "info", .values = log_level_names,
+          .remote = true },
+        { "kubernetes.node-name", CONFIG_STRING, CONFIG_OFF(kubernetes.node_name), "", .local = LOCAL_IDENTITY },
         { "kubernetes.kubeconfig", CONFIG_PATH, CONFIG_OFF(kubernetes.kubeconfig), "kubernetes/kubelet.conf", BASE_ETC },
-        { "config.remote.url", CONFIG_STRING,   CONFIG_OFF(remote.url),     "" },
-        { "config.remote.ca-file", CONFIG_STRING, CONFIG_OFF(remote.ca_file), "" },
-        { "config.remote.cert", CONFIG_STRING,  CONFIG_OFF(remote.cert),    "" },
-        { "config.remote.key", CONFIG_STRING,   CONFIG_OFF(remote.key),     "" },
-        { "config.remote.interval", CONFIG_DURATION, CONFIG_OFF(remote.interval_usec), "5min" },
-        { "config.remote.timeout", CONFIG_DURATION, CONFIG_OFF(remote.timeout_usec), "30s" },
+        { "config.remote.url", CONFIG_STRING,   CONFIG_OFF(remote.url),     "", .local = LOCAL_SOURCE },
+        { "config.remote.ca-file", CONFIG_STRING, CONFIG_OFF(remote.ca_file), "", .local = LOCAL_PATH },
+        { "config.remote.cert", CONFIG_STRING,  CONFIG_OFF(remote.cert),    "", .local = LOCAL_PATH },
+        { "config.remote.key", CONFIG_STRING,   CONFIG_OFF(remote.key),     "", .local = LOCAL_PATH },
+        { "config.remote.signing-key", CONFIG_PATH, CONFIG_OFF(remote.signing_key), "" },
+        { "config.remote.signature-url", CONFIG_STRING, CONFIG_OFF(remote.signature_url), "", .local = LOCAL_SOURCE },
+        { "config.remote.interval", CONFIG_DURATION, CONFIG_OFF(remote.interval_usec), "5min", .local = LOCAL_SOURCE },
+        { "config.remote.timeout", CONFIG_DURATION, CONFIG_OFF(remote.timeout_usec), "30s", .local = LOCAL_SOURCE },
 };
 
 static bool config_type_is_list(ConfigType t) {
@@ -527,9 +589,11 @@ static int tree_apply(const Node *n, const char *section, Config *c, char **erro
                 if (!valid)
                         return -ENOMEM;
                 return config_yaml_located_error(error, item->file, item->key_line, item->key_column,
-                                                 "unknown key '%s' (valid %s%s%s: %s)", path,
+                                                 "unknown key '%s' (valid %s%s%s: %s)%s", path,
                                                  section ? "keys under '" : "top-level keys", section ?: "",
-                                                 section ? "'" : "", valid);
+                                                 section ? "'" : "", valid,
+                                                 streq(path, "serial") ? "; only the remote document "
+                                                                         "(config.remote) carries a serial" : "");
         }
         return 0;
 }
@@ -569,8 +633,136 @@ static int dropin_names(char *const *dirs, char ***ret, char **error) {
         return 0;
 }
 
+static ConfigLocal config_key_local(const ConfigKey *k) {
+        return k->local == LOCAL_UNREVIEWED && k->type == CONFIG_PATH ? LOCAL_PATH : k->local;
+}
+
+/* What a remote document sets that it may not: the first such key (where, and the key), and the names
+ * of the others. A section set to null puts every key under it back to its default, so it sets those
+ * keys too. Unknown keys and values of the wrong shape are left to tree_apply(). */
+typedef struct Refusals {
+        const Node *node;
+        const ConfigKey *key;
+        bool via_null;      /* node is a section set to null */
+        char **others;
+} Refusals;
+
+static int refusal_add(Refusals *f, const Node *node, const ConfigKey *k, bool via_null) {
+        if (!f->key) {
+                *f = (Refusals) { .node = node, .key = k, .via_null = via_null, .others = f->others };
+                return 0;
+        }
+        if (f->key == k || strv_contains(f->others, k->path))
+                return 0;
+        return strv_extend(&f->others, k->path);
+}
+
+static int remote_refusals(const Node *n, const char *section, Refusals *f) {
+        int r;
+
+        for (size_t i = 0; n && i < n->n_items; i++) {
+                const Node *item = n->items[i];
+                _cleanup_free_ char *path = NULL;
+
+                if (asprintf(&path, "%s%s%s", section ?: "", section ? "." : "", item->key) < 0)
+                        return -ENOMEM;
+                const ConfigKey *k = config_key_find(path);
+                if (k) {
+                        r = k->remote ? 0 : refusal_add(f, item, k, false);
+                        if (r < 0)
+                                return r;
+                        continue;
+                }
+                if (!config_section_exists(path) || (!item->null && item->type != NODE_MAPPING))
+                        continue; /* unknown, or not a mapping: tree_apply() says so */
+                if (item->null) {
+                        size_t len = strlen(path);
+                        for (size_t j = 0; j < ELEMENTSOF(config_keys); j++)
+                                if (!config_keys[j].remote && strncmp(config_keys[j].path, path, len) == 0 &&
+                                    config_keys[j].path[len] == '.') {
+                                        r = refusal_add(f, item, config_keys + j, true);
+                                        if (r < 0)
+                                                return r;
+                                }
+                        continue;
+                }
+                r = remote_refusals(item, path, f);
+                if (r < 0)
+                        return r;
+        }
+        return 0;
+}
+
+/* Refuses a remote document that sets any key not marked .remote, naming the first with why, and the
+ * others. The whole document goes: half a document is a configuration nobody wrote. */
+static int remote_check(const Node *t, char **error) {
+        _cleanup_free_ char *others = NULL;
+        Refusals f = {};
+        int r;
+
+        r = remote_refusals(t, NULL, &f);
+        if (r < 0 || !f.key) {
+                strv_free(f.others);
+                return r;
+        }
+        if (f.others) {
+                _cleanup_free_ char *list = strv_join(f.others, ", ");
+                if (!list || asprintf(&others, " (it also sets %s)", list) < 0) {
+                        strv_free(f.others);
+                        return -ENOMEM;
+                }
+        }
+        strv_free(f.others);
+        const char *why = config_local_reasons[config_key_local(f.key)].why;
+        if (f.via_null)
+                return config_yaml_located_error(error, f.node->file, f.node->key_line, f.node->key_column,
+                                                 "%s: a null section puts %s back to its default, and the remote "
+                                                 "configuration may not set that key: it %s; set it in a local "
+                                                 "file such as /etc/gpu-node-agent/agent.yaml. The whole "
+                                                 "document is refused%s", f.node->key, f.key->path, why,
+                                                 others ?: "");
+        return config_yaml_located_error(error, f.node->file, f.node->key_line, f.node->key_column,
+                                         "%s: may not be set by the remote configuration: it %s; set it in a "
+                                         "local file such as /etc/gpu-node-agent/agent.yaml. The whole document "
+                                         "is refused%s", f.key->path, why, others ?: "");
+}
+
+/* The top-level "serial: N" of a remote document: its version, which a signature covers so that an
+ * older document cannot be served again (manager-remote.c). */
+static int serial_parse(const Node *n, uint64_t *ret, char **error) {
+        char *end;
+
+        if (n->type == NODE_SCALAR && !n->null && isdigit((unsigned char) n->value[0])) {
+                errno = 0;
+                unsigned long long v = strtoull(n->value, &end, 10);
+                if (!*end && errno == 0) {
+                        *ret = v;
+                        return 0;
+                }
+        }
+        return config_yaml_located_error(error, n->file, n->line, n->column,
+                                         "serial: expected a whole number from 0 to %" PRIu64 " (the document's "
+                                         "version, raised with every change, such as 2026120101), got %s",
+                                         UINT64_MAX, n->type == NODE_SCALAR && !n->null ? n->value
+                                                                                        : config_node_kind(n));
+}
+
+int config_remote_document_serial(const char *name, const char *data, size_t size, uint64_t *ret,
+                                  char **ret_error) {
+        _cleanup_(config_node_freep) Node *t = NULL, *s = NULL;
+        int r;
+
+        r = config_yaml_parse_file(name, data, size, ret_error, &t);
+        if (r < 0)
+                return r;
+        s = config_node_take(t, "serial");
+        if (!s)
+                return -ENOENT;
+        return serial_parse(s, ret, ret_error);
+}
+
 /* Parses and checks one document (name is its file or URL) and merges it into *tree. A remote
- * document may not set config.remote: where the configuration comes from is the node's own choice. */
+ * document may set only the keys marked .remote (remote_check()), and may carry a serial. */
 static int load_data(const char *path, const char *data, size_t size, bool remote, char ***files, Node **tree,
                      char **error) {
         Node *t = NULL;
@@ -587,15 +779,20 @@ static int load_data(const char *path, const char *data, size_t size, bool remot
                 return r;
         if (!t)
                 return 0;
-        const Node *n = remote ? config_node_find(t, "config.remote") : NULL;
-        if (n) {
-                r = config_yaml_located_error(error, n->file, n->key_line, n->key_column,
-                                              "config.remote: cannot be set by the remote document itself; set "
-                                              "it in a local file such as /etc/gpu-node-agent/agent.yaml");
-                config_node_free(t);
-                return r;
+        if (remote) {
+                _cleanup_(config_node_freep) Node *s = config_node_take(t, "serial");
+                uint64_t serial;
+                r = s ? serial_parse(s, &serial, error) : 0;
+                if (r < 0) {
+                        config_node_free(t);
+                        return r;
+                }
         }
-        r = tree_apply(t, NULL, NULL, error);
+        /* A key the remote document may not set is refused before its value is looked at: whatever
+         * else is wrong with the document, that is what its author needs to know. */
+        r = remote ? remote_check(t, error) : 0;
+        if (r >= 0)
+                r = tree_apply(t, NULL, NULL, error);
         if (r < 0) {
                 config_node_free(t);
                 return r;
@@ -763,6 +960,34 @@ static int config_verify(const Config *c, const Node *tree, char **error) {
                 if (r < 0)
                         return r;
         }
+        n = config_node_find(tree, "config.remote.signature-url");
+        if (!isempty(c->remote.signature_url) && !startswith(c->remote.signature_url, "https://"))
+                return config_yaml_located_error(error, n->file, n->line, n->column,
+                                                 "config.remote.signature-url: '%s' is not an https:// URL",
+                                                 c->remote.signature_url);
+        if (!isempty(c->remote.signature_url)) {
+                _cleanup_free_ char *url = NULL, *bad = NULL;
+                int r = config_remote_expand_url(c->remote.signature_url, "h", "m", "p", &url, &bad);
+                if (r == -EINVAL)
+                        return config_yaml_located_error(error, n->file, n->line, n->column,
+                                                         "config.remote.signature-url: unknown placeholder %s; "
+                                                         "the placeholders are {hostname}, {machine-id} and "
+                                                         "{product}", strna(bad));
+                if (r < 0)
+                        return r;
+        }
+        /* The key is read now, so that a missing or wrong file fails the load that names it rather than
+         * every fetch after it. */
+        n = config_node_find(tree, "config.remote.signing-key");
+        if (!isempty(c->remote.signing_key)) {
+                _cleanup_free_ char *msg = NULL;
+                int r = config_signature_key_check(c->remote.signing_key, &msg);
+                if (r == -ENOMEM)
+                        return r;
+                if (r < 0)
+                        return config_yaml_located_error(error, n->file, n->line, n->column,
+                                                         "config.remote.signing-key: %s", strna(msg));
+        }
         static const char *const remote_files[] = { "config.remote.ca-file", "config.remote.cert",
                                                     "config.remote.key" };
         for (size_t i = 0; i < ELEMENTSOF(remote_files); i++) {
@@ -911,6 +1136,26 @@ Config *config_free(Config *c) {
         strv_free(c->sources);
         free(c);
         return NULL;
+}
+
+int config_keys_dump(FILE *f) {
+        for (size_t i = 0; i < ELEMENTSOF(config_keys); i++) {
+                const ConfigKey *k = config_keys + i;
+                static const char *const base[] = { [BASE_ROOT] = "<root>", [BASE_ETC] = "<etc>", [BASE_RUN] = "<run>" };
+
+                fprintf(f, "%s\t", k->path);
+                if (k->base != BASE_NONE)
+                        fprintf(f, "%s%s%s", base[k->base], isempty(k->def) ? "" : "/", k->def);
+                else if (config_type_is_list(k->type) && isempty(k->def))
+                        fputs("[]", f);
+                else
+                        fputs(k->def, f);
+                if (k->remote)
+                        fputs("\tyes\n", f);
+                else
+                        fprintf(f, "\tno (%s)\n", config_local_reasons[config_key_local(k)].tag);
+        }
+        return fflush(f) == 0 && !ferror(f) ? 0 : -EIO;
 }
 
 /* Prints s so that YAML reads back exactly s: plain when that is unambiguous, else double-quoted. */

@@ -103,8 +103,15 @@
  *       ca-file: ""                                CA bundle that signs the server ("" = system CAs)
  *       cert: ""                                   client certificate (PEM) for mutual TLS
  *       key: ""                                    its private key (PEM); cert and key go together
+ *       signing-key: ""                            a public key (PEM): documents must then carry a
+ *                                                  detached signature by it and a serial that never goes down
+ *       signature-url: ""                          where the signature is, same placeholders ("" = <url>.sig)
  *       interval: 5min                             how often the document is fetched again
  *       timeout: 30s                               the longest one fetch may take
+ * The remote document may set only the keys its row in config.c's table marks .remote (policy: MIG,
+ * sharing, labels, health lists, timing, log level, consumers on/off, the driver version and upgrade
+ * policy); one that sets any other key is refused whole. It may also carry a top-level "serial: N",
+ * which is not configuration but the document's version (signed documents must have one).
  * Durations: an integer (seconds) or a number with a unit: ms, s, min, h, d ("90s", "5min", "1h").
  * A --root on the command line overrides paths.root. Explicit paths must be absolute. */
 #pragma once
@@ -270,6 +277,8 @@ typedef struct ConfigRemote {
         char *ca_file;
         char *cert;
         char *key;
+        char *signing_key;                     /* public key (PEM) documents must be signed with, "" = unsigned ok */
+        char *signature_url;                   /* template of the detached signature, "" = <url>.sig */
         uint64_t interval_usec;
         uint64_t timeout_usec;
 } ConfigRemote;
@@ -324,6 +333,16 @@ Config *config_free(Config *c);
 
 /* Prints the merged, resolved configuration as YAML (with the source files as a comment). */
 int config_dump(const Config *c, FILE *f);
+
+/* The key table as the reference documents it, one "KEY\tDEFAULT\tREMOTE" line per key: DEFAULT as
+ * the docs write it (<etc>/… for a derived path, [] for an empty list), REMOTE "yes" or "no (WHY)"
+ * (tests/docs/test-config-keys.py keeps docs/configuration.md and the man page in agreement with it). */
+int config_keys_dump(FILE *f);
+
+/* The top-level "serial: N" of a remote document (name for messages), which config_load() takes and
+ * ignores: -ENOENT when there is none, -EINVAL with *ret_error when it is malformed. */
+int config_remote_document_serial(const char *name, const char *data, size_t size, uint64_t *ret,
+                                  char **ret_error);
 
 const char *mig_strategy_to_string(MigStrategy s);
 const char *sharing_strategy_to_string(SharingStrategy s);

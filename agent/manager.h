@@ -41,6 +41,9 @@ struct Manager {
         char *remote_url;                /* config.remote.url expanded, NULL when not configured */
         struct ConfigRemoteCache *remote_cache; /* the last good document, NULL none */
         bool remote_reloading;           /* the reload in progress was caused by a new document */
+        char *remote_sig_url;            /* its signature's URL expanded, NULL when documents need none */
+        struct ConfigRemoteCache *remote_pending; /* a changed document waiting for its signature */
+        bool remote_sig_retry;           /* fetching document and signature again after a mismatch */
         bool config_error_remote;        /* config_error is about the remote document */
 
         /* mig.selected-from: node-label (manager-kube.c, kube-node.c); the value is node.kube_mig_config. */

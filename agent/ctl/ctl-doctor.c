@@ -713,6 +713,30 @@ static void check_health(Doctor *d) {
                        "resetting a failed GPU call ResetGpuHealth"));
 }
 
+/* ---- Configuration ------------------------------------------------------------------------------------ */
+
+/* What the daemon runs on: a reload it rejected or a remote document it refused (a key that may not
+ * come from the network, a bad signature, a rollback) leaves it on the configuration before, which the
+ * local files read above do not show. */
+static void check_config(Doctor *d) {
+        _cleanup_free_ char *error = NULL;
+
+        if (!d->agent_running)
+                return verdict(d, "config", VERDICT_SKIPPED,
+                               strdup("the agent is not running (the local files load; only the agent fetches a "
+                                      "remote configuration)"), NULL);
+        error = agent_property(d, "ConfigError");
+        if (!error)
+                return verdict(d, "config", VERDICT_SKIPPED, strdup("the agent did not answer"), NULL);
+        if (isempty(error))
+                return verdict(d, "config", VERDICT_OK, strdup("the agent took its last configuration"), NULL);
+        verdict(d, "config", VERDICT_WARNING, TAKE_PTR(error),
+                strdup("the agent keeps its previous configuration (for a remote document, the last known good "
+                       "copy): fix what the message names (a key the remote document may not set belongs in a "
+                       "local file under /etc/gpu-node-agent/conf.d/), then gpunodectl reload or wait for the next "
+                       "fetch"));
+}
+
 /* ---- Output --------------------------------------------------------------------------------------------- */
 
 static int print_text(const Doctor *d, bool legend) {
@@ -874,6 +898,7 @@ int ctl_doctor(const CtlDoctorOptions *o) {
         check_runtime(&d);
         check_nfd(&d);
         check_health(&d);
+        check_config(&d);
 
         int exit_code = CTL_DOCTOR_OK;
         for (size_t i = 0; i < d.n_layers; i++)

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /* Fuzzes the configuration loader with drop-ins: the input's parts (FUZZ_SEPARATOR) become agent.yaml,
- * a vendor drop-in, an admin drop-in that overrides it and a second admin drop-in, loaded and validated
- * as the daemon does. Invariant: success gives a Config and no error, failure an error sentence and no
- * Config; the same input loads the same way twice. */
+ * a vendor drop-in, an admin drop-in that overrides it and a second admin drop-in, and the fifth the
+ * remote document (config.remote: the allowlist of remote keys, its serial), loaded and validated as the
+ * daemon does. Invariant: success gives a Config and no error, failure an error sentence and no Config;
+ * the same input loads the same way twice. */
 #include "config.h"
 #include "fuzz-util.h"
 
@@ -31,9 +32,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 fuzz_write(p, part, n);
         }
 
+        size_t remote_size = 0;
+        _cleanup_free_ char *remote = fuzz_part(data, size, ELEMENTSOF(files), &remote_size);
         int results[2];
         for (int k = 0; k < 2; k++) {
-                ConfigLoadOptions o = { .root = root };
+                ConfigLoadOptions o = { .root = root, .remote_name = remote ? "https://cfg.example/n.yaml" : NULL,
+                                        .remote_data = remote, .remote_size = remote_size };
                 _cleanup_free_ char *error = NULL;
                 Config *c = NULL;
                 int r = config_load(&o, &c, &error);

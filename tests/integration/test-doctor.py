@@ -35,7 +35,7 @@ KMOD_TREES = os.environ.get("GNA_KMOD_FIXTURES", os.path.join(BUILD, "tests/kmod
 VERSION = "550.54.15"  # the nvidia module of the kmod fixture trees (tests/kmod), made the loaded one too
 
 ORDER = ["pci", "iommu", "modules", "secure-boot", "device-nodes", "persistenced", "fabricmanager", "fabric", "nvml",
-         "mig", "cdi", "runtime", "nfd", "health"]
+         "mig", "cdi", "runtime", "nfd", "health", "config"]
 
 
 def note(fmt, *args):

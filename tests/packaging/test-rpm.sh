@@ -73,10 +73,10 @@ echo "rpm -qlp: the ${#expected[@]} expected paths"
 scripts=$(rpm -qp --scripts "$rpm" 2>/dev/null)
 grep -q 'gpu-node-agent --cleanup' <<<"$scripts" || fail "no --cleanup in the erase scriptlet:\n$scripts"
 grep -q 'rm -rf /var/lib/gpu-node-agent' <<<"$scripts" || fail "the state directory is not removed on erase:\n$scripts"
-# Runtime dependencies as on RHEL: hwdata for pci.ids, dbus, procps-ng for ExecReload=, and libcurl,
-# which the agent dlopen()s (rpm's automatic dependencies cannot see it).
+# Runtime dependencies as on RHEL: hwdata for pci.ids, dbus, procps-ng for ExecReload=, and libcurl and
+# libcrypto, which the agent dlopen()s (rpm's automatic dependencies cannot see them).
 reqs=$(rpm -qp --requires "$rpm" 2>/dev/null)
-for r in hwdata dbus procps-ng 'libcurl.so.4()(64bit)'; do
+for r in hwdata dbus procps-ng 'libcurl.so.4()(64bit)' 'libcrypto.so.3()(64bit)'; do
         grep -qx "$r" <<<"$reqs" || fail "the package does not require $r"
 done
 echo "scriptlets and Requires: as expected"

@@ -635,16 +635,16 @@ static void test_remote_layer(void **state) {
         const char *root = *state;
         static const char url[] = "https://config.example/node.yaml";
         _cleanup_free_ _unused_ char *main_file = put(root, MAIN,
-                                             "labels:\n  file: from-main\n  expiry: 1h\nsharing:\n  replicas: 1\n"
+                                             "labels:\n  mig-strategy: single\n  expiry: 1h\nsharing:\n  replicas: 1\n"
                                              "config:\n  remote:\n    url: https://config.example/{hostname}.yaml\n"),
                             *admin _unused_ = put(root, ADMIN "/50-local.yaml", "labels:\n  expiry: 2h\n"),
                             *error = NULL;
-        const char *doc = "labels:\n  file: from-remote\n  expiry: 3h\nsharing:\n  strategy: mps\n  replicas: 4\n";
+        const char *doc = "labels:\n  mig-strategy: mixed\n  expiry: 3h\nsharing:\n  strategy: mps\n  replicas: 4\n";
         ConfigLoadOptions o = { .root = root, .remote_name = url, .remote_data = doc, .remote_size = strlen(doc) };
         Config *c = NULL;
 
         assert_int_equal(config_load(&o, &c, &error), 0);
-        assert_string_equal(c->labels.file, "from-remote");          /* remote beats agent.yaml */
+        assert_int_equal(c->labels.mig_strategy, MIG_STRATEGY_MIXED); /* remote beats agent.yaml */
         assert_int_equal(c->labels.expiry_usec, 7200 * USEC_PER_SEC); /* the local drop-in beats remote */
         assert_int_equal(c->sharing.replicas, 4);
         assert_string_equal(c->remote.url, "https://config.example/{hostname}.yaml");
@@ -668,9 +668,24 @@ static void test_remote_layer(void **state) {
         o.remote_data = doc;
         o.remote_size = strlen(doc);
         assert_int_equal(config_load(&o, &c, &error), -EINVAL);
-        assert_string_equal(error, "https://config.example/node.yaml:2:3: config.remote: cannot be set by the "
-                                   "remote document itself; set it in a local file such as "
-                                   "/etc/gpu-node-agent/agent.yaml");
+        assert_string_equal(error, "https://config.example/node.yaml:3:5: config.remote.url: may not be set by the "
+                                   "remote configuration: it decides where the node takes its configuration or "
+                                   "its MIG selection from; set it in a local file such as "
+                                   "/etc/gpu-node-agent/agent.yaml. The whole document is refused");
+        error = mfree(error);
+
+        /* A null section is the remote document setting every key under it (back to its default). */
+        doc = "config: ~\n";
+        o.remote_data = doc;
+        o.remote_size = strlen(doc);
+        assert_int_equal(config_load(&o, &c, &error), -EINVAL);
+        assert_string_equal(error, "https://config.example/node.yaml:1:1: config: a null section puts "
+                                   "config.remote.url back to its default, and the remote configuration may not set "
+                                   "that key: it decides where the node takes its configuration or its MIG "
+                                   "selection from; set it in a local file such as /etc/gpu-node-agent/agent.yaml. "
+                                   "The whole document is refused (it also sets config.remote.ca-file, "
+                                   "config.remote.cert, config.remote.key, config.remote.signing-key, "
+                                   "config.remote.signature-url, config.remote.interval, config.remote.timeout)");
         error = mfree(error);
 
         doc = "labels: [unclosed\n";
@@ -678,6 +693,207 @@ static void test_remote_layer(void **state) {
         o.remote_size = strlen(doc);
         assert_int_equal(config_load(&o, &c, &error), -EBADMSG);
         assert_true(startswith(error, "https://config.example/node.yaml:"));
+}
+
+/* Loads agent.yaml (already written) with the remote document doc; returns config_load()'s result and
+ * sets *ret_error. */
+static int load_remote_doc(const char *root, const char *doc, Config **ret, char **ret_error) {
+        ConfigLoadOptions o = { .root = root, .remote_name = "https://cfg.example/n.yaml", .remote_data = doc,
+                                .remote_size = strlen(doc) };
+        return config_load(&o, ret, ret_error);
+}
+
+/* "a.b.c" as a remote document "a:\n  b:\n    c: value\n". */
+static char *nested_doc(const char *key, const char *value) {
+        _cleanup_free_ char *doc = strdup("");
+        size_t depth = 0;
+        const char *p = key;
+
+        assert_non_null(doc);
+        for (const char *dot; (dot = strchr(p, '.')); p = dot + 1, depth++) {
+                char *t = strprintf("%s%*s%.*s:\n", doc, (int) depth * 2, "", (int) (dot - p), p);
+                assert_non_null(t);
+                free(doc);
+                doc = t;
+        }
+        char *t = strprintf("%s%*s%s: %s\n", doc, (int) depth * 2, "", p, value);
+        assert_non_null(t);
+        return t;
+}
+
+/* Every key the table does not mark remote is refused from the remote document, by name and with its
+ * reason, whatever the value (null, which puts it back to its default, included), and the document is
+ * refused whole; every key it marks remote is taken. */
+static void test_remote_allowlist(void **state) {
+        const char *root = *state;
+        _cleanup_free_ char *table = NULL, *main_file = put(root, MAIN, "nvml:\n  library: /opt/nvml.so\n");
+        size_t size, n_refused = 0, n_allowed = 0;
+        FILE *f = open_memstream(&table, &size);
+
+        assert_non_null(f);
+        assert_int_equal(config_keys_dump(f), 0);
+        assert_int_equal(fclose(f), 0);
+        for (char *line = table, *next; line && *line; line = next) {
+                _cleanup_free_ char *doc = NULL, *error = NULL, *want = NULL;
+                Config *c = NULL;
+
+                next = strchr(line, '\n');
+                *next++ = 0;
+                char *def = strchr(line, '\t'), *remote = def ? strchr(def + 1, '\t') : NULL;
+                assert_non_null(remote);
+                *def = *remote = 0;
+                remote++;
+                doc = nested_doc(line, "~");
+                int r = load_remote_doc(root, doc, &c, &error);
+                if (streq(remote, "yes")) {
+                        if (r < 0)
+                                fail_msg("%s (remote) refused: %s", line, error);
+                        n_allowed++;
+                        config_free(c);
+                        continue;
+                }
+                assert_true(startswith(remote, "no ("));
+                assert_int_equal(r, -EINVAL);
+                assert_null(c);
+                assert_true(asprintf(&want, ": %s: may not be set by the remote configuration: it ", line) >= 0);
+                if (!startswith(error, "https://cfg.example/n.yaml:") || !strstr(error, want) ||
+                    !strstr(error, "The whole document is refused"))
+                        fail_msg("%s: unexpected refusal: %s", line, error);
+                n_refused++;
+        }
+        /* The policy keys, and everything that names what runs or is written as root refused. */
+        assert_true(n_allowed >= 25);
+        assert_true(n_refused >= 40);
+
+        /* Real values of the keys an attacker would want, each alone, each refused by name. */
+        static const struct {
+                const char *key, *value, *why;
+        } evil[] = {
+                { "nvml.library", "/tmp/evil.so", "names a shared object the agent loads as root" },
+                { "health.on-unhealthy", "\"touch /tmp/pwned\"", "is a shell command the agent runs as root" },
+                { "driver.dkms.program", "/tmp/evil", "names a program the agent runs as root" },
+                { "driver.dkms.module", "evil/1.0", "to a program's command line" },
+                { "driver.parameters.nvidia", "\"NVreg_RegistryDwords=x\"", "to the kernel as module options" },
+                { "paths.state", "/tmp", "names a file or directory" },
+                { "paths.root", "/tmp", "names a file or directory" },
+                { "labels.directory", "/etc/cron.d", "names a file or directory" },
+                { "labels.file", "passwd", "names a file or directory" },
+                { "gres.slurm.file", "/etc/passwd", "names a file or directory" },
+                { "metrics.textfile", "/etc/cron.d/x.prom", "names a file or directory" },
+                { "mig.config-file", "/tmp/mig.yaml", "names a file or directory" },
+                { "mig.hooks.stop-units", "[sshd.service]", "names systemd units" },
+                { "mig.selected-from", "node-label", "its MIG selection from" },
+                { "cdi.spec", "/etc/ld.so.preload", "names a file or directory" },
+                { "kubernetes.kubeconfig", "/tmp/k.conf", "names a file or directory" },
+                { "kubernetes.node-name", "other-node", "which Kubernetes node" },
+                { "config.remote.signing-key", "/tmp/k.pem", "names a file or directory" },
+                { "config.remote.interval", "1s", "where the node takes its configuration" },
+                { "driver.enabled", "false", "kernel modules, device nodes or system services" },
+        };
+        for (size_t i = 0; i < ELEMENTSOF(evil); i++) {
+                _cleanup_free_ char *doc = nested_doc(evil[i].key, evil[i].value), *error = NULL, *want = NULL;
+                Config *c = NULL;
+
+                assert_int_equal(load_remote_doc(root, doc, &c, &error), -EINVAL);
+                assert_null(c);
+                /* The leaf's key sits on the last line, indented two columns a level. */
+                size_t depth = 0;
+                for (const char *p = evil[i].key; (p = strchr(p, '.')); p++)
+                        depth++;
+                assert_true(asprintf(&want, "https://cfg.example/n.yaml:%zu:%zu: %s: may not be set by the remote "
+                                            "configuration: it ", depth + 1, depth * 2 + 1, evil[i].key) >= 0);
+                if (!startswith(error, want) || !strstr(error, evil[i].why))
+                        fail_msg("%s: %s", evil[i].key, error);
+        }
+
+        /* All of them in one document: the first is named with where and why, the others listed. */
+        _cleanup_free_ char *error = NULL;
+        Config *c = NULL;
+        assert_int_equal(load_remote_doc(root, "log:\n  level: debug\nnvml:\n  library: /tmp/evil.so\n"
+                                               "health:\n  on-unhealthy: reboot\npaths:\n  state: /tmp\n", &c, &error),
+                         -EINVAL);
+        assert_string_equal(error, "https://cfg.example/n.yaml:4:3: nvml.library: may not be set by the remote "
+                                   "configuration: it names a shared object the agent loads as root; set it in a "
+                                   "local file such as /etc/gpu-node-agent/agent.yaml. The whole document is refused "
+                                   "(it also sets health.on-unhealthy, paths.state)");
+        error = mfree(error);
+
+        /* A document of policy keys only applies, every one of them, over the local files. */
+        const char *policy =
+                "serial: 2026120101\n"
+                "nvml:\n  timeout: 45s\n"
+                "labels:\n  enabled: false\n  expiry: 1h\n  mig-strategy: mixed\n  timestamp: true\n"
+                "sharing:\n  strategy: time-slicing\n  replicas: 4\n  rename-by-default: true\n"
+                "driver:\n  version: 550.127.05\n  reload-on-mismatch: when-idle\n  dkms:\n    timeout: 1h\n"
+                "fabric:\n  timeout: 5min\n  imex: off\n  imex-channels: 4\n"
+                "mig:\n  selected: all-1g.10gb\n  reset: never\n"
+                "cdi:\n  enabled: false\n  device-name-strategy: uuid\n"
+                "gres:\n  slurm:\n    enabled: true\n"
+                "validations:\n  operator-compat: true\n"
+                "probe:\n  expect-gpus: 8\n"
+                "health:\n  enabled: false\n  xid:\n    ignore: [13, 31]\n    fatal: [79]\n  recheck-delay: 1min\n"
+                "engine:\n  retry-min: 2s\n  retry-max: 10min\n"
+                "log:\n  level: debug\n";
+        if (load_remote_doc(root, policy, &c, &error) < 0)
+                fail_msg("%s", error);
+        assert_int_equal(c->nvml.timeout_usec, 45 * USEC_PER_SEC);
+        assert_string_equal(c->nvml.library, "/opt/nvml.so"); /* the local file's */
+        assert_false(c->labels.enabled);
+        assert_int_equal(c->labels.mig_strategy, MIG_STRATEGY_MIXED);
+        assert_int_equal(c->sharing.replicas, 4);
+        assert_string_equal(c->driver.version, "550.127.05");
+        assert_int_equal(c->driver.reload_on_mismatch, 1);
+        assert_int_equal(c->fabric.imex_channels, 4);
+        assert_string_equal(c->mig.selected, "all-1g.10gb");
+        assert_int_equal(c->cdi.device_names, CDI_NAMES_UUID);
+        assert_true(c->gres.slurm_enabled);
+        assert_true(c->validations.operator_compat);
+        assert_int_equal(c->probe.expect_gpus, 8);
+        assert_int_equal(strv_length(c->health.xid_ignore), 2);
+        assert_string_equal(c->health.xid_fatal[0], "79");
+        assert_int_equal(c->engine.retry_max_usec, 600 * USEC_PER_SEC);
+        assert_int_equal(c->log_level, LOG_DEBUG);
+        c = config_free(c);
+
+        /* A null section of policy keys only is fine; one with a local key under it is not. */
+        assert_int_equal(load_remote_doc(root, "sharing: ~\nhealth:\n  xid: ~\n", &c, &error), 0);
+        c = config_free(c);
+        assert_int_equal(load_remote_doc(root, "nvml: ~\n", &c, &error), -EINVAL);
+        assert_string_equal(error, "https://cfg.example/n.yaml:1:1: nvml: a null section puts nvml.library back to "
+                                   "its default, and the remote configuration may not set that key: it names a "
+                                   "shared object the agent loads as root; set it in a local file such as "
+                                   "/etc/gpu-node-agent/agent.yaml. The whole document is refused");
+}
+
+/* The serial of a remote document: the document's version for the signature's rollback check, not a
+ * key of the configuration. */
+static void test_remote_serial(void **state) {
+        const char *root = *state;
+        _cleanup_free_ char *main_file _unused_ = put(root, MAIN, ""), *error = NULL;
+        uint64_t serial = 0;
+        Config *c = NULL;
+
+        assert_int_equal(config_remote_document_serial("u", "serial: 18446744073709551615\nlog:\n  level: debug\n",
+                                                       47, &serial, &error), 0);
+        assert_true(serial == UINT64_MAX);
+        assert_int_equal(config_remote_document_serial("u", "log:\n  level: debug\n", 20, &serial, &error), -ENOENT);
+        assert_int_equal(config_remote_document_serial("u", "serial: -1\n", 11, &serial, &error), -EINVAL);
+        assert_string_equal(error, "u:1:9: serial: expected a whole number from 0 to 18446744073709551615 (the "
+                                   "document's version, raised with every change, such as 2026120101), got -1");
+        error = mfree(error);
+
+        assert_int_equal(load_remote_doc(root, "serial: 7\nlog:\n  level: debug\n", &c, &error), 0);
+        assert_int_equal(c->log_level, LOG_DEBUG);
+        c = config_free(c);
+        assert_int_equal(load_remote_doc(root, "serial: [1]\n", &c, &error), -EINVAL);
+        assert_string_equal(error, "https://cfg.example/n.yaml:1:9: serial: expected a whole number from 0 to "
+                                   "18446744073709551615 (the document's version, raised with every change, such as "
+                                   "2026120101), got a list");
+        error = mfree(error);
+        check_main_error(root, "serial: 3\n", -EINVAL,
+                         "1:1: unknown key 'serial' (valid top-level keys: paths, nvml, labels, sharing, driver, "
+                         "devices, fabric, mig, cdi, gres, validations, probe, health, metrics, engine, log, "
+                         "kubernetes, config); only the remote document (config.remote) carries a serial");
 }
 
 static void test_remote_errors(void **state) {
@@ -697,6 +913,25 @@ static void test_remote_errors(void **state) {
         check_main_error(root, "config:\n  remote:\n    timeout: 0\n", -EINVAL,
                          "3:14: config.remote.timeout: must be greater than 0, or a server that never answers would "
                          "hold the fetch forever");
+        check_main_error(root, "config:\n  remote:\n    signing-key: keys/fleet.pub\n", -EINVAL,
+                         "3:18: config.remote.signing-key: 'keys/fleet.pub' is not an absolute path; write it "
+                         "starting with '/'");
+        check_main_error(root, "config:\n  remote:\n    signing-key: /nonexistent/fleet.pub\n", -EINVAL,
+                         "3:18: config.remote.signing-key: /nonexistent/fleet.pub: cannot read the public key: No "
+                         "such file or directory");
+        check_main_error(root, "config:\n  remote:\n    signature-url: http://h/x.sig\n", -EINVAL,
+                         "3:20: config.remote.signature-url: 'http://h/x.sig' is not an https:// URL");
+        check_main_error(root, "config:\n  remote:\n    signature-url: https://h/{host}.sig\n", -EINVAL,
+                         "3:20: config.remote.signature-url: unknown placeholder {host}; the placeholders are "
+                         "{hostname}, {machine-id} and {product}");
+        _cleanup_free_ char *key = put(root, "fleet.pub", "-----BEGIN PRIVATE KEY-----\nMC4CAQAwBQYDK2VwBCIEIA==\n"
+                                                         "-----END PRIVATE KEY-----\n"),
+                            *yaml = strprintf("config:\n  remote:\n    signing-key: %s\n", key), *want = NULL;
+        assert_non_null(yaml);
+        assert_true(asprintf(&want, "3:18: config.remote.signing-key: %s is a private key; the node needs only the "
+                                    "public key (openssl pkey -in KEY -pubout -out %s), and the private key belongs "
+                                    "where the documents are signed", key, key) >= 0);
+        check_main_error(root, yaml, -EINVAL, want);
 }
 
 static void test_shipped_files(void **state) {
@@ -746,6 +981,8 @@ int main(void) {
                 cmocka_unit_test_setup_teardown(test_cdi_device_name_strategy, setup_root, teardown_root),
                 cmocka_unit_test_setup_teardown(test_dump_roundtrip, setup_root, teardown_root),
                 cmocka_unit_test_setup_teardown(test_remote_layer, setup_root, teardown_root),
+                cmocka_unit_test_setup_teardown(test_remote_allowlist, setup_root, teardown_root),
+                cmocka_unit_test_setup_teardown(test_remote_serial, setup_root, teardown_root),
                 cmocka_unit_test_setup_teardown(test_remote_errors, setup_root, teardown_root),
                 cmocka_unit_test_setup_teardown(test_shipped_files, setup_root, teardown_root),
         };
