@@ -74,6 +74,10 @@ static const char *const mig_selected_from_names[_MIG_SELECTED_FROM_MAX + 1] = {
         [MIG_SELECTED_FROM_CONFIG] = "config",
         [MIG_SELECTED_FROM_NODE_LABEL] = "node-label",
 };
+static const char *const kube_credentials_names[_KUBE_CREDENTIALS_MAX + 1] = {
+        [KUBE_CREDENTIALS_KUBECONFIG] = "kubeconfig",
+        [KUBE_CREDENTIALS_IN_CLUSTER] = "in-cluster",
+};
 
 /* Bit i is the CdiDeviceNames value 1 << i. */
 static const char *const cdi_device_names[] = { "index", "uuid", "type-index", NULL };
@@ -163,6 +167,9 @@ static const ConfigKey config_keys[] = {
         { "log.level",        CONFIG_ENUM,      CONFIG_OFF(log_level),      "info", .values = log_level_names },
         { "kubernetes.node-name", CONFIG_STRING, CONFIG_OFF(kubernetes.node_name), "" },
         { "kubernetes.kubeconfig", CONFIG_PATH, CONFIG_OFF(kubernetes.kubeconfig), "kubernetes/kubelet.conf", BASE_ETC },
+        { "kubernetes.credentials", CONFIG_ENUM, CONFIG_OFF(kubernetes.credentials), "kubeconfig", .values = kube_credentials_names },
+        { "kubernetes.service-account-dir", CONFIG_PATH, CONFIG_OFF(kubernetes.service_account_dir),
+          "/var/run/secrets/kubernetes.io/serviceaccount" },
         { "config.remote.url", CONFIG_STRING,   CONFIG_OFF(remote.url),     "" },
         { "config.remote.ca-file", CONFIG_STRING, CONFIG_OFF(remote.ca_file), "" },
         { "config.remote.cert", CONFIG_STRING,  CONFIG_OFF(remote.cert),    "" },
