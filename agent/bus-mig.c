@@ -57,7 +57,7 @@ int bus_mig_property_get_config_state(sd_bus *bus, const char *path, const char 
 static void follow_up(Manager *m, bool changed, const char *reason) {
         Node *n = manager_node(m);
         if (changed || !n->labels ||
-            !streq_ptr(label_set_get(n->labels, "nvidia.com/mig.config"), mig_manager_config(n->mig)) ||
+            !streq_ptr(label_set_get(n->labels, "nvidia.com/mig.config"), stage_labels_mig_config(n)) ||
             !streq_ptr(label_set_get(n->labels, "nvidia.com/mig.config.state"), mig_manager_state(n->mig)))
                 manager_request_pass(m, reason);
 }

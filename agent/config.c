@@ -113,6 +113,10 @@ static const char *const mig_selected_from_names[_MIG_SELECTED_FROM_MAX + 1] = {
         [MIG_SELECTED_FROM_CONFIG] = "config",
         [MIG_SELECTED_FROM_NODE_LABEL] = "node-label",
 };
+static const char *const kube_credentials_names[_KUBE_CREDENTIALS_MAX + 1] = {
+        [KUBE_CREDENTIALS_KUBECONFIG] = "kubeconfig",
+        [KUBE_CREDENTIALS_IN_CLUSTER] = "in-cluster",
+};
 
 /* Bit i is the CdiDeviceNames value 1 << i. */
 static const char *const cdi_device_names[] = { "index", "uuid", "type-index", NULL };
@@ -223,6 +227,10 @@ static const ConfigKey config_keys[] = {
           .remote = true },
         { "kubernetes.node-name", CONFIG_STRING, CONFIG_OFF(kubernetes.node_name), "", .local = LOCAL_IDENTITY },
         { "kubernetes.kubeconfig", CONFIG_PATH, CONFIG_OFF(kubernetes.kubeconfig), "kubernetes/kubelet.conf", BASE_ETC },
+        { "kubernetes.credentials", CONFIG_ENUM, CONFIG_OFF(kubernetes.credentials), "kubeconfig", .values = kube_credentials_names,
+          .local = LOCAL_SOURCE },
+        { "kubernetes.service-account-dir", CONFIG_PATH, CONFIG_OFF(kubernetes.service_account_dir),
+          "/var/run/secrets/kubernetes.io/serviceaccount", .local = LOCAL_PATH },
         { "config.remote.url", CONFIG_STRING,   CONFIG_OFF(remote.url),     "", .local = LOCAL_SOURCE },
         { "config.remote.ca-file", CONFIG_STRING, CONFIG_OFF(remote.ca_file), "", .local = LOCAL_PATH },
         { "config.remote.cert", CONFIG_STRING,  CONFIG_OFF(remote.cert),    "", .local = LOCAL_PATH },

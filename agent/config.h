@@ -97,6 +97,8 @@
  *   kubernetes:                                    for mig.selected-from: node-label
  *     node-name: ""                                this node's name, "" = the host name
  *     kubeconfig: <etc>/kubernetes/kubelet.conf    credentials and API server (the kubelet's)
+ *     credentials: kubeconfig                      kubeconfig | in-cluster (service account, in a pod)
+ *     service-account-dir: /var/run/secrets/kubernetes.io/serviceaccount   in-cluster: token, ca.crt
  *   config:
  *     remote:                                      a drop-in fetched over HTTPS (config-remote.c)
  *       url: ""                                    https://…, may use {hostname} {machine-id} {product}
@@ -219,9 +221,17 @@ typedef enum MigSelectedFrom {
         _MIG_SELECTED_FROM_INVALID = -EINVAL,
 } MigSelectedFrom;
 
+typedef enum KubeCredentials {
+        KUBE_CREDENTIALS_KUBECONFIG,           /* kubernetes.kubeconfig */
+        KUBE_CREDENTIALS_IN_CLUSTER,           /* a pod's service account, KUBERNETES_SERVICE_HOST/PORT */
+        _KUBE_CREDENTIALS_MAX,
+} KubeCredentials;
+
 typedef struct ConfigKubernetes {
         char *node_name;                       /* "" = the host name */
         char *kubeconfig;
+        int credentials;                       /* KubeCredentials */
+        char *service_account_dir;             /* in-cluster: token and ca.crt */
 } ConfigKubernetes;
 
 /* cdi.device-name-strategy: which names each device gets, as nvidia-ctk's --device-name-strategy (bits,

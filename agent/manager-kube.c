@@ -1,7 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /* Owns the Manager's side of mig.selected-from: node-label — the Kubernetes node watch (kube-node.c)
  * is started and stopped with the configuration, and a new nvidia.com/mig.config value requests a pass,
- * whose mig stage applies it through the MIG manager as mig.selected would be. */
+ * whose mig stage applies it through the MIG manager as mig.selected would be (a value that is no
+ * valid label value is refused there: mig.config.state=failed, nothing applied). The node name and the
+ * credentials come from the local configuration only. */
+#include <ctype.h>
 #include <sys/socket.h>
 
 #include "kube-node.h"
@@ -19,9 +22,16 @@ static void on_kube_event(KubeNode *k, const KubeNodeEvent *ev, void *userdata) 
                 return;
         }
         free(m->node.kube_mig_config);
+        free(m->node.kube_mig_config_refused);
         m->node.kube_mig_config = ev->value ? strdup(ev->value) : NULL;
-        log_info("Node label " MIG_CONFIG_LABEL " is %s%s%s.", ev->value ? "'" : "", ev->value ?: "not set",
-                 ev->value ? "'" : "");
+        m->node.kube_mig_config_refused = ev->refused ? strdup(ev->refused) : NULL;
+        m->node.kube_mig_config_read = true;
+        if (ev->refused)
+                log_error("Node label " MIG_CONFIG_LABEL " is '%s', which is not a valid label value; refused.",
+                          ev->refused);
+        else
+                log_info("Node label " MIG_CONFIG_LABEL " is %s%s%s.", ev->value ? "'" : "",
+                         ev->value ?: "not set", ev->value ? "'" : "");
         manager_request_pass(m, "node label " MIG_CONFIG_LABEL " changed");
 }
 
@@ -33,8 +43,12 @@ void manager_kube_update(Manager *m) {
         m->kube = kube_node_free(m->kube);
         if (m->options.oneshot || m->node.config->mig.selected_from != MIG_SELECTED_FROM_NODE_LABEL) {
                 m->node.kube_mig_config = mfree(m->node.kube_mig_config);
+                m->node.kube_mig_config_refused = mfree(m->node.kube_mig_config_refused);
+                m->node.kube_mig_config_read = false;
                 return;
         }
+        /* Local configuration only (the remote document may not set kubernetes.*): whose Node this is
+         * decides which GPUs a label reconfigures. */
         const char *name = m->node.config->kubernetes.node_name;
         if (isempty(name)) {
                 if (gethostname(hostname, sizeof(hostname) - 1) < 0) {
@@ -42,6 +56,9 @@ void manager_kube_update(Manager *m) {
                                         "set kubernetes.node-name.");
                         return;
                 }
+                /* As the kubelet names its Node by default: the host name in lower case. */
+                for (char *p = hostname; *p; p++)
+                        *p = (char) tolower((unsigned char) *p);
                 name = hostname;
         }
         /* As for config.remote: a sandbox without IP sockets makes every request fail vaguely. */
@@ -55,8 +72,10 @@ void manager_kube_update(Manager *m) {
         }
         if (fd >= 0)
                 close(fd);
+        bool in_cluster = m->node.config->kubernetes.credentials == KUBE_CREDENTIALS_IN_CLUSTER;
         KubeNodeOptions o = {
                 .kubeconfig = m->node.config->kubernetes.kubeconfig,
+                .service_account_dir = in_cluster ? m->node.config->kubernetes.service_account_dir : NULL,
                 .node_name = name,
                 .label = MIG_CONFIG_LABEL,
                 .retry_min_usec = m->node.config->engine.retry_min_usec,

@@ -130,6 +130,7 @@ Manager *manager_free(Manager *m) {
         manager_remote_done(m);
         kube_node_free(m->kube);
         free(m->node.kube_mig_config);
+        free(m->node.kube_mig_config_refused);
         stage_driver_done(&m->node);
         stage_consumers_done(&m->node);
         stage_fabric_done(&m->node);

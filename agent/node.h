@@ -113,6 +113,8 @@ struct Node {
         struct MigManager *mig;          /* owned by agent/mig; NULL until the mig stage first runs */
         char *kube_mig_config;           /* the node's nvidia.com/mig.config, NULL unset or not yet read
                                           * (mig.selected-from: node-label; manager-kube.c) */
+        char *kube_mig_config_refused;   /* set instead: a value that is not a valid label value, printable */
+        bool kube_mig_config_read;       /* the watch has reported the label (set, unset or refused) */
         LabelSet *labels;                /* last written label set, NULL when none */
         LabelKnownProduct *known_products; /* NVML's last product name per GPU (gpu-products.c) */
         size_t n_known_products;

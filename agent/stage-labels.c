@@ -160,6 +160,12 @@ static uint64_t now_realtime(void) {
         return (uint64_t) ts.tv_sec * USEC_PER_SEC + (uint64_t) ts.tv_nsec / 1000;
 }
 
+const char *stage_labels_mig_config(const Node *n) {
+        if (n->config->mig.selected_from == MIG_SELECTED_FROM_NODE_LABEL)
+                return NULL;
+        return mig_manager_config(n->mig);
+}
+
 /* The state label reflects the other stages; this one is running while it is computed. */
 static const char *labels_agent_state(const Node *n) {
         for (int i = 0; i < _STAGE_MAX; i++)
@@ -299,7 +305,7 @@ int stage_labels_run(Node *n, char **ret_message) {
                 .replicas = n->config->sharing.replicas,
                 .rename_by_default = n->config->sharing.rename_by_default,
                 .timestamp_sec = n->config->labels.timestamp ? n->labels_timestamp_sec : 0,
-                .mig_config = mig_manager_config(n->mig),
+                .mig_config = stage_labels_mig_config(n),
                 .mig_config_state = mig_manager_state(n->mig),
                 .known_products = n->known_products,
                 .n_known_products = n->n_known_products,

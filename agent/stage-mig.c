@@ -107,10 +107,30 @@ static int apply_selected(Node *n, char **ret_message) {
         int r;
 
         if (n->config->mig.selected_from == MIG_SELECTED_FROM_NODE_LABEL) {
-                /* The node label selects, as the GPU Operator's MIG manager does; the same apply path. */
+                /* The node label selects, as the GPU Operator's MIG manager does; the same apply path. A
+                 * value that names no config of mig.config-file fails there (-ENOENT), before anything is
+                 * touched; one that is not even a label value is refused here. */
+                if (n->kube_mig_config_refused) {
+                        error = strprintf("The node label nvidia.com/mig.config is '%s', which is not a valid label "
+                                          "value (and so no config name of mig.config-file); nothing was applied.",
+                                          n->kube_mig_config_refused);
+                        if (!error)
+                                return -ENOMEM;
+                        mig_manager_refuse(n->mig, n->kube_mig_config_refused, error);
+                        log_error("MIG: %s", error);
+                        *ret_message = with_recovery(n, TAKE_PTR(error));
+                        return -EINVAL;
+                }
                 if (!n->kube_mig_config) {
+                        if (!n->kube_mig_config_read) {
+                                *ret_message = with_recovery(n, strdup("no MIG configuration selected: the node label "
+                                                                       "nvidia.com/mig.config is not read yet"));
+                                return STAGE_SKIPPED;
+                        }
+                        /* Unset (removed): MIG is not managed, as with an empty mig.selected. */
+                        mig_manager_unmanage(n->mig);
                         *ret_message = with_recovery(n, strdup("no MIG configuration selected: the node label "
-                                                               "nvidia.com/mig.config is not set (or not read yet)"));
+                                                               "nvidia.com/mig.config is not set"));
                         return STAGE_SKIPPED;
                 }
                 r = mig_manager_apply(n->mig, n->kube_mig_config, NULL, false, on_applied, n, &error);

@@ -30,6 +30,11 @@ int stage_mig_run(Node *n, char **ret_message);
 int stage_cdi_run(Node *n, char **ret_message);
 int stage_labels_run(Node *n, char **ret_message);
 void stage_labels_write_now(Node *n);
+/* What the feature file says as nvidia.com/mig.config: the config the MIG manager keeps (NULL none) —
+ * except with mig.selected-from: node-label, where that label is the administrator's input on the Node,
+ * not ours to publish (NFD would write our copy back over it, also after it was removed): NULL, and
+ * only nvidia.com/mig.config.state goes out, as the GPU Operator's MIG manager does. */
+const char *stage_labels_mig_config(const Node *n);
 int stage_consumers_run(Node *n, char **ret_message);
 
 /* Cancels the consumers stage's unit operation (stage-consumers.c). */

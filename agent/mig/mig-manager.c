@@ -677,6 +677,14 @@ int mig_manager_apply_selected(MigManager *mm, MigApplyDone cb, void *userdata, 
         return apply_internal(mm, name, file, false, false, cb, userdata, ret_error);
 }
 
+void mig_manager_refuse(MigManager *mm, const char *name, const char *message) {
+        set_result(mm, name, MIG_CONFIG_FAILED, message);
+}
+
+void mig_manager_unmanage(MigManager *mm) {
+        set_result(mm, NULL, MIG_CONFIG_SUCCESS, NULL);
+}
+
 /* ---- recovery ---- */
 
 static int recover_plan(MigManager *mm, MigJournalContents *c_taken, MigGpuState *now, size_t n_now,

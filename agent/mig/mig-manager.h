@@ -76,6 +76,13 @@ int mig_manager_apply(MigManager *mm, const char *name, const char *config_file,
 /* The mig stage's apply of mig_manager_selected(); -ENODATA when nothing is selected. */
 int mig_manager_apply_selected(MigManager *mm, MigApplyDone cb, void *userdata, char **ret_error);
 
+/* mig.selected-from: node-label. A selection refused before any config is looked up (a node label value
+ * that is not a valid label value): mig.config.state becomes "failed" with the reason, shown under name
+ * (for messages; never applied); nothing is touched. */
+void mig_manager_refuse(MigManager *mm, const char *name, const char *message);
+/* The node label is not set: MIG is not managed (any more), no mig.config labels; nothing is touched. */
+void mig_manager_unmanage(MigManager *mm);
+
 /* Assert (1 when the GPUs the named config covers have its layout, 0 when not; the report lists the
  * mismatches or says that all match) and export (the node's current layout as a mig-parted v1 file with
  * one config, "current": GPUs with the same layout merged into one entry — devices: all, a device-filter,
