@@ -51,7 +51,11 @@ expected=(
         /usr/share/doc/gpu-node-agent/driver.md
         /usr/share/doc/gpu-node-agent/examples
         /usr/share/doc/gpu-node-agent/examples/agent.yaml
+        /usr/share/doc/gpu-node-agent/kubernetes
+        /usr/share/doc/gpu-node-agent/kubernetes.md
+        /usr/share/doc/gpu-node-agent/kubernetes/rbac.yaml
         /usr/share/doc/gpu-node-agent/mig.md
+        /usr/share/doc/gpu-node-agent/threat-model.md
         /usr/share/gpu-node-agent
         /usr/share/gpu-node-agent/remote-config.conf
         /usr/share/man/man1/gpunodectl.1
